@@ -1,0 +1,89 @@
+//===- MkAttrs.td - attributes of the mk dialect -----------*- tablegen -*-===//
+
+#ifndef MK_ATTRS_TD
+#define MK_ATTRS_TD
+
+include "mk/IR/MkDialect.td"
+include "mk/IR/MkEnums.td"
+
+def Mk_MeshAttr : Mk_Attr<"Mesh", "mesh"> {
+  let summary = "The topology a program runs on: nodes x GPUs per node";
+  let description = [{
+    Ranks are numbered node-major: rank = node * gpus + gpu. GPUs of one node talk over NVLink; nodes
+    talk over the network, GPU g of one node only with GPU g of the others (rails). Either extent may
+    be `?` until the program is specialized for a topology.
+
+    ```mlir
+    #mk.mesh<2x4>   // 2 nodes of 4 GPUs: 8 ranks
+    #mk.mesh<?x?>   // not yet bound
+    ```
+  }];
+  let parameters = (ins "int64_t":$nodes, "int64_t":$gpus);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Both extents are known.
+    bool isBound() const;
+    /// The number of ranks along `axis`, or ShapedType::kDynamic while unbound.
+    int64_t getAxisSize(MeshAxis axis) const;
+    int64_t getWorldSize() const { return getAxisSize(MeshAxis::world); }
+  }];
+}
+
+def Mk_PlacementAttr : Mk_Attr<"Placement", "placement"> {
+  let summary = "How a distributed tensor is laid out over the ranks";
+  let description = [{
+    - `shard D over AXIS`: split evenly along dim D over the ranks of AXIS (`world`, `nodes` or
+      `gpus`); a rank holds extent/size(AXIS) along D. Sharding over `gpus` replicates across nodes,
+      sharding over `nodes` replicates across the GPUs of a node.
+    - `replicated`: every rank holds the whole tensor with the same contents.
+    - `symmetric`: every rank holds a whole-shape tensor of its own contents (a partial sum, a
+      staging area) at the same place in symmetric memory, so peers can address it.
+
+    Inside a tensor type the `#mk.placement` prefix is omitted:
+    `!mk.tensor<[M, K], bf16, shard 1 over world>`.
+  }];
+  let parameters = (ins EnumParameter<Mk_PlacementKind>:$kind,
+                        DefaultValuedParameter<"int64_t", "0">:$dim,
+                        DefaultValuedParameter<"::mlir::mk::MeshAxis", "::mlir::mk::MeshAxis::world">:$axis);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dim, "::mlir::mk::MeshAxis":$axis), [{
+      return $_get($_ctxt, PlacementKind::shard, dim, axis);
+    }]>,
+    AttrBuilder<(ins "::mlir::mk::PlacementKind":$kind), [{
+      return $_get($_ctxt, kind, 0, MeshAxis::world);
+    }]>,
+  ];
+  let extraClassDeclaration = [{
+    bool isSharded() const { return getKind() == PlacementKind::shard; }
+    /// This placement is sharded along `d`.
+    bool shardsDim(int64_t d) const { return isSharded() && getDim() == d; }
+    /// Parses and prints the body without the `#mk.placement` prefix (as inside a tensor type).
+    static PlacementAttr parseBody(::mlir::AsmParser &parser);
+    void printBody(::llvm::raw_ostream &os) const;
+    /// The body as text, e.g. "shard 1 over world", for diagnostics.
+    std::string str() const;
+  }];
+}
+
+def Mk_TileOrderAttr : Mk_Attr<"TileOrder", "order"> {
+  let summary = "The order in which a tile grid produces its tiles";
+  let description = [{
+    `row_major`, `column_major`, or `swizzle G` (row-major inside bands of G tile rows, so that the
+    CTAs working at one time share panels in L2). `local_first` makes tiles whose inputs are all held
+    locally come before tiles that wait for data a collective is still bringing in.
+
+    ```mlir
+    #mk.order<swizzle 8, local_first>
+    ```
+  }];
+  let parameters = (ins EnumParameter<Mk_TileOrderKind>:$kind,
+                        DefaultValuedParameter<"int64_t", "1">:$group,
+                        DefaultValuedParameter<"bool", "false">:$localFirst);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+#endif // MK_ATTRS_TD

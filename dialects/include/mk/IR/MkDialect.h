@@ -1,0 +1,12 @@
+//===- MkDialect.h - the mk dialect -------------------------------*- C++ -*-===//
+
+#ifndef MK_IR_MKDIALECT_H
+#define MK_IR_MKDIALECT_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Dialect.h"
+
+#include "mk/IR/MkDialect.h.inc"
+
+#endif // MK_IR_MKDIALECT_H

@@ -1,0 +1,161 @@
+//===- MkScheduleOps.td - scheduled-level ops of mk --------*- tablegen -*-===//
+//
+// What the compiler's passes produce from a program: the SM roles of one persistent kernel, the
+// point-to-point transfers of tiles over a named link, per-tile flags with signals and waits, and
+// reductions of received tiles. Included by MkOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_SCHEDULE_OPS_TD
+#define MK_SCHEDULE_OPS_TD
+
+def Mk_RoleOp : Mk_Op<"role", [HasParent<"ProgramOp">, SingleBlock, NoTerminator, RecursiveMemoryEffects]> {
+  let summary = "The work of a set of CTAs of the persistent kernel";
+  let description = [{
+    The program's grid is split into roles: CTAs [sum of the counts of the roles before, + ctas)
+    run this body. Tile grids inside a role are spread over its CTAs.
+
+    ```mlir
+    mk.role compute ctas 120 {
+      mk.tile_grid ...
+    }
+    mk.role intra_reduce ctas 12 { ... }
+    ```
+  }];
+  let arguments = (ins Mk_RoleKind:$kind, ConfinedAttr<I64Attr, [IntPositive]>:$ctas);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$kind `ctas` $ctas attr-dict-with-keyword $body";
+}
+
+def Mk_FlagsOp : Mk_Op<"flags", [Symbol, HasParent<"ProgramOp">]> {
+  let summary = "An array of per-tile ready flags in symmetric memory";
+  let description = [{
+    Flags count arrivals and are never reset: a launch with epoch e (1, 2, ...) adds its signals to
+    the counts of the launches before, and a wait for `count c` waits for e * c. Back-to-back
+    launches therefore need no host-side reset and no host synchronisation.
+
+    ```mlir
+    mk.flags @partial_ready [64, 32]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name $shape attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mk_SignalOp : Mk_Op<"signal", [AttrSizedOperandSegments,
+                                   DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Add one arrival to a flag, here or on a peer, after this thread's earlier transfers";
+  let description = [{
+    The signal is ordered after every earlier transfer of the issuing thread to the same peer over
+    the same link: a waiter that sees it sees their data. `at gpu %g` reaches GPU g of this node
+    over NVLink, `at node %n` reaches this rank's GPU index on node n through the proxy (the only
+    inter-node path: transfers across nodes are rail-aligned by construction).
+
+    ```mlir
+    mk.signal @partial_ready[%m, %n] at gpu %owner via nvlink_store
+    mk.signal @node_ready[%m, %n] at node %peer via rdma_proxy
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$flags, Variadic<Index>:$indices, Mk_PeerScope:$scope,
+                       Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link);
+  let assemblyFormat = [{
+    $flags `` `[` $indices `]` custom<Peer>($scope, $peer, $link) attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_WaitOp : Mk_Op<"wait", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Wait until a flag has received `count` arrivals in this launch";
+  let description = [{
+    ```mlir
+    mk.wait @partial_ready[%m, %n] count 4
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$flags, Variadic<Index>:$indices,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$count);
+  let assemblyFormat = "$flags `` `[` $indices `]` `count` $count attr-dict";
+}
+
+def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
+  let summary = "Store a tile into a tensor of this rank or of a peer";
+  let description = [{
+    ```mlir
+    mk.put %p, %stage[%slot, %m, %n] at gpu %owner via nvlink_store
+        : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, M, N], bf16, symmetric>
+    ```
+  }];
+  let arguments = (ins Mk_Tile:$value, Arg<Mk_Tensor, "", [MemWrite]>:$dest, Variadic<Index>:$indices,
+                       DenseI64ArrayAttr:$whole_dims, Mk_PeerScope:$scope, Optional<Index>:$peer,
+                       OptionalAttr<Mk_Link>:$link);
+  let assemblyFormat = [{
+    $value `,` $dest `` custom<TileAccess>($indices, $whole_dims) custom<Peer>($scope, $peer, $link)
+    attr-dict `:` qualified(type($value)) `,` qualified(type($dest))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_CopyOp : Mk_Op<"copy", [AttrSizedOperandSegments]> {
+  let summary = "Copy a tile-shaped region of memory to a tensor of this rank or of a peer";
+  let description = [{
+    Unlike mk.put the data does not pass through registers: a bulk copy engine or the network
+    reads it from memory.
+
+    ```mlir
+    mk.copy %stage[%me, %m, %n] -> %recv[%node, %m, %n] at node %peer via rdma_proxy
+        : !mk.tensor<[4, M, N], bf16, symmetric>, !mk.tensor<[2, M, N], bf16, symmetric>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$source, Variadic<Index>:$source_indices,
+                       DenseI64ArrayAttr:$source_whole_dims,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$dest, Variadic<Index>:$dest_indices,
+                       DenseI64ArrayAttr:$dest_whole_dims,
+                       Mk_PeerScope:$scope, Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link,
+                       DenseI64ArrayAttr:$tile);
+  let assemblyFormat = [{
+    $source `` custom<TileAccess>($source_indices, $source_whole_dims) `->`
+    $dest `` custom<TileAccess>($dest_indices, $dest_whole_dims) custom<Peer>($scope, $peer, $link)
+    `tile` $tile attr-dict `:` qualified(type($source)) `,` qualified(type($dest))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_AccumulateOp : Mk_Op<"accumulate"> {
+  let summary = "Combine the tiles received into the slots of a staging tensor";
+  let description = [{
+    The `:` on a leading dim of the access is the slot dim combined over; the trailing dims index
+    the tile as for mk.load.
+
+    ```mlir
+    %sum = mk.accumulate sum %stage[:, %m, %n] : !mk.tensor<[4, M, N], bf16, symmetric> -> !mk.tile<[128, 256], f32>
+    ```
+  }];
+  let arguments = (ins Mk_ReduceKind:$kind, Arg<Mk_Tensor, "", [MemRead]>:$source,
+                       Variadic<Index>:$indices, DenseI64ArrayAttr:$whole_dims);
+  let results = (outs Mk_Tile:$result);
+  let assemblyFormat = [{
+    $kind $source `` custom<TileAccess>($indices, $whole_dims) attr-dict `:` qualified(type($source)) `->` qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_PlaceOp : Mk_Op<"place", [Pure]> {
+  let summary = "This rank's node and GPU index";
+  let results = (outs Index:$node, Index:$gpu);
+  let assemblyFormat = "attr-dict `:` qualified(type($node)) `,` qualified(type($gpu))";
+}
+
+def Mk_OwnerOp : Mk_Op<"owner", [Pure]> {
+  let summary = "The node and GPU index of the rank whose shard holds a tile";
+  let description = [{
+    ```mlir
+    %node, %gpu = mk.owner %C[%m, %n] tile [128, 256] : !mk.tensor<[M, N], bf16, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Mk_Tensor:$tensor, Variadic<Index>:$indices, DenseI64ArrayAttr:$tile);
+  let results = (outs Index:$node, Index:$gpu);
+  let assemblyFormat = "$tensor `[` $indices `]` `tile` $tile attr-dict `:` qualified(type($tensor))";
+  let hasVerifier = 1;
+}
+
+#endif // MK_SCHEDULE_OPS_TD

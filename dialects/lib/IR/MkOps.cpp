@@ -1,0 +1,902 @@
+//===- MkOps.cpp - ops of the mk dialect ----------------------------------===//
+
+#include "mk/IR/MkOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+
+//===----------------------------------------------------------------------===//
+// Tile accesses: `%T[%i, :, %j]`
+//===----------------------------------------------------------------------===//
+
+/// Per dim of the tensor, an index operand (a global tile coordinate) or `:` (the whole extent).
+static ParseResult parseTileAccess(OpAsmParser &parser,
+                                   SmallVectorImpl<OpAsmParser::UnresolvedOperand> &indices,
+                                   DenseI64ArrayAttr &wholeDims) {
+  SmallVector<int64_t> whole;
+  int64_t position = 0;
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+        if (succeeded(parser.parseOptionalColon())) {
+          whole.push_back(position++);
+          return success();
+        }
+        ++position;
+        return parser.parseOperand(indices.emplace_back());
+      }))
+    return failure();
+  wholeDims = parser.getBuilder().getDenseI64ArrayAttr(whole);
+  return success();
+}
+
+static void printTileAccess(OpAsmPrinter &printer, Operation *, OperandRange indices,
+                            DenseI64ArrayAttr wholeDims) {
+  printer << '[';
+  auto index = indices.begin();
+  int64_t rank = indices.size() + wholeDims.size();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d)
+      printer << ", ";
+    if (llvm::is_contained(wholeDims.asArrayRef(), d) || index == indices.end())
+      printer << ':';
+    else
+      printer << *index++;
+  }
+  printer << ']';
+}
+
+namespace {
+/// An access to a tensor as written in the IR, for verification.
+struct Access {
+  DistTensorType type;
+  size_t numIndices;
+  ArrayRef<int64_t> wholeDims;
+
+  int64_t rank() const { return type.getRank(); }
+  bool isWhole(int64_t d) const { return llvm::is_contained(wholeDims, d); }
+};
+} // namespace
+
+static ProgramOp enclosingProgram(Operation *op) {
+  return isa<ProgramOp>(op) ? cast<ProgramOp>(op) : op->getParentOfType<ProgramOp>();
+}
+
+/// The extent of dim `d` of `type` that one rank holds (`local`) or of the whole tensor, with shape
+/// symbols resolved through the enclosing program; kDynamic where unknown.
+static int64_t resolvedExtent(Operation *op, DistTensorType type, int64_t d, bool local) {
+  ProgramOp program = enclosingProgram(op);
+  if (!program)
+    return type.getShape()[d];
+  int64_t extent = program.resolve(type.getDim(d));
+  if (!local || !type.getPlacement().shardsDim(d) || ShapedType::isDynamic(extent))
+    return extent;
+  int64_t parts = program.getMesh().getAxisSize(type.getPlacement().getAxis());
+  return ShapedType::isDynamic(parts) ? ShapedType::kDynamic : extent / parts;
+}
+
+static LogicalResult verifyAccess(Operation *op, StringRef what, const Access &access) {
+  if (!llvm::is_sorted(access.wholeDims) ||
+      llvm::adjacent_find(access.wholeDims) != access.wholeDims.end() ||
+      llvm::any_of(access.wholeDims, [&](int64_t d) { return d < 0 || d >= access.rank(); }))
+    return op->emitOpError() << "has malformed whole dims in its " << what << " access";
+  int64_t named = access.numIndices + access.wholeDims.size();
+  if (named != access.rank())
+    return op->emitOpError() << "indexes " << named << " dims of its " << what
+                             << ", which has rank " << access.rank();
+  return success();
+}
+
+/// Checks that `tile` can be the tile `access` names: its dims are the trailing dims of the tensor,
+/// every other dim is indexed (extent 1), except for `wholeLeadingDims` dims that may be `:`.
+/// A `:` trailing dim must match the extent the rank holds.
+static LogicalResult verifyTileAccess(Operation *op, StringRef what, const Access &access,
+                                      TileType tile, int64_t wholeLeadingDims = 0) {
+  if (failed(verifyAccess(op, what, access)))
+    return failure();
+  int64_t tileRank = tile.getRank();
+  if (tileRank > access.rank())
+    return op->emitOpError() << "cannot hold a rank-" << tileRank << " tile of its rank-"
+                             << access.rank() << " " << what;
+  int64_t firstTileDim = access.rank() - tileRank;
+  int64_t leadingWhole = llvm::count_if(access.wholeDims, [&](int64_t d) { return d < firstTileDim; });
+  if (leadingWhole != wholeLeadingDims) {
+    if (wholeLeadingDims == 0)
+      return op->emitOpError() << "takes ':' on a dim of its " << what
+                               << " that is not a tile dim; only the last " << tileRank
+                               << " dims can be whole";
+    return op->emitOpError() << "needs exactly " << wholeLeadingDims
+                             << " ':' on the leading dims of its " << what << ", got " << leadingWhole;
+  }
+  for (int64_t j = 0; j < tileRank; ++j) {
+    int64_t d = firstTileDim + j;
+    if (!access.isWhole(d))
+      continue;
+    Dim held = access.type.getDim(d);
+    if (access.type.getPlacement().shardsDim(d)) {
+      int64_t extent = resolvedExtent(op, access.type, d, /*local=*/true);
+      if (ShapedType::isDynamic(extent))
+        continue;
+      held = Dim{extent, nullptr};
+    }
+    if (compareDims(tile.getDim(j), held) == DimRelation::different)
+      return op->emitOpError() << "has a tile dim of " << formatDim(tile.getDim(j)) << " where dim "
+                               << d << " of its " << what << " is whole with extent "
+                               << formatDim(held);
+  }
+  return success();
+}
+
+static LogicalResult verifySameElementType(Operation *op, TileType tile, DistTensorType tensor,
+                                           StringRef what) {
+  if (tile.getElementType() == tensor.getElementType())
+    return success();
+  return op->emitOpError() << "dtype mismatch: the tile holds " << tile.getElementType()
+                           << " but its " << what << " holds " << tensor.getElementType()
+                           << "; convert with mk.convert";
+}
+
+//===----------------------------------------------------------------------===//
+// Peers: `at gpu %g via nvlink_store`, `at node %n via rdma_proxy`, or nothing (this rank)
+//===----------------------------------------------------------------------===//
+
+static ParseResult parsePeer(OpAsmParser &parser, PeerScopeAttr &scope,
+                             std::optional<OpAsmParser::UnresolvedOperand> &peer, LinkAttr &link) {
+  MLIRContext *context = parser.getContext();
+  if (failed(parser.parseOptionalKeyword("at"))) {
+    scope = PeerScopeAttr::get(context, PeerScope::self);
+    return success();
+  }
+  SMLoc scopeLoc = parser.getCurrentLocation();
+  StringRef scopeName;
+  if (parser.parseKeyword(&scopeName))
+    return failure();
+  std::optional<PeerScope> kind = symbolizePeerScope(scopeName);
+  if (!kind || *kind == PeerScope::self)
+    return parser.emitError(scopeLoc) << "expected 'gpu' or 'node' after 'at', got '" << scopeName
+                                      << "'";
+  scope = PeerScopeAttr::get(context, *kind);
+  peer.emplace();
+  SMLoc linkLoc;
+  StringRef linkName;
+  if (parser.parseOperand(*peer) || parser.parseKeyword("via") ||
+      (linkLoc = parser.getCurrentLocation(), parser.parseKeyword(&linkName)))
+    return failure();
+  std::optional<Link> linkKind = symbolizeLink(linkName);
+  if (!linkKind)
+    return parser.emitError(linkLoc) << "unknown link '" << linkName
+                                     << "'; expected nvlink_store, nvlink_bulk or rdma_proxy";
+  link = LinkAttr::get(context, *linkKind);
+  return success();
+}
+
+static void printPeer(OpAsmPrinter &printer, Operation *, PeerScopeAttr scope, Value peer,
+                      LinkAttr link) {
+  if (scope.getValue() == PeerScope::self)
+    return;
+  printer << " at " << stringifyPeerScope(scope.getValue()) << ' ' << peer;
+  if (link)
+    printer << " via " << stringifyLink(link.getValue());
+}
+
+static LogicalResult verifyPeer(Operation *op, PeerScope scope, Value peer,
+                                std::optional<Link> link) {
+  if (scope == PeerScope::self) {
+    if (peer || link)
+      return op->emitOpError() << "reaches this rank, so it names no peer and no link";
+    return success();
+  }
+  if (!peer || !link)
+    return op->emitOpError() << "reaches a peer, so it needs a peer index and a link";
+  bool overNvlink = *link == Link::nvlink_store || *link == Link::nvlink_bulk;
+  if (scope == PeerScope::gpu && !overNvlink)
+    return op->emitOpError() << "cannot reach a GPU of this node through "
+                             << stringifyLink(*link) << "; use nvlink_store or nvlink_bulk";
+  if (scope == PeerScope::node && overNvlink)
+    return op->emitOpError() << "cannot reach another node through " << stringifyLink(*link)
+                             << "; transfers across nodes go through rdma_proxy, to the same GPU "
+                                "index (rail)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape checks shared by several ops
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyDimsMatch(Operation *op, Dim a, Dim b, const Twine &what) {
+  if (compareDims(a, b) != DimRelation::different)
+    return success();
+  return op->emitOpError() << what << " differ: " << formatDim(a) << " vs " << formatDim(b);
+}
+
+static bool sameDims(SymbolicShapeType a, SymbolicShapeType b) {
+  return a.getShape() == b.getShape() && a.getSymbols() == b.getSymbols();
+}
+
+#define GET_OP_CLASSES
+#include "mk/IR/MkOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// ProgramOp
+//===----------------------------------------------------------------------===//
+
+ParseResult ProgramOp::parse(OpAsmParser &parser, OperationState &result) {
+  Builder &builder = parser.getBuilder();
+  auto &props = result.getOrAddProperties<Properties>();
+
+  StringAttr name;
+  if (parser.parseSymbolName(name))
+    return failure();
+  props.sym_name = name;
+
+  SmallVector<Attribute> symbols;
+  SmallVector<int64_t> values;
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+        StringRef symbol;
+        if (parser.parseKeyword(&symbol))
+          return failure();
+        symbols.push_back(builder.getStringAttr(symbol));
+        int64_t value = ShapedType::kDynamic;
+        if (succeeded(parser.parseOptionalEqual()) && parser.parseInteger(value))
+          return failure();
+        values.push_back(value);
+        return success();
+      }))
+    return failure();
+  props.shape_symbols = builder.getArrayAttr(symbols);
+  props.shape_values = builder.getDenseI64ArrayAttr(values);
+
+  MeshAttr mesh;
+  if (parser.parseKeyword("mesh") || parser.parseCustomAttributeWithFallback(mesh))
+    return failure();
+  props.mesh = mesh;
+
+  SmallVector<OpAsmParser::Argument> arguments;
+  if (parser.parseArgumentList(arguments, OpAsmParser::Delimiter::Paren, /*allowType=*/true))
+    return failure();
+
+  if (succeeded(parser.parseOptionalKeyword("grid"))) {
+    int64_t grid;
+    if (parser.parseInteger(grid))
+      return failure();
+    props.grid = builder.getI64IntegerAttr(grid);
+  }
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
+  Region *body = result.addRegion();
+  if (parser.parseRegion(*body, arguments))
+    return failure();
+  if (body->empty())
+    body->emplaceBlock();
+  return success();
+}
+
+void ProgramOp::print(OpAsmPrinter &printer) {
+  printer << ' ';
+  printer.printSymbolName(getSymName());
+  printer << " [";
+  for (auto [i, symbol] : llvm::enumerate(getShapeSymbols().getAsValueRange<StringAttr>())) {
+    if (i)
+      printer << ", ";
+    printer << symbol;
+    if (!ShapedType::isDynamic(getShapeValues()[i]))
+      printer << " = " << getShapeValues()[i];
+  }
+  printer << "] mesh ";
+  printer.printStrippedAttrOrType(getMesh());
+  printer << " (";
+  llvm::interleaveComma(getBodyBlock().getArguments(), printer,
+                        [&](BlockArgument argument) { printer.printRegionArgument(argument); });
+  printer << ')';
+  if (std::optional<int64_t> grid = getGrid())
+    printer << " grid " << *grid;
+  printer.printOptionalAttrDictWithKeyword((*this)->getAttrs(), getAttributeNames());
+  printer << ' ';
+  printer.printRegion(getBody(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/false);
+}
+
+std::optional<int64_t> ProgramOp::lookupShapeSymbol(StringRef name) {
+  for (auto [symbol, value] :
+       llvm::zip(getShapeSymbols().getAsValueRange<StringAttr>(), getShapeValues()))
+    if (symbol == name)
+      return value;
+  return std::nullopt;
+}
+
+int64_t ProgramOp::resolve(Dim dim) {
+  if (dim.isStatic())
+    return dim.extent;
+  return lookupShapeSymbol(dim.symbol.getValue()).value_or(ShapedType::kDynamic);
+}
+
+LogicalResult ProgramOp::verify() {
+  if (getShapeSymbols().size() != getShapeValues().size())
+    return emitOpError() << "binds " << getShapeValues().size() << " values to "
+                         << getShapeSymbols().size() << " shape symbols";
+  llvm::StringSet<> seen;
+  for (auto [symbol, value] :
+       llvm::zip(getShapeSymbols().getAsValueRange<StringAttr>(), getShapeValues())) {
+    if (!seen.insert(symbol).second)
+      return emitOpError() << "declares shape symbol '" << symbol << "' twice";
+    if (!ShapedType::isDynamic(value) && value < 1)
+      return emitOpError() << "binds shape symbol '" << symbol << "' to " << value
+                           << "; extents must be positive";
+  }
+  for (BlockArgument argument : getBodyBlock().getArguments())
+    if (!isa<DistTensorType>(argument.getType()))
+      return emitOpError() << "takes distributed tensors only; argument #" << argument.getArgNumber()
+                           << " is " << argument.getType();
+  return success();
+}
+
+/// Checks one type used in the program: its shape symbols are declared, and a sharded tensor's
+/// sharded dim splits evenly over its axis on a bound mesh.
+static LogicalResult verifyTypeInProgram(ProgramOp program, Operation *user, Type type) {
+  auto shaped = dyn_cast<SymbolicShapeType>(type);
+  if (!shaped)
+    return success();
+  for (StringAttr symbol : shaped.getSymbols()) {
+    if (!symbol || program.lookupShapeSymbol(symbol.getValue()))
+      continue;
+    std::string declared;
+    llvm::raw_string_ostream os(declared);
+    llvm::interleaveComma(program.getShapeSymbols().getAsValueRange<StringAttr>(), os);
+    return user->emitOpError() << "uses shape symbol '" << symbol.getValue() << "', which @"
+                               << program.getSymName() << " does not declare (it declares ["
+                               << declared << "])";
+  }
+  auto tensor = dyn_cast<DistTensorType>(type);
+  if (!tensor || !tensor.getPlacement().isSharded())
+    return success();
+  PlacementAttr placement = tensor.getPlacement();
+  int64_t parts = program.getMesh().getAxisSize(placement.getAxis());
+  int64_t extent = program.resolve(tensor.getDim(placement.getDim()));
+  if (ShapedType::isDynamic(parts) || ShapedType::isDynamic(extent) || extent % parts == 0)
+    return success();
+  std::string mesh;
+  llvm::raw_string_ostream os(mesh);
+  os << program.getMesh();
+  return user->emitOpError() << "places " << type << " on " << mesh << ", but dim "
+                             << placement.getDim() << " (extent " << extent
+                             << ") does not split evenly over " << stringifyMeshAxis(placement.getAxis())
+                             << " (" << parts << " ranks)";
+}
+
+LogicalResult ProgramOp::verifyRegions() {
+  for (BlockArgument argument : getBodyBlock().getArguments())
+    if (failed(verifyTypeInProgram(*this, *this, argument.getType())))
+      return failure();
+
+  llvm::StringSet<> signalled;
+  SmallVector<WaitOp> waits;
+  WalkResult walk = getBody().walk([&](Operation *op) {
+    for (Type type : op->getResultTypes())
+      if (failed(verifyTypeInProgram(*this, op, type)))
+        return WalkResult::interrupt();
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument argument : block.getArguments())
+          if (failed(verifyTypeInProgram(*this, op, argument.getType())))
+            return WalkResult::interrupt();
+    if (auto signal = dyn_cast<SignalOp>(op))
+      signalled.insert(signal.getFlags());
+    if (auto wait = dyn_cast<WaitOp>(op))
+      waits.push_back(wait);
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+
+  for (WaitOp wait : waits)
+    if (!signalled.contains(wait.getFlags()))
+      return wait.emitOpError() << "can never be satisfied: nothing in @" << getSymName()
+                                << " signals @" << wait.getFlags();
+
+  auto roles = getBodyBlock().getOps<RoleOp>();
+  if (roles.empty())
+    return success();
+  if (!getGrid())
+    return emitOpError() << "has SM roles but no grid size";
+  int64_t ctas = 0;
+  for (RoleOp role : roles)
+    ctas += role.getCtas();
+  if (ctas > *getGrid())
+    return emitOpError() << "assigns " << ctas << " CTAs to its roles, but the grid has "
+                         << *getGrid();
+  for (TileGridOp grid : getBodyBlock().getOps<TileGridOp>())
+    return grid.emitOpError() << "is outside every role of a scheduled program";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TileGridOp
+//===----------------------------------------------------------------------===//
+
+ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
+  Builder &builder = parser.getBuilder();
+  auto &props = result.getOrAddProperties<Properties>();
+
+  SmallVector<OpAsmParser::Argument> coordinates;
+  OpAsmParser::UnresolvedOperand target;
+  if (parser.parseArgumentList(coordinates, OpAsmParser::Delimiter::Paren) ||
+      parser.parseKeyword("over") || parser.parseOperand(target))
+    return failure();
+  for (OpAsmParser::Argument &coordinate : coordinates)
+    coordinate.type = builder.getIndexType();
+  if (succeeded(parser.parseOptionalKeyword("global")))
+    props.global = builder.getUnitAttr();
+
+  SmallVector<int64_t> sizes;
+  if (parser.parseKeyword("tiles") ||
+      parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+        if (succeeded(parser.parseOptionalColon())) {
+          sizes.push_back(ShapedType::kDynamic);
+          return success();
+        }
+        return parser.parseInteger(sizes.emplace_back());
+      }))
+    return failure();
+  props.tile_sizes = builder.getDenseI64ArrayAttr(sizes);
+
+  std::optional<OpAsmParser::UnresolvedOperand> rowCounts;
+  if (succeeded(parser.parseOptionalKeyword("rows")) &&
+      parser.parseOperand(rowCounts.emplace()))
+    return failure();
+  if (succeeded(parser.parseOptionalKeyword("order"))) {
+    TileOrderAttr order;
+    if (parser.parseCustomAttributeWithFallback(order))
+      return failure();
+    props.order = order;
+  }
+  if (succeeded(parser.parseOptionalKeyword("masked")))
+    props.masked = builder.getUnitAttr();
+
+  SmallVector<Type, 2> types;
+  if (parser.parseColonTypeList(types))
+    return failure();
+  if (types.size() != 1 + (rowCounts ? 1 : 0))
+    return parser.emitError(parser.getCurrentLocation())
+           << "expected the type of the tensor" << (rowCounts ? " and of the row counts" : "");
+  if (parser.resolveOperand(target, types[0], result.operands) ||
+      (rowCounts && parser.resolveOperand(*rowCounts, types[1], result.operands)))
+    return failure();
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes) ||
+      parser.parseRegion(*result.addRegion(), coordinates))
+    return failure();
+  return success();
+}
+
+void TileGridOp::print(OpAsmPrinter &printer) {
+  printer << " (";
+  llvm::interleaveComma(getBodyBlock().getArguments(), printer);
+  printer << ") over " << getTarget();
+  if (getGlobal())
+    printer << " global";
+  printer << " tiles [";
+  llvm::interleaveComma(getTileSizes(), printer, [&](int64_t size) {
+    if (ShapedType::isDynamic(size))
+      printer << ':';
+    else
+      printer << size;
+  });
+  printer << ']';
+  if (Value rowCounts = getRowCounts())
+    printer << " rows " << rowCounts;
+  if (std::optional<TileOrderAttr> order = getOrder()) {
+    printer << " order ";
+    printer.printStrippedAttrOrType(*order);
+  }
+  if (getMasked())
+    printer << " masked";
+  printer << " : " << getTarget().getType();
+  if (Value rowCounts = getRowCounts())
+    printer << ", " << rowCounts.getType();
+  printer.printOptionalAttrDictWithKeyword((*this)->getAttrs(), getAttributeNames());
+  printer << ' ';
+  printer.printRegion(getBody(), /*printEntryBlockArgs=*/false);
+}
+
+Dim TileGridOp::getTileExtent(int64_t d) {
+  int64_t size = getTileSizes()[d];
+  if (!ShapedType::isDynamic(size))
+    return {size, nullptr};
+  DistTensorType target = getTargetType();
+  int64_t extent = resolvedExtent(*this, target, d, /*local=*/!getGlobal());
+  return ShapedType::isDynamic(extent) ? target.getDim(d) : Dim{extent, nullptr};
+}
+
+LogicalResult TileGridOp::verify() {
+  DistTensorType target = getTargetType();
+  int64_t rank = target.getRank();
+  if (getBodyBlock().getNumArguments() != rank)
+    return emitOpError() << "over a rank-" << rank << " tensor takes " << rank
+                         << " tile coordinates, got " << getBodyBlock().getNumArguments();
+  if (static_cast<int64_t>(getTileSizes().size()) != rank)
+    return emitOpError() << "needs one tile size per dim of its rank-" << rank << " tensor, got "
+                         << getTileSizes().size();
+  for (auto [d, size] : llvm::enumerate(getTileSizes())) {
+    if (ShapedType::isDynamic(size))
+      continue;
+    if (size < 1)
+      return emitOpError() << "has tile size " << size << " on dim " << d
+                           << "; tile sizes must be positive";
+    int64_t extent = resolvedExtent(*this, target, d, /*local=*/!getGlobal());
+    if (ShapedType::isDynamic(extent) || extent % size == 0 || getMasked())
+      continue;
+    return emitOpError() << "tile size " << size << " does not divide dim " << d << " ("
+                         << (getGlobal() || !target.getPlacement().shardsDim(d) ? "extent "
+                                                                                : "local extent ")
+                         << extent << "); declare 'masked' to allow a partial last tile";
+  }
+  if (Value rowCounts = getRowCounts()) {
+    auto counts = cast<DistTensorType>(rowCounts.getType());
+    if (counts.getRank() != 1 || !counts.getElementType().isSignlessInteger())
+      return emitOpError() << "takes row counts as a rank-1 integer tensor, got " << counts;
+    if (rank < 3)
+      return emitOpError() << "bounds rows by counts per index of dim 0, which needs a tensor of "
+                              "rank 3 or more";
+    if (failed(verifyDimsMatch(*this, counts.getDim(0), target.getDim(0),
+                               "row counts and dim 0 of the tensor")))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult LoadOp::verify() {
+  Access access{getSource().getType(), getIndices().size(), getWholeDims()};
+  return failure(failed(verifyTileAccess(*this, "source", access, getResult().getType())) ||
+                 failed(verifySameElementType(*this, getResult().getType(), access.type, "source")));
+}
+
+LogicalResult StoreOp::verify() {
+  Access access{getDest().getType(), getIndices().size(), getWholeDims()};
+  return failure(failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
+                 failed(verifySameElementType(*this, getValue().getType(), access.type,
+                                              "destination")));
+}
+
+/// The dim an operand of mk.matmul contracts: its only `:`, on one of its last two dims.
+static FailureOr<int64_t> contractedDim(MatmulOp op, StringRef what, const Access &access) {
+  if (failed(verifyAccess(op, what, access)))
+    return failure();
+  if (access.rank() < 2)
+    return op.emitOpError() << "needs an " << what << " of rank 2 or more";
+  if (access.wholeDims.size() != 1 || access.wholeDims[0] < access.rank() - 2)
+    return op.emitOpError() << "must mark the contracted dim of its " << what
+                            << " with ':' on one of its last two dims";
+  return access.wholeDims[0];
+}
+
+LogicalResult MatmulOp::verify() {
+  Access lhs{getLhs().getType(), getLhsIndices().size(), getLhsWholeDims()};
+  Access rhs{getRhs().getType(), getRhsIndices().size(), getRhsWholeDims()};
+  FailureOr<int64_t> lhsK = contractedDim(*this, "lhs", lhs);
+  FailureOr<int64_t> rhsK = contractedDim(*this, "rhs", rhs);
+  if (failed(lhsK) || failed(rhsK))
+    return failure();
+
+  TileType result = getResult().getType();
+  if (result.getRank() != 2)
+    return emitOpError() << "produces a rank-2 tile, not " << result;
+  if (!result.getElementType().isF32())
+    return emitOpError() << "accumulates in f32, not " << result.getElementType()
+                         << "; convert the result to store another dtype";
+  Type lhsElement = lhs.type.getElementType(), rhsElement = rhs.type.getElementType();
+  if (lhsElement != rhsElement || !isa<FloatType>(lhsElement))
+    return emitOpError() << "needs float operands of one dtype, got " << lhsElement << " and "
+                         << rhsElement;
+  if (failed(verifyDimsMatch(*this, lhs.type.getDim(*lhsK), rhs.type.getDim(*rhsK),
+                             "contracted dims of lhs and rhs")))
+    return failure();
+
+  auto shardAxis = [](const Access &access, int64_t d) -> std::optional<MeshAxis> {
+    PlacementAttr placement = access.type.getPlacement();
+    if (placement.shardsDim(d))
+      return placement.getAxis();
+    return std::nullopt;
+  };
+  std::optional<MeshAxis> lhsAxis = shardAxis(lhs, *lhsK), rhsAxis = shardAxis(rhs, *rhsK);
+  if (lhsAxis != rhsAxis) {
+    auto describe = [](std::optional<MeshAxis> axis) {
+      return axis ? ("sharded over " + stringifyMeshAxis(*axis)).str() : std::string("not sharded");
+    };
+    return emitOpError() << "contracts a dim that is " << describe(lhsAxis) << " in the lhs but "
+                         << describe(rhsAxis) << " in the rhs; both must hold the same slice";
+  }
+
+  if (std::optional<int64_t> kTile = getKTile()) {
+    int64_t extent = resolvedExtent(*this, lhs.type, *lhsK, /*local=*/true);
+    if (!ShapedType::isDynamic(extent) && extent % *kTile != 0)
+      return emitOpError() << "k_tile " << *kTile << " does not divide the contracted extent "
+                           << extent;
+  }
+  return success();
+}
+
+LogicalResult ConvertOp::verify() {
+  if (!sameDims(getSource().getType(), getResult().getType()))
+    return emitOpError() << "changes the dtype only; the shapes differ: " << getSource().getType()
+                         << " vs " << getResult().getType();
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  TileType source = getSource().getType(), result = getResult().getType();
+  if (source.getRank() != 1 || result.getRank() != 2)
+    return emitOpError() << "broadcasts a rank-1 tile to a rank-2 tile";
+  if (getDim() > 1)
+    return emitOpError() << "inserts dim 0 or 1, not " << getDim();
+  if (source.getElementType() != result.getElementType())
+    return emitOpError() << "keeps the dtype: " << source.getElementType() << " vs "
+                         << result.getElementType();
+  return verifyDimsMatch(*this, source.getDim(0), result.getDim(1 - getDim()),
+                         "the source dim and the kept result dim");
+}
+
+LogicalResult ReduceOp::verify() {
+  TileType source = getSource().getType(), result = getResult().getType();
+  if (source.getRank() != 2 || result.getRank() != 1)
+    return emitOpError() << "reduces a rank-2 tile to a rank-1 tile";
+  if (getDim() > 1)
+    return emitOpError() << "reduces dim 0 or 1, not " << getDim();
+  if (source.getElementType() != result.getElementType())
+    return emitOpError() << "keeps the dtype: " << source.getElementType() << " vs "
+                         << result.getElementType();
+  return verifyDimsMatch(*this, source.getDim(1 - getDim()), result.getDim(0),
+                         "the kept source dim and the result dim");
+}
+
+LogicalResult SplatOp::verify() {
+  if (getValue().getType() != getResult().getType().getElementType())
+    return emitOpError() << "dtype mismatch: a " << getValue().getType() << " scalar cannot fill "
+                         << getResult().getType();
+  return success();
+}
+
+LogicalResult AttentionBlockOp::verify() {
+  TileType q = getQ().getType(), k = getK().getType(), v = getV().getType();
+  TileType acc = getAcc().getType(), rowMax = getRowMax().getType();
+  for (TileType tile : {q, k, v, acc})
+    if (tile.getRank() != 2)
+      return emitOpError() << "needs rank-2 q, k, v and accumulator tiles, got " << tile;
+  if (rowMax.getRank() != 1)
+    return emitOpError() << "keeps its row max and row sum in rank-1 tiles, got " << rowMax;
+  if (q.getElementType() != k.getElementType() || q.getElementType() != v.getElementType())
+    return emitOpError() << "needs q, k and v of one dtype";
+  if (!acc.getElementType().isF32() || !rowMax.getElementType().isF32())
+    return emitOpError() << "keeps its running state in f32";
+  if (failed(verifyDimsMatch(*this, q.getDim(1), k.getDim(1), "query and key head dims")) ||
+      failed(verifyDimsMatch(*this, k.getDim(0), v.getDim(0), "key and value block lengths")) ||
+      failed(verifyDimsMatch(*this, acc.getDim(0), q.getDim(0), "accumulator rows and query rows")) ||
+      failed(verifyDimsMatch(*this, acc.getDim(1), v.getDim(1), "accumulator and value head dims")) ||
+      failed(verifyDimsMatch(*this, rowMax.getDim(0), q.getDim(0), "row statistics and query rows")))
+    return failure();
+  if (!getPositions().empty() && getPositions().size() != 2)
+    return emitOpError() << "takes two positions (query tile, key tile), got "
+                         << getPositions().size();
+  if (getCausal() && getPositions().empty())
+    return emitOpError() << "is causal, so it needs the query and key tile coordinates: add "
+                            "'at (%qi, %kj)'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  Access access{getDest().getType(), getIndices().size(), getWholeDims()};
+  if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
+      failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))
+    return failure();
+  PlacementAttr placement = access.type.getPlacement();
+  if (placement.getKind() == PlacementKind::replicated)
+    return success();
+  // Reducing over part of the mesh leaves the other part with different results.
+  if (getAxis() != MeshAxis::world &&
+      (placement.getKind() == PlacementKind::symmetric ||
+       (placement.isSharded() && placement.getAxis() != getAxis() &&
+        placement.getAxis() != MeshAxis::world)))
+    return success();
+  return emitOpError() << "leaves every rank of " << stringifyMeshAxis(getAxis())
+                       << " with the result, so its destination must be replicated, not "
+                       << placement.str() << "; use mk.reduce_scatter for a sharded one";
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  Access access{getDest().getType(), getIndices().size(), getWholeDims()};
+  if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
+      failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))
+    return failure();
+  if (!access.type.getPlacement().isSharded())
+    return emitOpError() << "leaves the result on the rank that holds the tile, so its "
+                            "destination must be sharded; use mk.all_reduce for a replicated one";
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  DistTensorType source = getSource().getType(), result = getResult().getType();
+  if (!source.getPlacement().isSharded())
+    return emitOpError() << "gathers the shards of a sharded tensor, not of " << source;
+  if (result.getPlacement().getKind() != PlacementKind::replicated)
+    return emitOpError() << "produces a replicated tensor, not " << result;
+  if (!sameDims(source, result) || source.getElementType() != result.getElementType())
+    return emitOpError() << "keeps shape and dtype: " << source << " vs " << result;
+  if (std::optional<ArrayRef<int64_t>> chunk = getChunk()) {
+    if (static_cast<int64_t>(chunk->size()) != source.getRank() ||
+        llvm::any_of(*chunk, [](int64_t c) { return c < 1; }))
+      return emitOpError() << "needs a positive chunk extent per dim";
+  }
+  return success();
+}
+
+LogicalResult RingShiftOp::verifyRegions() {
+  for (auto [i, shard] : llvm::enumerate(getShards().getTypes())) {
+    PlacementAttr placement = cast<DistTensorType>(shard).getPlacement();
+    if (!placement.isSharded() || placement.getAxis() != getAxis())
+      return emitOpError() << "moves shards over " << stringifyMeshAxis(getAxis()) << ", but shard #"
+                           << i << " is " << shard;
+  }
+  Block &body = getBody().front();
+  size_t expected = 1 + getShards().size() + getInits().size();
+  if (body.getNumArguments() != expected)
+    return emitOpError() << "body takes the source index, the shards and the loop-carried values ("
+                         << expected << " arguments), got " << body.getNumArguments();
+  if (!body.getArgument(0).getType().isIndex())
+    return emitOpError() << "body's first argument is the source index, of type index";
+  SmallVector<Type> args = llvm::to_vector(llvm::drop_begin(body.getArgumentTypes()));
+  ArrayRef<Type> shardArgs = ArrayRef(args).take_front(getShards().size());
+  ArrayRef<Type> carriedArgs = ArrayRef(args).drop_front(getShards().size());
+  if (!llvm::equal(shardArgs, getShards().getTypes()))
+    return emitOpError() << "body's shard arguments must have the types of the shards";
+  if (!llvm::equal(carriedArgs, getInits().getTypes()))
+    return emitOpError() << "body's loop-carried arguments must have the types of the initial values";
+  if (!llvm::equal(getResultTypes(), getInits().getTypes()))
+    return emitOpError() << "results must have the types of the initial values";
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (!llvm::equal(yield.getValues().getTypes(), getInits().getTypes()))
+    return yield.emitOpError() << "must pass values of the loop-carried types to the next step";
+  return success();
+}
+
+LogicalResult DispatchOp::verify() {
+  DistTensorType tokens = getTokens().getType(), experts = getExperts().getType();
+  DistTensorType routed = getRouted().getType(), counts = getCounts().getType(),
+             origins = getOrigins().getType();
+  if (tokens.getRank() != 2 || experts.getRank() != 2 || routed.getRank() != 3 ||
+      counts.getRank() != 1 || origins.getRank() != 2)
+    return emitOpError() << "takes tokens [T, H] and experts [T, top_k] and produces routed rows "
+                            "[E, C, H], counts [E] and origins [E, C]";
+  PlacementAttr placement = tokens.getPlacement();
+  if (!placement.shardsDim(0))
+    return emitOpError() << "takes tokens sharded along dim 0, not " << tokens;
+  for (DistTensorType other : {experts, routed, counts, origins})
+    if (other.getPlacement() != placement)
+      return emitOpError() << "needs all of its tensors placed like the tokens ("
+                           << placement.str() << "), not " << other;
+  for (DistTensorType index : {experts, counts, origins})
+    if (!index.getElementType().isInteger(32))
+      return emitOpError() << "carries routing metadata as i32, not " << index.getElementType();
+  if (routed.getElementType() != tokens.getElementType())
+    return emitOpError() << "dtype mismatch: tokens are " << tokens.getElementType()
+                         << " but routed rows are " << routed.getElementType();
+  return failure(
+      failed(verifyDimsMatch(*this, tokens.getDim(0), experts.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, tokens.getDim(1), routed.getDim(2), "hidden sizes")) ||
+      failed(verifyDimsMatch(*this, routed.getDim(0), counts.getDim(0), "expert counts")) ||
+      failed(verifyDimsMatch(*this, routed.getDim(0), origins.getDim(0), "expert counts")) ||
+      failed(verifyDimsMatch(*this, routed.getDim(1), origins.getDim(1), "capacities")));
+}
+
+LogicalResult CombineOp::verify() {
+  TileType value = getValue().getType();
+  DistTensorType dest = getDest().getType(), origins = getOrigins().getType(),
+             weights = getWeights().getType();
+  if (value.getRank() != 2 || dest.getRank() != 2 || origins.getRank() != 2 ||
+      weights.getRank() != 2)
+    return emitOpError() << "takes a rank-2 tile, a destination [T, H], origins [E, C] and weights "
+                            "[T, top_k]";
+  if (getCoords().size() != 3)
+    return emitOpError() << "takes the tile's coordinates [expert, row tile, column tile], got "
+                         << getCoords().size();
+  if (!origins.getElementType().isInteger(32))
+    return emitOpError() << "takes origins as i32, not " << origins.getElementType();
+  if (!isa<FloatType>(weights.getElementType()) || !isa<FloatType>(dest.getElementType()))
+    return emitOpError() << "needs float weights and a float destination";
+  if (!dest.getPlacement().shardsDim(0))
+    return emitOpError() << "returns rows to the ranks holding their tokens, so its destination "
+                            "must be sharded along dim 0, not "
+                         << dest;
+  return verifyDimsMatch(*this, dest.getDim(0), weights.getDim(0),
+                         "token counts of destination and weights");
+}
+
+LogicalResult ShardRangeOp::verify() {
+  if (!getTensor().getType().getPlacement().isSharded())
+    return emitOpError() << "needs a sharded tensor, not " << getTensor().getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduled level
+//===----------------------------------------------------------------------===//
+
+LogicalResult FlagsOp::verify() {
+  if (getShape().empty() || llvm::any_of(getShape(), [](int64_t e) { return e < 1; }))
+    return emitOpError() << "needs a non-empty shape of positive extents";
+  return success();
+}
+
+/// The flags array `symbol` names, checked against the number of indices used.
+static LogicalResult verifyFlagsUse(Operation *op, SymbolTableCollection &symbolTable,
+                                    FlatSymbolRefAttr symbol, size_t numIndices) {
+  auto flags = symbolTable.lookupNearestSymbolFrom<FlagsOp>(op, symbol);
+  if (!flags)
+    return op->emitOpError() << "names " << symbol << ", which is not an mk.flags array";
+  if (flags.getShape().size() != numIndices)
+    return op->emitOpError() << "indexes " << symbol << " with " << numIndices
+                             << " indices, but it has rank " << flags.getShape().size();
+  return success();
+}
+
+LogicalResult SignalOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
+}
+
+LogicalResult SignalOp::verify() {
+  return verifyPeer(*this, getScope(), getPeer(), getLink());
+}
+
+LogicalResult WaitOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
+}
+
+LogicalResult PutOp::verify() {
+  Access access{getDest().getType(), getIndices().size(), getWholeDims()};
+  if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
+      failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))
+    return failure();
+  return verifyPeer(*this, getScope(), getPeer(), getLink());
+}
+
+LogicalResult CopyOp::verify() {
+  Access source{getSource().getType(), getSourceIndices().size(), getSourceWholeDims()};
+  Access dest{getDest().getType(), getDestIndices().size(), getDestWholeDims()};
+  if (failed(verifyAccess(*this, "source", source)) || failed(verifyAccess(*this, "destination", dest)))
+    return failure();
+  if (source.type.getElementType() != dest.type.getElementType())
+    return emitOpError() << "dtype mismatch: copies " << source.type.getElementType() << " into "
+                         << dest.type.getElementType();
+  int64_t tileRank = getTile().size();
+  if (tileRank < 1 || tileRank > std::min(source.rank(), dest.rank()) ||
+      llvm::any_of(getTile(), [](int64_t e) { return e < 1; }))
+    return emitOpError() << "needs a tile of positive extents over the trailing dims of both tensors";
+  return verifyPeer(*this, getScope(), getPeer(), getLink());
+}
+
+LogicalResult AccumulateOp::verify() {
+  Access access{getSource().getType(), getIndices().size(), getWholeDims()};
+  if (failed(verifyTileAccess(*this, "source", access, getResult().getType(),
+                              /*wholeLeadingDims=*/1)))
+    return failure();
+  if (!isa<FloatType>(getResult().getType().getElementType()))
+    return emitOpError() << "accumulates into a float tile, not " << getResult().getType();
+  return success();
+}
+
+LogicalResult OwnerOp::verify() {
+  DistTensorType tensor = getTensor().getType();
+  if (!tensor.getPlacement().isSharded())
+    return emitOpError() << "needs a sharded tensor: every rank holds every tile of " << tensor;
+  if (static_cast<int64_t>(getIndices().size()) != tensor.getRank() ||
+      static_cast<int64_t>(getTile().size()) != tensor.getRank())
+    return emitOpError() << "needs a coordinate and a tile extent per dim of " << tensor;
+  return success();
+}
