@@ -65,28 +65,36 @@ static ProgramOp enclosingProgram(Operation *op) {
   return isa<ProgramOp>(op) ? cast<ProgramOp>(op) : op->getParentOfType<ProgramOp>();
 }
 
-/// The extent of dim `d` of `type` that one rank holds (`local`) or of the whole tensor, with shape
-/// symbols resolved through the enclosing program; kDynamic where unknown.
-static int64_t resolvedExtent(Operation *op, DistTensorType type, int64_t d, bool local) {
+/// `dim` with its symbol resolved through the bindings of the program enclosing `op`.
+static Dim resolveDim(Operation *op, Dim dim) {
+  if (ProgramOp program = enclosingProgram(op))
+    dim.extent = program.resolve(dim);
+  return dim;
+}
+
+/// Dim `d` of `type` as one rank holds it (`local`) or of the whole tensor. A sharded dim held
+/// locally has no symbol: its extent is known once the global extent and the mesh are.
+static Dim resolvedDim(Operation *op, DistTensorType type, int64_t d, bool local) {
+  Dim dim = resolveDim(op, type.getDim(d));
+  if (!local || !type.getPlacement().shardsDim(d))
+    return dim;
   ProgramOp program = enclosingProgram(op);
-  if (!program)
-    return type.getShape()[d];
-  int64_t extent = program.resolve(type.getDim(d));
-  if (!local || !type.getPlacement().shardsDim(d) || ShapedType::isDynamic(extent))
-    return extent;
-  int64_t parts = program.getMesh().getAxisSize(type.getPlacement().getAxis());
-  return ShapedType::isDynamic(parts) ? ShapedType::kDynamic : extent / parts;
+  int64_t parts = program ? program.getMesh().getAxisSize(type.getPlacement().getAxis())
+                          : ShapedType::kDynamic;
+  if (!dim.isKnown() || ShapedType::isDynamic(parts))
+    return Dim{};
+  return Dim{dim.extent / parts, nullptr};
 }
 
 static LogicalResult verifyAccess(Operation *op, StringRef what, const Access &access) {
-  if (!llvm::is_sorted(access.wholeDims) ||
-      llvm::adjacent_find(access.wholeDims) != access.wholeDims.end() ||
-      llvm::any_of(access.wholeDims, [&](int64_t d) { return d < 0 || d >= access.rank(); }))
-    return op->emitOpError() << "has malformed whole dims in its " << what << " access";
   int64_t named = access.numIndices + access.wholeDims.size();
   if (named != access.rank())
     return op->emitOpError() << "indexes " << named << " dims of its " << what
                              << ", which has rank " << access.rank();
+  if (!llvm::is_sorted(access.wholeDims) ||
+      llvm::adjacent_find(access.wholeDims) != access.wholeDims.end() ||
+      llvm::any_of(access.wholeDims, [&](int64_t d) { return d < 0 || d >= access.rank(); }))
+    return op->emitOpError() << "has malformed whole dims in its " << what << " access";
   return success();
 }
 
@@ -115,15 +123,10 @@ static LogicalResult verifyTileAccess(Operation *op, StringRef what, const Acces
     int64_t d = firstTileDim + j;
     if (!access.isWhole(d))
       continue;
-    Dim held = access.type.getDim(d);
-    if (access.type.getPlacement().shardsDim(d)) {
-      int64_t extent = resolvedExtent(op, access.type, d, /*local=*/true);
-      if (ShapedType::isDynamic(extent))
-        continue;
-      held = Dim{extent, nullptr};
-    }
-    if (compareDims(tile.getDim(j), held) == DimRelation::different)
-      return op->emitOpError() << "has a tile dim of " << formatDim(tile.getDim(j)) << " where dim "
+    Dim held = resolvedDim(op, access.type, d, /*local=*/true);
+    Dim tileDim = resolveDim(op, tile.getDim(j));
+    if (compareDims(tileDim, held) == DimRelation::different)
+      return op->emitOpError() << "has a tile dim of " << formatDim(tileDim) << " where dim "
                                << d << " of its " << what << " is whole with extent "
                                << formatDim(held);
   }
@@ -207,6 +210,8 @@ static LogicalResult verifyPeer(Operation *op, PeerScope scope, Value peer,
 //===----------------------------------------------------------------------===//
 
 static LogicalResult verifyDimsMatch(Operation *op, Dim a, Dim b, const Twine &what) {
+  a = resolveDim(op, a);
+  b = resolveDim(op, b);
   if (compareDims(a, b) != DimRelation::different)
     return success();
   return op->emitOpError() << what << " differ: " << formatDim(a) << " vs " << formatDim(b);
@@ -307,7 +312,7 @@ std::optional<int64_t> ProgramOp::lookupShapeSymbol(StringRef name) {
 }
 
 int64_t ProgramOp::resolve(Dim dim) {
-  if (dim.isStatic())
+  if (!dim.symbol)
     return dim.extent;
   return lookupShapeSymbol(dim.symbol.getValue()).value_or(ShapedType::kDynamic);
 }
@@ -403,7 +408,7 @@ LogicalResult ProgramOp::verifyRegions() {
   int64_t ctas = 0;
   for (RoleOp role : roles)
     ctas += role.getCtas();
-  if (ctas > *getGrid())
+  if (ctas > static_cast<int64_t>(*getGrid()))
     return emitOpError() << "assigns " << ctas << " CTAs to its roles, but the grid has "
                          << *getGrid();
   for (TileGridOp grid : getBodyBlock().getOps<TileGridOp>())
@@ -436,7 +441,7 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
           sizes.push_back(ShapedType::kDynamic);
           return success();
         }
-        return parser.parseInteger(sizes.emplace_back());
+        return parser.parseInteger(sizes.emplace_back(0));
       }))
     return failure();
   props.tile_sizes = builder.getDenseI64ArrayAttr(sizes);
@@ -503,9 +508,7 @@ Dim TileGridOp::getTileExtent(int64_t d) {
   int64_t size = getTileSizes()[d];
   if (!ShapedType::isDynamic(size))
     return {size, nullptr};
-  DistTensorType target = getTargetType();
-  int64_t extent = resolvedExtent(*this, target, d, /*local=*/!getGlobal());
-  return ShapedType::isDynamic(extent) ? target.getDim(d) : Dim{extent, nullptr};
+  return resolvedDim(*this, getTargetType(), d, /*local=*/!getGlobal());
 }
 
 LogicalResult TileGridOp::verify() {
@@ -523,7 +526,7 @@ LogicalResult TileGridOp::verify() {
     if (size < 1)
       return emitOpError() << "has tile size " << size << " on dim " << d
                            << "; tile sizes must be positive";
-    int64_t extent = resolvedExtent(*this, target, d, /*local=*/!getGlobal());
+    int64_t extent = resolvedDim(*this, target, d, /*local=*/!getGlobal()).extent;
     if (ShapedType::isDynamic(extent) || extent % size == 0 || getMasked())
       continue;
     return emitOpError() << "tile size " << size << " does not divide dim " << d << " ("
@@ -612,7 +615,7 @@ LogicalResult MatmulOp::verify() {
   }
 
   if (std::optional<int64_t> kTile = getKTile()) {
-    int64_t extent = resolvedExtent(*this, lhs.type, *lhsK, /*local=*/true);
+    int64_t extent = resolvedDim(*this, lhs.type, *lhsK, /*local=*/true).extent;
     if (!ShapedType::isDynamic(extent) && extent % *kTile != 0)
       return emitOpError() << "k_tile " << *kTile << " does not divide the contracted extent "
                            << extent;

@@ -22,15 +22,19 @@ void MkDialect::registerTypes() {
 }
 
 DimRelation mlir::mk::compareDims(Dim a, Dim b) {
-  if (a.isStatic() && b.isStatic())
+  if (a.isKnown() && b.isKnown())
     return a.extent == b.extent ? DimRelation::equal : DimRelation::different;
-  if (!a.isStatic() && !b.isStatic() && a.symbol == b.symbol)
+  if (a.symbol && a.symbol == b.symbol)
     return DimRelation::equal;
   return DimRelation::unknown;
 }
 
 std::string mlir::mk::formatDim(Dim dim) {
-  return dim.isStatic() ? std::to_string(dim.extent) : dim.symbol.str();
+  if (!dim.symbol)
+    return std::to_string(dim.extent);
+  if (!dim.isKnown())
+    return dim.symbol.str();
+  return (dim.symbol.getValue() + " = " + Twine(dim.extent)).str();
 }
 
 //===----------------------------------------------------------------------===//

@@ -432,7 +432,7 @@ def Mk_CombineOp : Mk_Op<"combine"> {
                        Arg<Mk_Tensor, "", [MemWrite]>:$dest,
                        Arg<Mk_Tensor, "", [MemRead]>:$origins, Arg<Mk_Tensor, "", [MemRead]>:$weights);
   let assemblyFormat = [{
-    $value `from` `[` $coords `]` `into` $dest `routed` $origins `weighted` $weights attr-dict
+    $value `from` ` ` `[` $coords `]` `into` $dest `routed` $origins `weighted` $weights attr-dict
     `:` qualified(type($value)) `,` qualified(type($dest)) `,` qualified(type($origins)) `,` qualified(type($weights))
   }];
   let hasVerifier = 1;

@@ -60,7 +60,7 @@ def Mk_SignalOp : Mk_Op<"signal", [AttrSizedOperandSegments,
   let arguments = (ins FlatSymbolRefAttr:$flags, Variadic<Index>:$indices, Mk_PeerScope:$scope,
                        Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link);
   let assemblyFormat = [{
-    $flags `` `[` $indices `]` custom<Peer>($scope, $peer, $link) attr-dict
+    $flags `` `[` $indices `]` `` custom<Peer>($scope, $peer, $link) attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -89,7 +89,7 @@ def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
                        DenseI64ArrayAttr:$whole_dims, Mk_PeerScope:$scope, Optional<Index>:$peer,
                        OptionalAttr<Mk_Link>:$link);
   let assemblyFormat = [{
-    $value `,` $dest `` custom<TileAccess>($indices, $whole_dims) custom<Peer>($scope, $peer, $link)
+    $value `,` $dest `` custom<TileAccess>($indices, $whole_dims) `` custom<Peer>($scope, $peer, $link)
     attr-dict `:` qualified(type($value)) `,` qualified(type($dest))
   }];
   let hasVerifier = 1;
@@ -114,7 +114,7 @@ def Mk_CopyOp : Mk_Op<"copy", [AttrSizedOperandSegments]> {
                        DenseI64ArrayAttr:$tile);
   let assemblyFormat = [{
     $source `` custom<TileAccess>($source_indices, $source_whole_dims) `->`
-    $dest `` custom<TileAccess>($dest_indices, $dest_whole_dims) custom<Peer>($scope, $peer, $link)
+    $dest `` custom<TileAccess>($dest_indices, $dest_whole_dims) `` custom<Peer>($scope, $peer, $link)
     `tile` $tile attr-dict `:` qualified(type($source)) `,` qualified(type($dest))
   }];
   let hasVerifier = 1;

@@ -10,12 +10,14 @@
 
 namespace mlir::mk {
 
-/// One dim of a tensor or tile: a static extent, or a shape symbol of the enclosing program.
+/// One dim of a tensor or tile: an extent (ShapedType::kDynamic while unknown) and the shape symbol
+/// of the enclosing program that names it, if any. In a type a dim is either static (no symbol) or
+/// symbolic (unknown extent); verifiers resolve symbols bound by the program to known extents.
 struct Dim {
   int64_t extent = ShapedType::kDynamic;
   StringAttr symbol;
 
-  bool isStatic() const { return !symbol; }
+  bool isKnown() const { return !ShapedType::isDynamic(extent); }
   friend bool operator==(const Dim &, const Dim &) = default;
 };
 
@@ -23,7 +25,7 @@ struct Dim {
 enum class DimRelation { equal, different, unknown };
 DimRelation compareDims(Dim a, Dim b);
 
-/// `M` or `4096`, as written in types and diagnostics.
+/// `M`, `M = 4096` or `4096`, as written in types and diagnostics.
 std::string formatDim(Dim dim);
 
 } // namespace mlir::mk

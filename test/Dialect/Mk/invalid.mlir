@@ -1,0 +1,1095 @@
+// RUN: mk-opt %s -split-input-file -verify-diagnostics
+
+// Every diagnostic of the mk dialect's parsers and verifiers, one case each.
+
+//===----------------------------------------------------------------------===//
+// Attributes and types
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{a mesh needs at least one node and one GPU per node, got 0x4}}
+mk.program @mesh_zero [] mesh <0x4> () {}
+
+// -----
+
+// expected-error @+1 {{expected a mesh as NODESxGPUS, e.g. <2x4>}}
+mk.program @mesh_rank [] mesh <2x4x2> () {}
+
+// -----
+
+// expected-error @+1 {{unknown placement 'sharded'; expected 'shard D over AXIS', 'replicated' or 'symmetric'}}
+mk.program @placement [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, sharded 0 over world>) {}
+
+// -----
+
+// expected-error @+1 {{unknown mesh axis 'rack'; expected world, nodes or gpus}}
+mk.program @axis [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, shard 0 over rack>) {}
+
+// -----
+
+// expected-error @+1 {{shard dim must be non-negative, got -1}}
+mk.program @shard_dim [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, shard -1 over world>) {}
+
+// -----
+
+// expected-error @+1 {{unknown tile order 'hilbert'; expected row_major, column_major or swizzle}}
+mk.program @order [] mesh <?x?> () attributes {o = #mk.order<hilbert>} {}
+
+// -----
+
+// expected-error @+1 {{a swizzle group must be at least 1 tile row, got 0}}
+mk.program @order_group [] mesh <?x?> () attributes {o = #mk.order<swizzle 0>} {}
+
+// -----
+
+// expected-error @+1 {{dim 1 has extent 0; extents must be positive}}
+mk.program @extent [] mesh <?x?> (%a: !mk.tensor<[4, 0], f32, replicated>) {}
+
+// -----
+
+// expected-error @+1 {{element type must be a float (bf16, f16, f32, f8) or a signless integer, got 'index'}}
+mk.program @element [] mesh <?x?> (%a: !mk.tensor<[4], index, replicated>) {}
+
+// -----
+
+// expected-error @+1 {{a tensor needs at least one dim}}
+mk.program @rank0 [] mesh <?x?> (%a: !mk.tensor<[], f32, replicated>) {}
+
+// -----
+
+// expected-error @+1 {{shard dim 2 is out of range for a rank-2 tensor}}
+mk.program @shard_range [M] mesh <?x?> (%a: !mk.tensor<[M, 4], f32, shard 2 over world>) {}
+
+// -----
+
+mk.program @tile_rank [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  // expected-error @+1 {{tiles have rank 1 or 2, not 3}}
+  %t = mk.splat %zero : f32 -> !mk.tile<[2, 2, 2], f32>
+}
+
+//===----------------------------------------------------------------------===//
+// mk.program
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// expected-error @+1 {{'mk.program' op declares shape symbol 'M' twice}}
+mk.program @twice [M, M] mesh <?x?> () {}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op binds shape symbol 'M' to 0; extents must be positive}}
+mk.program @zero [M = 0] mesh <?x?> () {}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op binds 1 values to 2 shape symbols}}
+"mk.program"() <{sym_name = "bindings", shape_symbols = ["M", "N"], shape_values = array<i64: 4>, mesh = #mk.mesh<?x?>}> ({
+^bb0:
+}) : () -> ()
+
+// -----
+
+// expected-error @+1 {{'mk.program' op takes distributed tensors only; argument #1 is 'index'}}
+mk.program @args [] mesh <?x?> (%a: !mk.tensor<[4], f32, replicated>, %i: index) {}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op uses shape symbol 'K', which @undeclared does not declare (it declares [M, N])}}
+mk.program @undeclared [M, N] mesh <?x?> (%a: !mk.tensor<[M, K], bf16, replicated>) {}
+
+// -----
+
+mk.program @undeclared_in_body [M] mesh <?x?> () {
+  // expected-error @+1 {{'mk.buffer' op uses shape symbol 'N', which @undeclared_in_body does not declare (it declares [M])}}
+  %b = mk.buffer : !mk.tensor<[M, N], f32, symmetric>
+}
+
+// -----
+
+// A placement that does not fit the topology: 100 rows cannot be split over 8 ranks.
+// expected-error @+1 {{'mk.program' op places '!mk.tensor<[100, 64], bf16, shard 0 over world>' on #mk.mesh<2x4>, but dim 0 (extent 100) does not split evenly over world (8 ranks)}}
+mk.program @uneven [] mesh <2x4> (%a: !mk.tensor<[100, 64], bf16, shard 0 over world>) {}
+
+// -----
+
+// The same through a bound shape symbol, sharded over the GPUs of a node.
+// expected-error @+1 {{dim 1 (extent 6) does not split evenly over gpus (4 ranks)}}
+mk.program @uneven_symbol [N = 6] mesh <2x4> (%a: !mk.tensor<[8, N], bf16, shard 1 over gpus>) {}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op has SM roles but no grid size}}
+mk.program @no_grid [] mesh <?x?> () {
+  mk.role compute ctas 8 {}
+}
+
+// -----
+
+// A role count that exceeds the grid.
+// expected-error @+1 {{'mk.program' op assigns 140 CTAs to its roles, but the grid has 132}}
+mk.program @too_many_ctas [] mesh <1x2> () grid 132 {
+  mk.role compute ctas 120 {}
+  mk.role intra_reduce ctas 20 {}
+}
+
+// -----
+
+mk.program @grid_outside_role [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) grid 132 {
+  mk.role compute ctas 120 {}
+  // expected-error @+1 {{'mk.tile_grid' op is outside every role of a scheduled program}}
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {}
+}
+
+// -----
+
+mk.program @zero_ctas [] mesh <1x2> () grid 132 {
+  // expected-error @+1 {{'mk.role' op attribute 'ctas' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  mk.role compute ctas 0 {}
+}
+
+// -----
+
+mk.program @role_kind [] mesh <1x2> () grid 132 {
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kind' [compute, intra_transfer, intra_reduce, inter_send, inter_reduce, republish, dispatch]}}
+  mk.role prefetch ctas 4 {}
+}
+
+// -----
+
+mk.program @buffer_outside [] mesh <?x?> () {}
+// expected-error @+1 {{'mk.buffer' op expects parent op 'mk.program'}}
+%b = mk.buffer : !mk.tensor<[4], f32, symmetric>
+
+//===----------------------------------------------------------------------===//
+// mk.tile_grid
+//===----------------------------------------------------------------------===//
+
+// -----
+
+mk.program @coords [M, N] mesh <?x?> (%c: !mk.tensor<[M, N], bf16, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op over a rank-2 tensor takes 2 tile coordinates, got 1}}
+  mk.tile_grid (%m) over %c tiles [128, 128] : !mk.tensor<[M, N], bf16, replicated> {}
+}
+
+// -----
+
+mk.program @sizes [M, N] mesh <?x?> (%c: !mk.tensor<[M, N], bf16, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op needs one tile size per dim of its rank-2 tensor, got 1}}
+  mk.tile_grid (%m, %n) over %c tiles [128] : !mk.tensor<[M, N], bf16, replicated> {}
+}
+
+// -----
+
+mk.program @size_zero [M, N] mesh <?x?> (%c: !mk.tensor<[M, N], bf16, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op has tile size 0 on dim 1; tile sizes must be positive}}
+  mk.tile_grid (%m, %n) over %c tiles [128, 0] : !mk.tensor<[M, N], bf16, replicated> {}
+}
+
+// -----
+
+// A tile size that does not divide a dim without declared masking.
+mk.program @divide [] mesh <?x?> (%c: !mk.tensor<[4096, 4096], bf16, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op tile size 96 does not divide dim 0 (extent 4096); declare 'masked' to allow a partial last tile}}
+  mk.tile_grid (%m, %n) over %c tiles [96, 128] : !mk.tensor<[4096, 4096], bf16, replicated> {}
+}
+
+// -----
+
+// The same for the rows one rank holds: 4096 / 8 = 512 local rows.
+mk.program @divide_local [M = 4096] mesh <2x4> (%c: !mk.tensor<[M, 4096], bf16, shard 0 over world>) {
+  // expected-error @+1 {{'mk.tile_grid' op tile size 384 does not divide dim 0 (local extent 512); declare 'masked' to allow a partial last tile}}
+  mk.tile_grid (%m, %n) over %c tiles [384, 128] : !mk.tensor<[M, 4096], bf16, shard 0 over world> {}
+}
+
+// -----
+
+mk.program @row_counts_type [E] mesh <?x?> (%r: !mk.tensor<[E, 256, 64], bf16, replicated>, %c: !mk.tensor<[E, 2], i32, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op takes row counts as a rank-1 integer tensor, got '!mk.tensor<[E, 2], i32, replicated>'}}
+  mk.tile_grid (%e, %t, %n) over %r tiles [1, 128, 64] rows %c : !mk.tensor<[E, 256, 64], bf16, replicated>, !mk.tensor<[E, 2], i32, replicated> {}
+}
+
+// -----
+
+mk.program @row_counts_rank [E] mesh <?x?> (%r: !mk.tensor<[E, 64], bf16, replicated>, %c: !mk.tensor<[E], i32, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op bounds rows by counts per index of dim 0, which needs a tensor of rank 3 or more}}
+  mk.tile_grid (%e, %n) over %r tiles [1, 64] rows %c : !mk.tensor<[E, 64], bf16, replicated>, !mk.tensor<[E], i32, replicated> {}
+}
+
+// -----
+
+mk.program @row_counts_extent [] mesh <?x?> (%r: !mk.tensor<[8, 256, 64], bf16, replicated>, %c: !mk.tensor<[4], i32, replicated>) {
+  // expected-error @+1 {{'mk.tile_grid' op row counts and dim 0 of the tensor differ: 4 vs 8}}
+  mk.tile_grid (%e, %t, %n) over %r tiles [1, 128, 64] rows %c : !mk.tensor<[8, 256, 64], bf16, replicated>, !mk.tensor<[4], i32, replicated> {}
+}
+
+// -----
+
+mk.program @grid_types [] mesh <?x?> (%r: !mk.tensor<[8, 256, 64], bf16, replicated>, %c: !mk.tensor<[8], i32, replicated>) {
+  // expected-error @+1 {{expected the type of the tensor and of the row counts}}
+  mk.tile_grid (%e, %t, %n) over %r tiles [1, 128, 64] rows %c : !mk.tensor<[8, 256, 64], bf16, replicated> {}
+}
+
+//===----------------------------------------------------------------------===//
+// Tile accesses: mk.load, mk.store
+//===----------------------------------------------------------------------===//
+
+// -----
+
+!T = !mk.tensor<[M, K], bf16, replicated>
+mk.program @access_count [M, K] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op indexes 3 dims of its source, which has rank 2}}
+  %t = mk.load %a[%i, %i, :] : !T -> !mk.tile<[128, K], bf16>
+}
+
+// -----
+
+!T = !mk.tensor<[M, K], bf16, replicated>
+mk.program @whole_dims [M, K] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op has malformed whole dims in its source access}}
+  %t = "mk.load"(%a, %i) <{whole_dims = array<i64: 7>}> : (!T, index) -> !mk.tile<[128, K], bf16>
+}
+
+// -----
+
+!T = !mk.tensor<[K], bf16, replicated>
+mk.program @tile_too_big [K] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op cannot hold a rank-2 tile of its rank-1 source}}
+  %t = mk.load %a[%i] : !T -> !mk.tile<[1, 128], bf16>
+}
+
+// -----
+
+!T = !mk.tensor<[B, S, D], bf16, replicated>
+mk.program @whole_leading [B, S, D] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op takes ':' on a dim of its source that is not a tile dim; only the last 2 dims can be whole}}
+  %t = mk.load %a[:, %i, %i] : !T -> !mk.tile<[128, 64], bf16>
+}
+
+// -----
+
+!T = !mk.tensor<[S, D], bf16, replicated>
+mk.program @whole_extent [S, D = 128] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op has a tile dim of 64 where dim 1 of its source is whole with extent D = 128}}
+  %t = mk.load %a[%i, :] : !T -> !mk.tile<[128, 64], bf16>
+}
+
+// -----
+
+// A whole sharded dim is the extent one rank holds: 1024 / 2 nodes.
+!T = !mk.tensor<[128, 1024], bf16, shard 1 over nodes>
+mk.program @whole_local [] mesh <2x4> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op has a tile dim of 1024 where dim 1 of its source is whole with extent 512}}
+  %t = mk.load %a[%i, :] : !T -> !mk.tile<[128, 1024], bf16>
+}
+
+// -----
+
+!T = !mk.tensor<[M, N], bf16, replicated>
+mk.program @load_dtype [M, N] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.load' op dtype mismatch: the tile holds 'f32' but its source holds 'bf16'; convert with mk.convert}}
+  %t = mk.load %a[%i, %i] : !T -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!T = !mk.tensor<[M, N], bf16, replicated>
+mk.program @store_dtype [M, N] mesh <?x?> (%c: !T) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !T {
+    %zero = arith.constant 0.0 : f32
+    %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+    // expected-error @+1 {{'mk.store' op dtype mismatch: the tile holds 'f32' but its destination holds 'bf16'; convert with mk.convert}}
+    mk.store %t, %c[%m, %n] : !mk.tile<[128, 128], f32>, !T
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// mk.matmul
+//===----------------------------------------------------------------------===//
+
+// -----
+
+!A = !mk.tensor<[M, K], bf16, replicated>
+!B = !mk.tensor<[K, N], bf16, replicated>
+mk.program @contracted_mark [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op must mark the contracted dim of its lhs with ':' on one of its last two dims}}
+  %acc = mk.matmul %a[%i, %i], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[K], bf16, replicated>
+!B = !mk.tensor<[K, N], bf16, replicated>
+mk.program @matmul_rank [N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op needs an lhs of rank 2 or more}}
+  %acc = mk.matmul %a[:], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[M, K], bf16, replicated>
+!B = !mk.tensor<[K, N], bf16, replicated>
+mk.program @matmul_result_rank [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op produces a rank-2 tile, not '!mk.tile<[128], f32>'}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] : !A, !B -> !mk.tile<[128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[M, K], bf16, replicated>
+!B = !mk.tensor<[K, N], bf16, replicated>
+mk.program @accumulate_f32 [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op accumulates in f32, not 'bf16'; convert the result to store another dtype}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], bf16>
+}
+
+// -----
+
+!A = !mk.tensor<[M, K], bf16, replicated>
+!B = !mk.tensor<[K, N], f16, replicated>
+mk.program @operand_dtypes [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op needs float operands of one dtype, got 'bf16' and 'f16'}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+// A shape mismatch: the contracted dims of A [M, K] and B [N, N] differ once bound.
+!A = !mk.tensor<[M, K], bf16, replicated>
+!B = !mk.tensor<[N, N], bf16, replicated>
+mk.program @contracted_dims [M, N = 256, K = 512] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op contracted dims of lhs and rhs differ: K = 512 vs N = 256}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[M, K], bf16, shard 1 over world>
+!B = !mk.tensor<[K, N], bf16, replicated>
+mk.program @contracted_placement [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op contracts a dim that is sharded over world in the lhs but not sharded in the rhs; both must hold the same slice}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[M, 4096], bf16, shard 1 over world>
+!B = !mk.tensor<[4096, N], bf16, shard 0 over world>
+mk.program @k_tile [M, N] mesh <1x8> (%a: !A, %b: !B) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op k_tile 96 does not divide the contracted extent 512}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 96} : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+//===----------------------------------------------------------------------===//
+// Tile compute
+//===----------------------------------------------------------------------===//
+
+// -----
+
+mk.program @convert_shape [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.convert' op changes the dtype only; the shapes differ: '!mk.tile<[128, 128], f32>' vs '!mk.tile<[128, 64], bf16>'}}
+  %c = mk.convert %t : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 64], bf16>
+}
+
+// -----
+
+mk.program @elementwise_types [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  %b = mk.splat %zero : f32 -> !mk.tile<[128, 64], f32>
+  // expected-error @+1 {{'mk.add' op requires the same type for all operands and results}}
+  %c = "mk.add"(%a, %b) : (!mk.tile<[128, 128], f32>, !mk.tile<[128, 64], f32>) -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+mk.program @activation_int [] mesh <?x?> () {
+  %zero = arith.constant 0 : i32
+  %a = mk.splat %zero : i32 -> !mk.tile<[128], i32>
+  // expected-error @+1 {{'mk.activation' op operand #0 must be mk tile of floats}}
+  %c = mk.activation relu %a : !mk.tile<[128], i32>
+}
+
+// -----
+
+mk.program @activation_kind [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kind' [relu, gelu, silu]}}
+  %c = mk.activation tanh %a : !mk.tile<[128], f32>
+}
+
+// -----
+
+mk.program @broadcast_ranks [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.broadcast' op broadcasts a rank-1 tile to a rank-2 tile}}
+  %b = mk.broadcast %a dim 0 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+mk.program @broadcast_dim [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{'mk.broadcast' op inserts dim 0 or 1, not 2}}
+  %b = mk.broadcast %a dim 2 : !mk.tile<[128], f32> -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+mk.program @broadcast_dtype [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{'mk.broadcast' op keeps the dtype: 'f32' vs 'bf16'}}
+  %b = mk.broadcast %a dim 1 : !mk.tile<[128], f32> -> !mk.tile<[128, 64], bf16>
+}
+
+// -----
+
+mk.program @broadcast_extent [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{'mk.broadcast' op the source dim and the kept result dim differ: 128 vs 64}}
+  %b = mk.broadcast %a dim 0 : !mk.tile<[128], f32> -> !mk.tile<[128, 64], f32>
+}
+
+// -----
+
+mk.program @reduce_ranks [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{'mk.reduce' op reduces a rank-2 tile to a rank-1 tile}}
+  %b = mk.reduce sum %a dim 0 : !mk.tile<[128], f32> -> !mk.tile<[128], f32>
+}
+
+// -----
+
+mk.program @reduce_dim [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128, 64], f32>
+  // expected-error @+1 {{'mk.reduce' op reduces dim 0 or 1, not 3}}
+  %b = mk.reduce sum %a dim 3 : !mk.tile<[128, 64], f32> -> !mk.tile<[128], f32>
+}
+
+// -----
+
+mk.program @reduce_dtype [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128, 64], f32>
+  // expected-error @+1 {{'mk.reduce' op keeps the dtype: 'f32' vs 'f16'}}
+  %b = mk.reduce max %a dim 1 : !mk.tile<[128, 64], f32> -> !mk.tile<[128], f16>
+}
+
+// -----
+
+mk.program @reduce_extent [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %a = mk.splat %zero : f32 -> !mk.tile<[128, 64], f32>
+  // expected-error @+1 {{'mk.reduce' op the kept source dim and the result dim differ: 128 vs 64}}
+  %b = mk.reduce sum %a dim 1 : !mk.tile<[128, 64], f32> -> !mk.tile<[64], f32>
+}
+
+// -----
+
+mk.program @splat_dtype [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  // expected-error @+1 {{'mk.splat' op dtype mismatch: a 'f32' scalar cannot fill '!mk.tile<[128], bf16>'}}
+  %a = mk.splat %zero : f32 -> !mk.tile<[128], bf16>
+}
+
+// -----
+
+mk.program @attention_ranks [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %q = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  %acc = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  // expected-error @+1 {{'mk.attention_block' op needs rank-2 q, k, v and accumulator tiles, got '!mk.tile<[64], f32>'}}
+  %a, %m, %l = mk.attention_block %q, %q, %q, %acc, %q, %q : !mk.tile<[64], f32>, !mk.tile<[64], f32>, !mk.tile<[64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+}
+
+// -----
+
+mk.program @attention_stats [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %t = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  // expected-error @+1 {{'mk.attention_block' op keeps its row max and row sum in rank-1 tiles, got '!mk.tile<[64, 64], f32>'}}
+  %a, %m, %l = mk.attention_block %t, %t, %t, %t, %t, %t : !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>
+}
+
+// -----
+
+mk.program @attention_dtypes [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %zb = arith.constant 0.0 : bf16
+  %t = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  %b = mk.splat %zb : bf16 -> !mk.tile<[64, 64], bf16>
+  %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.attention_block' op needs q, k and v of one dtype}}
+  %a, %m, %l = mk.attention_block %b, %t, %t, %t, %s, %s : !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+}
+
+// -----
+
+mk.program @attention_state [] mesh <?x?> () {
+  %zb = arith.constant 0.0 : bf16
+  %b = mk.splat %zb : bf16 -> !mk.tile<[64, 64], bf16>
+  %s = mk.splat %zb : bf16 -> !mk.tile<[64], bf16>
+  // expected-error @+1 {{'mk.attention_block' op keeps its running state in f32}}
+  %a, %m, %l = mk.attention_block %b, %b, %b, %b, %s, %s : !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64], bf16>
+}
+
+// -----
+
+mk.program @attention_head_dims [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %zb = arith.constant 0.0 : bf16
+  %q = mk.splat %zb : bf16 -> !mk.tile<[64, 128], bf16>
+  %k = mk.splat %zb : bf16 -> !mk.tile<[64, 64], bf16>
+  %acc = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.attention_block' op query and key head dims differ: 128 vs 64}}
+  %a, %m, %l = mk.attention_block %q, %k, %k, %acc, %s, %s : !mk.tile<[64, 128], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+}
+
+// -----
+
+mk.program @attention_positions [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %zb = arith.constant 0.0 : bf16
+  %i = arith.constant 0 : index
+  %q = mk.splat %zb : bf16 -> !mk.tile<[64, 64], bf16>
+  %acc = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.attention_block' op takes two positions (query tile, key tile), got 1}}
+  %a, %m, %l = mk.attention_block %q, %q, %q, %acc, %s, %s at (%i) : !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+}
+
+// -----
+
+mk.program @attention_causal [] mesh <?x?> () {
+  %zero = arith.constant 0.0 : f32
+  %zb = arith.constant 0.0 : bf16
+  %q = mk.splat %zb : bf16 -> !mk.tile<[64, 64], bf16>
+  %acc = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+  %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.attention_block' op is causal, so it needs the query and key tile coordinates: add 'at (%qi, %kj)'}}
+  %a, %m, %l = mk.attention_block %q, %q, %q, %acc, %s, %s causal : !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], bf16>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+// -----
+
+!C = !mk.tensor<[M, N], bf16, shard 0 over world>
+mk.program @all_reduce_sharded [M, N] mesh <?x?> (%c: !C) {
+  mk.tile_grid (%m, %n) over %c global tiles [128, 128] : !C {
+    %zero = arith.constant 0.0 : bf16
+    %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+    // expected-error @+1 {{'mk.all_reduce' op leaves every rank of world with the result, so its destination must be replicated, not shard 0 over world; use mk.reduce_scatter for a sharded one}}
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 128], bf16>, !C
+  }
+}
+
+// -----
+
+!C = !mk.tensor<[M, N], bf16, replicated>
+mk.program @all_reduce_dtype [M, N] mesh <?x?> (%c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {
+    %zero = arith.constant 0.0 : f32
+    %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+    // expected-error @+1 {{'mk.all_reduce' op dtype mismatch: the tile holds 'f32' but its destination holds 'bf16'; convert with mk.convert}}
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 128], f32>, !C
+  }
+}
+
+// -----
+
+!C = !mk.tensor<[M, N], bf16, replicated>
+mk.program @reduce_scatter_replicated [M, N] mesh <?x?> (%c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {
+    %zero = arith.constant 0.0 : bf16
+    %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+    // expected-error @+1 {{'mk.reduce_scatter' op leaves the result on the rank that holds the tile, so its destination must be sharded; use mk.all_reduce for a replicated one}}
+    mk.reduce_scatter sum %t into %c[%m, %n] : !mk.tile<[128, 128], bf16>, !C
+  }
+}
+
+// -----
+
+mk.program @all_gather_source [M] mesh <?x?> (%a: !mk.tensor<[M, 64], bf16, replicated>) {
+  // expected-error @+1 {{'mk.all_gather' op gathers the shards of a sharded tensor, not of '!mk.tensor<[M, 64], bf16, replicated>'}}
+  %g = mk.all_gather %a : !mk.tensor<[M, 64], bf16, replicated> -> !mk.tensor<[M, 64], bf16, replicated>
+}
+
+// -----
+
+mk.program @all_gather_result [M] mesh <?x?> (%a: !mk.tensor<[M, 64], bf16, shard 0 over world>) {
+  // expected-error @+1 {{'mk.all_gather' op produces a replicated tensor, not '!mk.tensor<[M, 64], bf16, symmetric>'}}
+  %g = mk.all_gather %a : !mk.tensor<[M, 64], bf16, shard 0 over world> -> !mk.tensor<[M, 64], bf16, symmetric>
+}
+
+// -----
+
+mk.program @all_gather_shape [M] mesh <?x?> (%a: !mk.tensor<[M, 64], bf16, shard 0 over world>) {
+  // expected-error @+1 {{'mk.all_gather' op keeps shape and dtype: '!mk.tensor<[M, 64], bf16, shard 0 over world>' vs '!mk.tensor<[M, 64], f32, replicated>'}}
+  %g = mk.all_gather %a : !mk.tensor<[M, 64], bf16, shard 0 over world> -> !mk.tensor<[M, 64], f32, replicated>
+}
+
+// -----
+
+mk.program @all_gather_chunk [M] mesh <?x?> (%a: !mk.tensor<[M, 64], bf16, shard 0 over world>) {
+  // expected-error @+1 {{'mk.all_gather' op needs a positive chunk extent per dim}}
+  %g = mk.all_gather %a {chunk = array<i64: 128>} : !mk.tensor<[M, 64], bf16, shard 0 over world> -> !mk.tensor<[M, 64], bf16, replicated>
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over gpus>
+mk.program @ring_axis [S] mesh <?x?> (%k: !K) {
+  // expected-error @+1 {{'mk.ring_shift' op moves shards over world, but shard #0 is '!mk.tensor<[S, 64], bf16, shard 0 over gpus>'}}
+  mk.ring_shift %k over world : !K {
+  ^bb0(%src: index, %shard: !K):
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+mk.program @ring_arguments [S] mesh <?x?> (%k: !K) {
+  // expected-error @+1 {{'mk.ring_shift' op body takes the source index, the shards and the loop-carried values (2 arguments), got 1}}
+  mk.ring_shift %k over world : !K {
+  ^bb0(%shard: !K):
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+mk.program @ring_source [S] mesh <?x?> (%k: !K) {
+  // expected-error @+1 {{'mk.ring_shift' op body's first argument is the source index, of type index}}
+  mk.ring_shift %k over world : !K {
+  ^bb0(%src: i32, %shard: !K):
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+!K2 = !mk.tensor<[S, 32], bf16, shard 0 over world>
+mk.program @ring_shard_types [S] mesh <?x?> (%k: !K) {
+  // expected-error @+1 {{'mk.ring_shift' op body's shard arguments must have the types of the shards}}
+  mk.ring_shift %k over world : !K {
+  ^bb0(%src: index, %shard: !K2):
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+mk.program @ring_carried [S] mesh <?x?> (%k: !K) {
+  %zero = arith.constant 0.0 : f32
+  %init = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.ring_shift' op body's loop-carried arguments must have the types of the initial values}}
+  %r = mk.ring_shift %k over world iter_args(%init : !mk.tile<[64], f32>) : !K -> !mk.tile<[64], f32> {
+  ^bb0(%src: index, %shard: !K, %c: !mk.tile<[32], f32>):
+    mk.yield %init : !mk.tile<[64], f32>
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+mk.program @ring_results [S] mesh <?x?> (%k: !K) {
+  %zero = arith.constant 0.0 : f32
+  %init = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  // expected-error @+1 {{'mk.ring_shift' op results must have the types of the initial values}}
+  %r = mk.ring_shift %k over world iter_args(%init : !mk.tile<[64], f32>) : !K -> !mk.tile<[32], f32> {
+  ^bb0(%src: index, %shard: !K, %c: !mk.tile<[64], f32>):
+    mk.yield %c : !mk.tile<[64], f32>
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[S, 64], bf16, shard 0 over world>
+mk.program @ring_yield [S] mesh <?x?> (%k: !K) {
+  %zero = arith.constant 0.0 : f32
+  %init = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+  %r = mk.ring_shift %k over world iter_args(%init : !mk.tile<[64], f32>) : !K -> !mk.tile<[64], f32> {
+  ^bb0(%src: index, %shard: !K, %c: !mk.tile<[64], f32>):
+    // expected-error @+1 {{'mk.yield' op must pass values of the loop-carried types to the next step}}
+    mk.yield
+  }
+}
+
+// -----
+
+mk.program @yield_parent [] mesh <?x?> () {
+  // expected-error @+1 {{'mk.yield' op expects parent op 'mk.ring_shift'}}
+  mk.yield
+}
+
+// -----
+
+!X = !mk.tensor<[T, H], bf16, shard 0 over world>
+mk.program @dispatch_ranks [T, H, E, C] mesh <?x?> (%x: !X) {
+  // expected-error @+1 {{'mk.dispatch' op takes tokens [T, H] and experts [T, top_k] and produces routed rows [E, C, H], counts [E] and origins [E, C]}}
+  %r, %c, %o = mk.dispatch %x by %x : !X, !X -> !X, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!X = !mk.tensor<[T, H], bf16, shard 1 over world>
+!I = !mk.tensor<[T, 2], i32, shard 1 over world>
+mk.program @dispatch_tokens [T, H, E, C] mesh <?x?> (%x: !X, %i: !I) {
+  // expected-error @+1 {{'mk.dispatch' op takes tokens sharded along dim 0, not '!mk.tensor<[T, H], bf16, shard 1 over world>'}}
+  %r, %c, %o = mk.dispatch %x by %i : !X, !I -> !mk.tensor<[E, C, H], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!X = !mk.tensor<[T, H], bf16, shard 0 over world>
+!I = !mk.tensor<[T, 2], i32, shard 0 over gpus>
+mk.program @dispatch_placement [T, H, E, C] mesh <?x?> (%x: !X, %i: !I) {
+  // expected-error @+1 {{'mk.dispatch' op needs all of its tensors placed like the tokens (shard 0 over world), not '!mk.tensor<[T, 2], i32, shard 0 over gpus>'}}
+  %r, %c, %o = mk.dispatch %x by %i : !X, !I -> !mk.tensor<[E, C, H], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!X = !mk.tensor<[T, H], bf16, shard 0 over world>
+!I = !mk.tensor<[T, 2], i64, shard 0 over world>
+mk.program @dispatch_metadata [T, H, E, C] mesh <?x?> (%x: !X, %i: !I) {
+  // expected-error @+1 {{'mk.dispatch' op carries routing metadata as i32, not 'i64'}}
+  %r, %c, %o = mk.dispatch %x by %i : !X, !I -> !mk.tensor<[E, C, H], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!X = !mk.tensor<[T, H], bf16, shard 0 over world>
+!I = !mk.tensor<[T, 2], i32, shard 0 over world>
+mk.program @dispatch_dtype [T, H, E, C] mesh <?x?> (%x: !X, %i: !I) {
+  // expected-error @+1 {{'mk.dispatch' op dtype mismatch: tokens are 'bf16' but routed rows are 'f16'}}
+  %r, %c, %o = mk.dispatch %x by %i : !X, !I -> !mk.tensor<[E, C, H], f16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!X = !mk.tensor<[T, 1024], bf16, shard 0 over world>
+!I = !mk.tensor<[T, 2], i32, shard 0 over world>
+mk.program @dispatch_hidden [T, E, C] mesh <?x?> (%x: !X, %i: !I) {
+  // expected-error @+1 {{'mk.dispatch' op hidden sizes differ: 1024 vs 512}}
+  %r, %c, %o = mk.dispatch %x by %i : !X, !I -> !mk.tensor<[E, C, 512], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>
+}
+
+// -----
+
+!Y = !mk.tensor<[T, H], bf16, shard 0 over world>
+!O = !mk.tensor<[E, C], i32, shard 0 over world>
+!W = !mk.tensor<[T, 2], f32, shard 0 over world>
+mk.program @combine_coords [T, H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.combine' op takes the tile's coordinates [expert, row tile, column tile], got 2}}
+  mk.combine %t from [%i, %i] into %y routed %o weighted %w : !mk.tile<[128, 128], f32>, !Y, !O, !W
+}
+
+// -----
+
+!Y = !mk.tensor<[T, H], bf16, shard 0 over world>
+!O = !mk.tensor<[E, C], i32, shard 0 over world>
+!W = !mk.tensor<[T, 2], f32, shard 0 over world>
+mk.program @combine_ranks [T, H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128], f32>
+  // expected-error @+1 {{'mk.combine' op takes a rank-2 tile, a destination [T, H], origins [E, C] and weights [T, top_k]}}
+  mk.combine %t from [%i, %i, %i] into %y routed %o weighted %w : !mk.tile<[128], f32>, !Y, !O, !W
+}
+
+// -----
+
+!Y = !mk.tensor<[T, H], bf16, shard 0 over world>
+!O = !mk.tensor<[E, C], i64, shard 0 over world>
+!W = !mk.tensor<[T, 2], f32, shard 0 over world>
+mk.program @combine_origins [T, H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.combine' op takes origins as i32, not 'i64'}}
+  mk.combine %t from [%i, %i, %i] into %y routed %o weighted %w : !mk.tile<[128, 128], f32>, !Y, !O, !W
+}
+
+// -----
+
+!Y = !mk.tensor<[T, H], bf16, shard 0 over world>
+!O = !mk.tensor<[E, C], i32, shard 0 over world>
+!W = !mk.tensor<[T, 2], i32, shard 0 over world>
+mk.program @combine_weights [T, H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.combine' op needs float weights and a float destination}}
+  mk.combine %t from [%i, %i, %i] into %y routed %o weighted %w : !mk.tile<[128, 128], f32>, !Y, !O, !W
+}
+
+// -----
+
+!Y = !mk.tensor<[T, H], bf16, replicated>
+!O = !mk.tensor<[E, C], i32, shard 0 over world>
+!W = !mk.tensor<[T, 2], f32, shard 0 over world>
+mk.program @combine_dest [T, H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.combine' op returns rows to the ranks holding their tokens, so its destination must be sharded along dim 0, not '!mk.tensor<[T, H], bf16, replicated>'}}
+  mk.combine %t from [%i, %i, %i] into %y routed %o weighted %w : !mk.tile<[128, 128], f32>, !Y, !O, !W
+}
+
+// -----
+
+!Y = !mk.tensor<[1024, H], bf16, shard 0 over world>
+!O = !mk.tensor<[E, C], i32, shard 0 over world>
+!W = !mk.tensor<[2048, 2], f32, shard 0 over world>
+mk.program @combine_tokens [H, E, C] mesh <?x?> (%y: !Y, %o: !O, %w: !W) {
+  %zero = arith.constant 0.0 : f32
+  %i = arith.constant 0 : index
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.combine' op token counts of destination and weights differ: 1024 vs 2048}}
+  mk.combine %t from [%i, %i, %i] into %y routed %o weighted %w : !mk.tile<[128, 128], f32>, !Y, !O, !W
+}
+
+// -----
+
+mk.program @shard_range_replicated [S] mesh <?x?> (%k: !mk.tensor<[S, 64], bf16, replicated>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.shard_range' op needs a sharded tensor, not '!mk.tensor<[S, 64], bf16, replicated>'}}
+  %lo, %hi = mk.shard_range %k tile 64 of %i : !mk.tensor<[S, 64], bf16, replicated>
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduled level
+//===----------------------------------------------------------------------===//
+
+// -----
+
+mk.program @flags_shape [] mesh <1x2> () {
+  // expected-error @+1 {{'mk.flags' op needs a non-empty shape of positive extents}}
+  mk.flags @f [4, 0]
+}
+
+// -----
+
+mk.program @flags_parent [] mesh <1x2> () {}
+// expected-error @+1 {{'mk.flags' op expects parent op 'mk.program'}}
+mk.flags @f [4]
+
+// -----
+
+mk.program @unknown_flags [] mesh <1x2> () {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.signal' op names @missing, which is not an mk.flags array}}
+  mk.signal @missing[%i]
+}
+
+// -----
+
+mk.program @flags_rank [] mesh <1x2> () {
+  mk.flags @f [4, 4]
+  %i = arith.constant 0 : index
+  mk.signal @f[%i, %i]
+  // expected-error @+1 {{'mk.wait' op indexes @f with 1 indices, but it has rank 2}}
+  mk.wait @f[%i] count 1
+}
+
+// -----
+
+// A wait that no signal can satisfy.
+mk.program @unsatisfiable [] mesh <1x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.wait' op can never be satisfied: nothing in @unsatisfiable signals @ready}}
+  mk.wait @ready[%i] count 1
+}
+
+// -----
+
+mk.program @wait_count [] mesh <1x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  mk.signal @ready[%i]
+  // expected-error @+1 {{'mk.wait' op attribute 'count' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  mk.wait @ready[%i] count 0
+}
+
+// -----
+
+// An unknown link.
+mk.program @unknown_link [] mesh <1x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{unknown link 'pcie'; expected nvlink_store, nvlink_bulk or rdma_proxy}}
+  mk.signal @ready[%i] at gpu %i via pcie
+}
+
+// -----
+
+mk.program @unknown_scope [] mesh <1x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{expected 'gpu' or 'node' after 'at', got 'rack'}}
+  mk.signal @ready[%i] at rack %i via rdma_proxy
+}
+
+// -----
+
+mk.program @rdma_in_node [] mesh <2x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.signal' op cannot reach a GPU of this node through rdma_proxy; use nvlink_store or nvlink_bulk}}
+  mk.signal @ready[%i] at gpu %i via rdma_proxy
+}
+
+// -----
+
+mk.program @nvlink_across_nodes [] mesh <2x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.signal' op cannot reach another node through nvlink_store; transfers across nodes go through rdma_proxy, to the same GPU index (rail)}}
+  mk.signal @ready[%i] at node %i via nvlink_store
+}
+
+// -----
+
+mk.program @self_with_link [] mesh <2x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.signal' op reaches this rank, so it names no peer and no link}}
+  "mk.signal"(%i) <{flags = @ready, scope = 0 : i32, link = 0 : i32, operandSegmentSizes = array<i32: 1, 0>}> : (index) -> ()
+}
+
+// -----
+
+mk.program @peer_without_link [] mesh <2x2> () {
+  mk.flags @ready [4]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.signal' op reaches a peer, so it needs a peer index and a link}}
+  "mk.signal"(%i, %i) <{flags = @ready, scope = 1 : i32, operandSegmentSizes = array<i32: 1, 1>}> : (index, index) -> ()
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @put_access [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0.0 : bf16
+  %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+  // expected-error @+1 {{'mk.put' op indexes 2 dims of its destination, which has rank 3}}
+  mk.put %t, %s[%i, %i] at gpu %i via nvlink_store : !mk.tile<[128, 128], bf16>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @put_dtype [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0.0 : f32
+  %t = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.put' op dtype mismatch: the tile holds 'f32' but its destination holds 'bf16'; convert with mk.convert}}
+  mk.put %t, %s[%i, %i, %i] at gpu %i via nvlink_store : !mk.tile<[128, 128], f32>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @put_link [] mesh <2x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0.0 : bf16
+  %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+  // expected-error @+1 {{'mk.put' op cannot reach another node through nvlink_bulk; transfers across nodes go through rdma_proxy, to the same GPU index (rail)}}
+  mk.put %t, %s[%i, %i, %i] at node %i via nvlink_bulk : !mk.tile<[128, 128], bf16>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+!F = !mk.tensor<[4, 256, 256], f32, symmetric>
+mk.program @copy_dtype [] mesh <2x4> (%s: !S, %f: !F) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.copy' op dtype mismatch: copies 'bf16' into 'f32'}}
+  mk.copy %s[%i, %i, %i] -> %f[%i, %i, %i] at node %i via rdma_proxy tile [128, 128] : !S, !F
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @copy_tile [] mesh <2x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.copy' op needs a tile of positive extents over the trailing dims of both tensors}}
+  mk.copy %s[%i, %i, %i] -> %s[%i, %i, %i] at node %i via rdma_proxy tile [128, 0] : !S, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @copy_source [] mesh <2x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.copy' op indexes 4 dims of its source, which has rank 3}}
+  mk.copy %s[%i, %i, %i, %i] -> %s[%i, %i, %i] tile [128, 128] : !S, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @accumulate_slots [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.accumulate' op needs exactly 1 ':' on the leading dims of its source, got 0}}
+  %t = mk.accumulate sum %s[%i, %i, %i] : !S -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], i32, symmetric>
+mk.program @accumulate_float [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.accumulate' op accumulates into a float tile, not '!mk.tile<[128, 128], i32>'}}
+  %t = mk.accumulate sum %s[:, %i, %i] : !S -> !mk.tile<[128, 128], i32>
+}
+
+// -----
+
+mk.program @owner_replicated [] mesh <1x4> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.owner' op needs a sharded tensor: every rank holds every tile of '!mk.tensor<[256, 256], bf16, replicated>'}}
+  %n, %g = mk.owner %c[%i, %i] tile [128, 128] : !mk.tensor<[256, 256], bf16, replicated>
+}
+
+// -----
+
+mk.program @owner_coords [] mesh <1x4> (%c: !mk.tensor<[256, 256], bf16, shard 0 over world>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.owner' op needs a coordinate and a tile extent per dim of '!mk.tensor<[256, 256], bf16, shard 0 over world>'}}
+  %n, %g = mk.owner %c[%i] tile [128, 128] : !mk.tensor<[256, 256], bf16, shard 0 over world>
+}

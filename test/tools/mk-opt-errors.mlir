@@ -1,0 +1,38 @@
+// mk-opt answers malformed input with a located error and exit status 1, never a crash (`not`
+// fails on a crash).
+
+// RUN: split-file %s %t
+
+// A library program cut off in the middle.
+// RUN: head -c 700 %mkc_lib/gemm_allreduce.mlir > %t/truncated.mlir
+// RUN: not mk-opt %t/truncated.mlir 2>&1 | FileCheck %s --check-prefix=TRUNCATED
+// TRUNCATED: truncated.mlir:{{[0-9]+}}:{{[0-9]+}}: error:
+
+// RUN: not mk-opt %t/unknown_op.mlir 2>&1 | FileCheck %s --check-prefix=UNKNOWN-OP
+// UNKNOWN-OP: unknown_op.mlir:3:3: error: custom op 'mk.gemm_allreduce' is unknown
+
+// RUN: not mk-opt %t/wrong_types.mlir 2>&1 | FileCheck %s --check-prefix=WRONG-TYPES
+// WRONG-TYPES: wrong_types.mlir:4:8: error: 'mk.matmul' op needs float operands of one dtype, got 'i32' and 'i32'
+
+// RUN: not mk-opt %t/not_mlir.mlir 2>&1 | FileCheck %s --check-prefix=NOT-MLIR
+// NOT-MLIR: not_mlir.mlir:1:1: error:
+
+// RUN: not mk-opt %t/does-not-exist.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
+// MISSING: could not open input file
+
+//--- unknown_op.mlir
+// No op names a whole fused kernel.
+mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M, M], bf16, replicated>) {
+  mk.gemm_allreduce %a : !mk.tensor<[M, M], bf16, replicated>
+}
+
+//--- wrong_types.mlir
+!T = !mk.tensor<[M, M], i32, replicated>
+mk.program @p [M] mesh <?x?> (%a: !T) {
+  %i = arith.constant 0 : index
+  %t = mk.matmul %a[%i, :], %a[:, %i] : !T, !T -> !mk.tile<[128, 128], f32>
+}
+
+//--- not_mlir.mlir
+#include <cuda.h>
+__global__ void kernel() {}
