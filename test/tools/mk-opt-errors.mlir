@@ -15,7 +15,7 @@
 // WRONG-TYPES: wrong_types.mlir:4:8: error: 'mk.matmul' op needs float operands of one dtype, got 'i32' and 'i32'
 
 // RUN: not mk-opt %t/not_mlir.mlir 2>&1 | FileCheck %s --check-prefix=NOT-MLIR
-// NOT-MLIR: not_mlir.mlir:1:1: error:
+// NOT-MLIR: not_mlir.mlir:1:9: error: expected '=' in attribute alias definition
 
 // RUN: not mk-opt %t/does-not-exist.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
 // MISSING: could not open input file
