@@ -18,7 +18,7 @@
 // NOT-MLIR: not_mlir.mlir:1:9: error: expected '=' in attribute alias definition
 
 // RUN: not mk-opt %t/does-not-exist.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
-// MISSING: could not open input file
+// MISSING: cannot open input file '{{.*}}does-not-exist.mlir': No such file or directory
 
 //--- unknown_op.mlir
 // No op names a whole fused kernel.
