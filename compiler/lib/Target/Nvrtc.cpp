@@ -1,0 +1,171 @@
+//===- Nvrtc.cpp - in-process CUDA C++ compilation with NVRTC -------------===//
+
+#include "mk/Target/Nvrtc.h"
+
+#include <nvrtc.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <regex>
+#include <sstream>
+
+namespace mk::nvrtc {
+
+std::vector<std::string> Options::cudaIncludeDirs() {
+  std::vector<std::string> dirs;
+  if (const char *list = std::getenv("MKC_CUDA_INCLUDE"); list && *list) {
+    std::stringstream stream(list);
+    for (std::string dir; std::getline(stream, dir, ':');)
+      if (!dir.empty())
+        dirs.push_back(dir);
+    return dirs;
+  }
+  const char *home = std::getenv("CUDA_HOME");
+  std::string root = home && *home ? home : "/usr/local/cuda";
+  // CUDA 13 keeps cuda/std, cub and thrust only under include/cccl.
+  return {root + "/include", root + "/include/cccl"};
+}
+
+std::string version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+    return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::vector<KernelResources> parsePtxasReport(std::string_view log) {
+  static const std::regex entry(R"(Compiling entry function '([^']+)')");
+  static const std::regex frame(
+      R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex used(R"(Used (\d+) registers)");
+  std::vector<KernelResources> kernels;
+  std::istringstream lines{std::string(log)};
+  std::smatch match;
+  for (std::string line; std::getline(lines, line);) {
+    if (std::regex_search(line, match, entry)) {
+      kernels.push_back({match[1].str()});
+    } else if (kernels.empty()) {
+      continue;
+    } else if (std::regex_search(line, match, frame)) {
+      kernels.back().stackFrameBytes = std::stoi(match[1].str());
+      kernels.back().spillStoreBytes = std::stoi(match[2].str());
+      kernels.back().spillLoadBytes = std::stoi(match[3].str());
+    } else if (std::regex_search(line, match, used)) {
+      kernels.back().registers = std::stoi(match[1].str());
+    }
+  }
+  return kernels;
+}
+
+std::string annotateLog(std::string_view log, std::string_view source, std::string_view fileName) {
+  std::vector<std::string_view> sourceLines;
+  for (size_t start = 0; start <= source.size();) {
+    size_t end = source.find('\n', start);
+    if (end == std::string_view::npos)
+      end = source.size();
+    sourceLines.push_back(source.substr(start, end - start));
+    start = end + 1;
+  }
+  std::string pattern = "^";
+  for (char c : fileName) {
+    if (std::string_view(".^$|()[]{}*+?\\").find(c) != std::string_view::npos)
+      pattern += '\\';
+    pattern += c;
+  }
+  pattern += R"(\((\d+)\): )";
+  const std::regex located(pattern);
+  std::ostringstream out;
+  std::istringstream lines{std::string(log)};
+  std::smatch match;
+  for (std::string line; std::getline(lines, line);) {
+    out << line << '\n';
+    if (!std::regex_search(line, match, located))
+      continue;
+    size_t number = std::stoul(match[1].str());
+    if (number >= 1 && number <= sourceLines.size())
+      out << "    " << number << " | " << sourceLines[number - 1] << '\n';
+  }
+  return out.str();
+}
+
+namespace {
+/// Destroys the program however compile() returns.
+struct Program {
+  nvrtcProgram handle = nullptr;
+  ~Program() {
+    if (handle)
+      nvrtcDestroyProgram(&handle);
+  }
+};
+
+std::string failure(nvrtcResult status, std::string_view during) {
+  return std::string(during) + " failed: " + nvrtcGetErrorString(status) + "\n";
+}
+} // namespace
+
+Result compile(std::string_view source, std::string_view fileName, const Options &options,
+               std::span<const Header> headers) {
+  auto start = std::chrono::steady_clock::now();
+  Result result;
+  std::vector<const char *> headerContents, headerNames;
+  std::vector<std::string> contents; // NUL-terminated copies
+  contents.reserve(headers.size());
+  for (const Header &header : headers) {
+    contents.emplace_back(header.contents);
+    headerContents.push_back(contents.back().c_str());
+    headerNames.push_back(header.name.c_str());
+  }
+
+  Program program;
+  std::string sourceCopy(source), nameCopy(fileName);
+  if (nvrtcResult status =
+          nvrtcCreateProgram(&program.handle, sourceCopy.c_str(), nameCopy.c_str(),
+                             static_cast<int>(headers.size()), headerContents.data(),
+                             headerNames.data());
+      status != NVRTC_SUCCESS) {
+    result.log = failure(status, "nvrtcCreateProgram");
+    return result;
+  }
+
+  std::vector<std::string> flags = {"--gpu-architecture=" + options.arch, "-std=c++17"};
+  for (const std::string &dir : options.includeDirs)
+    flags.push_back("-I" + dir);
+  if (options.ptxasReport)
+    flags.push_back("-Xptxas=-v");
+  flags.insert(flags.end(), options.extraOptions.begin(), options.extraOptions.end());
+  std::vector<const char *> flagPointers;
+  for (const std::string &flag : flags)
+    flagPointers.push_back(flag.c_str());
+
+  nvrtcResult compiled = nvrtcCompileProgram(program.handle, static_cast<int>(flagPointers.size()),
+                                             flagPointers.data());
+  size_t logSize = 0;
+  nvrtcGetProgramLogSize(program.handle, &logSize);
+  std::string log(logSize, '\0');
+  nvrtcGetProgramLog(program.handle, log.data());
+  while (!log.empty() && log.back() == '\0')
+    log.pop_back();
+  result.log = annotateLog(log, source, fileName);
+  result.kernels = parsePtxasReport(log);
+  result.ok = compiled == NVRTC_SUCCESS;
+
+  if (result.ok) {
+    size_t ptxSize = 0;
+    if (nvrtcGetPTXSize(program.handle, &ptxSize) == NVRTC_SUCCESS && ptxSize > 1) {
+      result.ptx.resize(ptxSize);
+      nvrtcGetPTX(program.handle, result.ptx.data());
+      result.ptx.pop_back(); // NUL
+    }
+    size_t cubinSize = 0;
+    if (options.arch.starts_with("sm_") &&
+        nvrtcGetCUBINSize(program.handle, &cubinSize) == NVRTC_SUCCESS && cubinSize > 0) {
+      result.cubin.resize(cubinSize);
+      nvrtcGetCUBIN(program.handle, result.cubin.data());
+    }
+  }
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+} // namespace mk::nvrtc

@@ -1,0 +1,98 @@
+/*===- mk/abi.h - the contract between generated kernels and the host runtime ---*- C -*-===*
+ *
+ * Shared, unchanged, by the kernels mkc generates (compiled by NVRTC), the device library, the
+ * host runtime (g++) and foreign-function callers (C). Dependency-free on purpose: NVRTC has no
+ * host headers, so fixed-width types are spelled with builtin types and their sizes asserted.
+ * Any layout change bumps MK_ABI_VERSION; the runtime refuses kernels of another version.
+ *
+ *===----------------------------------------------------------------------------------===*/
+
+#ifndef MK_ABI_H
+#define MK_ABI_H
+
+#define MK_ABI_VERSION 1
+
+/* Threads of every CTA of a generated persistent kernel. */
+#define MK_CTA_THREADS 256
+/* GPUs of one node a kernel can address through peer mappings. */
+#define MK_MAX_GPUS_PER_NODE 8
+/* Tensors a program can use: its arguments, then its mk.buffer allocations, in program order. */
+#define MK_MAX_TENSORS 16
+
+typedef unsigned int mk_u32;
+typedef unsigned long long mk_u64;
+
+/* One tensor, as seen from one rank. `peer[g]` is the same (symmetric) allocation mapped from GPU g
+ * of this node; it is null for tensors that are not in symmetric memory. */
+typedef struct mk_tensor_ref {
+  void *local;
+  void *peer[MK_MAX_GPUS_PER_NODE];
+} mk_tensor_ref;
+
+/* A command from a kernel to the host proxy, which carries it over the network.
+ *
+ * MK_PROXY_PUT copies `rows` rows of `row_bytes` bytes, `src_pitch` apart in tensor `src_tensor`
+ * of this rank, to rows `dst_pitch` apart in tensor `dst_tensor` of the rank with this rank's GPU
+ * index on node `dst_node` (rails only), starting at the given byte offsets. Then, if `flag` is not
+ * MK_NO_FLAG, it adds 1 to that flag (an index into the destination's flag region); the increment
+ * is ordered after the data.
+ *
+ * Publication: the kernel writes every field but `kind`, then stores `kind` with release
+ * semantics; the proxy reads `kind` with acquire semantics, copies the command out and stores
+ * MK_PROXY_EMPTY to hand the slot back. No field straddles an 8-byte word. */
+enum {
+  MK_PROXY_EMPTY = 0,
+  MK_PROXY_PUT = 1,
+};
+#define MK_NO_FLAG 0xffffffffu
+
+typedef struct mk_proxy_command {
+  mk_u32 kind;
+  mk_u32 dst_node;
+  mk_u32 src_tensor;
+  mk_u32 dst_tensor;
+  mk_u64 src_offset;
+  mk_u64 dst_offset;
+  mk_u32 rows;
+  mk_u32 row_bytes;
+  mk_u32 src_pitch;
+  mk_u32 dst_pitch;
+  mk_u32 flag;
+  mk_u32 reserved[3];
+} mk_proxy_command;
+
+/* A ring of commands in host memory mapped into the device. Kernels claim slots by atomically
+ * incrementing `*head` (device memory); the proxy advances `*tail` (host memory) as it consumes
+ * them. A kernel may reuse slot i once *tail > i - capacity. */
+typedef struct mk_proxy_queue {
+  mk_proxy_command *ring;
+  mk_u64 *head;
+  volatile mk_u64 *tail;
+  mk_u32 capacity; /* a power of two */
+  mk_u32 reserved;
+} mk_proxy_queue;
+
+/* The single parameter of every generated kernel. */
+typedef struct mk_kernel_args {
+  mk_tensor_ref tensors[MK_MAX_TENSORS];
+  mk_u32 *flags;                             /* this rank's flag region */
+  mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE];  /* the flag regions of the GPUs of this node */
+  mk_proxy_queue queue;
+  mk_u32 epoch; /* 1 for the first launch, then +1 per launch: flags are never reset */
+  mk_u32 node;  /* this rank's node and GPU index */
+  mk_u32 gpu;
+  mk_u32 abi_version;
+} mk_kernel_args;
+
+#ifdef __cplusplus
+static_assert(sizeof(mk_u32) == 4 && sizeof(mk_u64) == 8, "fixed-width types");
+static_assert(sizeof(void *) == 8, "64-bit only");
+static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
+static_assert(sizeof(mk_proxy_command) == 64, "mk_proxy_command layout");
+static_assert(sizeof(mk_proxy_queue) == 32, "mk_proxy_queue layout");
+static_assert(sizeof(mk_kernel_args) == 72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 16,
+              "mk_kernel_args layout");
+static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");
+#endif
+
+#endif /* MK_ABI_H */
