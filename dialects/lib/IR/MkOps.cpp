@@ -258,6 +258,12 @@ ParseResult ProgramOp::parse(OpAsmParser &parser, OperationState &result) {
   if (parser.parseKeyword("mesh") || parser.parseCustomAttributeWithFallback(mesh))
     return failure();
   props.mesh = mesh;
+  if (succeeded(parser.parseOptionalKeyword("rank"))) {
+    int64_t rank;
+    if (parser.parseInteger(rank))
+      return failure();
+    props.rank = builder.getI64IntegerAttr(rank);
+  }
 
   SmallVector<OpAsmParser::Argument> arguments;
   if (parser.parseArgumentList(arguments, OpAsmParser::Delimiter::Paren, /*allowType=*/true))
@@ -292,6 +298,8 @@ void ProgramOp::print(OpAsmPrinter &printer) {
   }
   printer << "] mesh ";
   printer.printStrippedAttrOrType(getMesh());
+  if (std::optional<int64_t> rank = getRank())
+    printer << " rank " << *rank;
   printer << " (";
   llvm::interleaveComma(getBodyBlock().getArguments(), printer,
                         [&](BlockArgument argument) { printer.printRegionArgument(argument); });
@@ -330,6 +338,11 @@ LogicalResult ProgramOp::verify() {
       return emitOpError() << "binds shape symbol '" << symbol << "' to " << value
                            << "; extents must be positive";
   }
+  int64_t world = getMesh().getWorldSize();
+  if (std::optional<int64_t> rank = getRank();
+      rank && !ShapedType::isDynamic(world) && *rank >= world)
+    return emitOpError() << "is compiled for rank " << *rank << ", but mesh " << getMesh()
+                         << " has " << world << " ranks";
   for (BlockArgument argument : getBodyBlock().getArguments())
     if (!isa<DistTensorType>(argument.getType()))
       return emitOpError() << "takes distributed tensors only; argument #" << argument.getArgNumber()
@@ -403,16 +416,27 @@ LogicalResult ProgramOp::verifyRegions() {
   auto roles = getBodyBlock().getOps<RoleOp>();
   if (roles.empty())
     return success();
+  for (TileGridOp grid : getBodyBlock().getOps<TileGridOp>())
+    return grid.emitOpError() << "is outside every role of a scheduled program";
+  // Roles get their CTA counts all at once, from mk-partition-roles or the author.
+  int64_t ctas = 0, counted = 0, total = 0;
+  for (RoleOp role : roles) {
+    ++total;
+    if (std::optional<uint64_t> count = role.getCtas()) {
+      ++counted;
+      ctas += static_cast<int64_t>(*count);
+    }
+  }
+  if (counted == 0)
+    return success();
+  if (counted != total)
+    return emitOpError() << "gives CTA counts to " << counted << " of its " << total
+                         << " roles; either all or none have one";
   if (!getGrid())
     return emitOpError() << "has SM roles but no grid size";
-  int64_t ctas = 0;
-  for (RoleOp role : roles)
-    ctas += role.getCtas();
   if (ctas > static_cast<int64_t>(*getGrid()))
     return emitOpError() << "assigns " << ctas << " CTAs to its roles, but the grid has "
                          << *getGrid();
-  for (TileGridOp grid : getBodyBlock().getOps<TileGridOp>())
-    return grid.emitOpError() << "is outside every role of a scheduled program";
   return success();
 }
 
@@ -431,6 +455,9 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
     return failure();
   for (OpAsmParser::Argument &coordinate : coordinates)
     coordinate.type = builder.getIndexType();
+  std::optional<OpAsmParser::UnresolvedOperand> holder;
+  if (succeeded(parser.parseOptionalKeyword("held_by")) && parser.parseOperand(holder.emplace()))
+    return failure();
   if (succeeded(parser.parseOptionalKeyword("global")))
     props.global = builder.getUnitAttr();
 
@@ -458,6 +485,17 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
   }
   if (succeeded(parser.parseOptionalKeyword("masked")))
     props.masked = builder.getUnitAttr();
+  if (succeeded(parser.parseOptionalKeyword("distribute"))) {
+    SMLoc axisLoc = parser.getCurrentLocation();
+    StringRef axisName;
+    if (parser.parseKeyword(&axisName))
+      return failure();
+    std::optional<MeshAxis> axis = symbolizeMeshAxis(axisName);
+    if (!axis)
+      return parser.emitError(axisLoc) << "unknown mesh axis '" << axisName
+                                       << "'; expected world, nodes or gpus";
+    props.distribute = MeshAxisAttr::get(parser.getContext(), *axis);
+  }
 
   SmallVector<Type, 2> types;
   if (parser.parseColonTypeList(types))
@@ -466,8 +504,10 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
     return parser.emitError(parser.getCurrentLocation())
            << "expected the type of the tensor" << (rowCounts ? " and of the row counts" : "");
   if (parser.resolveOperand(target, types[0], result.operands) ||
+      (holder && parser.resolveOperand(*holder, builder.getIndexType(), result.operands)) ||
       (rowCounts && parser.resolveOperand(*rowCounts, types[1], result.operands)))
     return failure();
+  props.operandSegmentSizes = {1, holder ? 1 : 0, rowCounts ? 1 : 0};
   if (parser.parseOptionalAttrDictWithKeyword(result.attributes) ||
       parser.parseRegion(*result.addRegion(), coordinates))
     return failure();
@@ -478,6 +518,8 @@ void TileGridOp::print(OpAsmPrinter &printer) {
   printer << " (";
   llvm::interleaveComma(getBodyBlock().getArguments(), printer);
   printer << ") over " << getTarget();
+  if (Value holder = getHolder())
+    printer << " held_by " << holder;
   if (getGlobal())
     printer << " global";
   printer << " tiles [";
@@ -496,6 +538,8 @@ void TileGridOp::print(OpAsmPrinter &printer) {
   }
   if (getMasked())
     printer << " masked";
+  if (std::optional<MeshAxis> axis = getDistribute())
+    printer << " distribute " << stringifyMeshAxis(*axis);
   printer << " : " << getTarget().getType();
   if (Value rowCounts = getRowCounts())
     printer << ", " << rowCounts.getType();
@@ -534,6 +578,9 @@ LogicalResult TileGridOp::verify() {
                                                                                 : "local extent ")
                          << extent << "); declare 'masked' to allow a partial last tile";
   }
+  if (getHolder() && (!target.getPlacement().isSharded() || getGlobal()))
+    return emitOpError() << "visits the shard held by another rank, so its tensor must be sharded "
+                            "and the grid not global";
   if (Value rowCounts = getRowCounts()) {
     auto counts = cast<DistTensorType>(rowCounts.getType());
     if (counts.getRank() != 1 || !counts.getElementType().isSignlessInteger())
@@ -896,8 +943,6 @@ LogicalResult AccumulateOp::verify() {
 
 LogicalResult OwnerOp::verify() {
   DistTensorType tensor = getTensor().getType();
-  if (!tensor.getPlacement().isSharded())
-    return emitOpError() << "needs a sharded tensor: every rank holds every tile of " << tensor;
   if (static_cast<int64_t>(getIndices().size()) != tensor.getRank() ||
       static_cast<int64_t>(getTile().size()) != tensor.getRank())
     return emitOpError() << "needs a coordinate and a tile extent per dim of " << tensor;

@@ -126,6 +126,19 @@ mk.program @no_grid [] mesh <?x?> () {
 
 // -----
 
+// expected-error @+1 {{'mk.program' op gives CTA counts to 1 of its 2 roles; either all or none have one}}
+mk.program @partial_counts [] mesh <1x2> () grid 132 {
+  mk.role compute ctas 8 {}
+  mk.role intra_reduce {}
+}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op is compiled for rank 8, but mesh #mk.mesh<2x4> has 8 ranks}}
+mk.program @rank_range [] mesh <2x4> rank 8 () {}
+
+// -----
+
 // A role count that exceeds the grid.
 // expected-error @+1 {{'mk.program' op assigns 140 CTAs to its roles, but the grid has 132}}
 mk.program @too_many_ctas [] mesh <1x2> () grid 132 {
@@ -221,6 +234,21 @@ mk.program @row_counts_rank [E] mesh <?x?> (%r: !mk.tensor<[E, 64], bf16, replic
 mk.program @row_counts_extent [] mesh <?x?> (%r: !mk.tensor<[8, 256, 64], bf16, replicated>, %c: !mk.tensor<[4], i32, replicated>) {
   // expected-error @+1 {{'mk.tile_grid' op row counts and dim 0 of the tensor differ: 4 vs 8}}
   mk.tile_grid (%e, %t, %n) over %r tiles [1, 128, 64] rows %c : !mk.tensor<[8, 256, 64], bf16, replicated>, !mk.tensor<[4], i32, replicated> {}
+}
+
+// -----
+
+mk.program @held_by_replicated [] mesh <?x?> (%r: !mk.tensor<[256, 64], bf16, replicated>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.tile_grid' op visits the shard held by another rank, so its tensor must be sharded and the grid not global}}
+  mk.tile_grid (%t, %n) over %r held_by %i tiles [128, 64] : !mk.tensor<[256, 64], bf16, replicated> {}
+}
+
+// -----
+
+mk.program @distribute_axis [] mesh <?x?> (%r: !mk.tensor<[256, 64], bf16, replicated>) {
+  // expected-error @+1 {{unknown mesh axis 'racks'; expected world, nodes or gpus}}
+  mk.tile_grid (%t, %n) over %r tiles [128, 64] distribute racks : !mk.tensor<[256, 64], bf16, replicated> {}
 }
 
 // -----
@@ -1076,14 +1104,6 @@ mk.program @accumulate_float [] mesh <1x4> (%s: !S) {
   %i = arith.constant 0 : index
   // expected-error @+1 {{'mk.accumulate' op accumulates into a float tile, not '!mk.tile<[128, 128], i32>'}}
   %t = mk.accumulate sum %s[:, %i, %i] : !S -> !mk.tile<[128, 128], i32>
-}
-
-// -----
-
-mk.program @owner_replicated [] mesh <1x4> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
-  %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.owner' op needs a sharded tensor: every rank holds every tile of '!mk.tensor<[256, 256], bf16, replicated>'}}
-  %n, %g = mk.owner %c[%i, %i] tile [128, 128] : !mk.tensor<[256, 256], bf16, replicated>
 }
 
 // -----

@@ -207,7 +207,7 @@ mk.program @moe [T, H, E, C] mesh <?x?> (
 
 // The scheduled level: a grid split into roles of every kind, flags, signals and waits over each
 // link, puts and copies to peers, accumulation of received slots, this rank's place, tile owners.
-// CHECK-LABEL: mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> ({{.*}}) grid 132 {
+// CHECK-LABEL: mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> rank 5 ({{.*}}) grid 132 {
 // CHECK: mk.flags @partial [8, 4]
 // CHECK: mk.flags @reduced [8, 4]
 // CHECK: mk.role compute ctas 100 {
@@ -224,15 +224,19 @@ mk.program @moe [T, H, E, C] mesh <?x?> (
 // CHECK: mk.role intra_transfer ctas 4
 // CHECK: mk.copy {{.*}} at gpu %{{.*}} via nvlink_bulk tile [128, 256]
 // CHECK: mk.role inter_send ctas 4
+// CHECK: mk.single_cta {
+// CHECK: mk.tile_grid ({{.*}}) over %{{.*}} held_by %{{.*}} tiles [128, 256] :
+// CHECK: mk.tile_grid ({{.*}}) over %{{.*}} tiles [1, 128, 256] distribute gpus :
 // CHECK: mk.role inter_reduce ctas 4
 // CHECK: mk.role republish ctas 4
 // CHECK: mk.role dispatch ctas 8
-mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> (
+mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> rank 5 (
     %c: !mk.tensor<[1024, 1024], bf16, shard 0 over world>,
     %stage: !mk.tensor<[4, 1024, 1024], bf16, symmetric>,
     %recv: !mk.tensor<[2, 1024, 1024], bf16, symmetric>) grid 132 {
   mk.flags @partial [8, 4]
   mk.flags @reduced [8, 4]
+  %i1 = arith.constant 1 : index
   mk.role compute ctas 100 {
     mk.tile_grid (%m, %n) over %c global tiles [128, 256] : !mk.tensor<[1024, 1024], bf16, shard 0 over world> {
       %zero = arith.constant 0.0 : bf16
@@ -264,6 +268,14 @@ mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> (
     mk.copy %stage[%i, %i, %i] -> %stage[%i, %i, %i] at gpu %g via nvlink_bulk tile [128, 256] : !mk.tensor<[4, 1024, 1024], bf16, symmetric>, !mk.tensor<[4, 1024, 1024], bf16, symmetric>
   }
   mk.role inter_send ctas 4 {
+    mk.single_cta {
+      %i = arith.constant 0 : index
+      mk.signal @reduced[%i, %i]
+    }
+    mk.tile_grid (%m, %n) over %c held_by %i1 tiles [128, 256] : !mk.tensor<[1024, 1024], bf16, shard 0 over world> {
+    }
+    mk.tile_grid (%s, %m, %n) over %stage tiles [1, 128, 256] distribute gpus : !mk.tensor<[4, 1024, 1024], bf16, symmetric> {
+    }
   }
   mk.role inter_reduce ctas 4 {
   }
@@ -279,4 +291,17 @@ mk.program @scheduled [M = 1024, N = 1024] mesh <2x4> (
 // CHECK-LABEL: mk.program @attrs_outside_types
 // CHECK-SAME: attributes {mesh_hint = #mk.mesh<2x?>, order_hint = #mk.order<swizzle 4, local_first>, placement_hint = #mk.placement<shard 1 over gpus>}
 mk.program @attrs_outside_types [] mesh <?x?> () attributes {mesh_hint = #mk.mesh<2x?>, order_hint = #mk.order<swizzle 4, local_first>, placement_hint = #mk.placement<shard 1 over gpus>} {
+}
+
+// -----
+
+// Roles before mk-partition-roles: no CTA counts, no grid.
+// CHECK-LABEL: mk.program @unpartitioned
+// CHECK: mk.role compute {
+// CHECK: mk.role republish {
+mk.program @unpartitioned [] mesh <1x2> () {
+  mk.role compute {
+  }
+  mk.role republish {
+  }
 }

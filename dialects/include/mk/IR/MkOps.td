@@ -34,8 +34,9 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
   let summary = "A fused multi-GPU operation: distributed tensors and what happens to their tiles";
   let description = [{
     A program declares its shape symbols (bound to numbers by specialization, `M = 8192` once
-    bound), the topology it runs on, and its distributed tensor arguments. Its body holds tile grids,
-    collectives and, after the compiler's passes, the roles of one persistent kernel of `grid` CTAs.
+    bound), the topology it runs on (and, once specialized for one, the rank it is compiled for),
+    and its distributed tensor arguments. Its body holds tile grids, collectives and, after the
+    compiler's passes, the roles of one persistent kernel of `grid` CTAs.
 
     ```mlir
     mk.program @gemm_allreduce [M, N, K] mesh <?x?> (
@@ -50,6 +51,7 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
                        StrArrayAttr:$shape_symbols,
                        DenseI64ArrayAttr:$shape_values,
                        Mk_MeshAttr:$mesh,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$rank,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$grid);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
@@ -80,7 +82,8 @@ def Mk_BufferOp : Mk_Op<"buffer", [HasParent<"ProgramOp">,
   let assemblyFormat = "attr-dict `:` qualified(type($result))";
 }
 
-def Mk_TileGridOp : Mk_Op<"tile_grid", [SingleBlock, NoTerminator, RecursiveMemoryEffects]> {
+def Mk_TileGridOp : Mk_Op<"tile_grid", [SingleBlock, NoTerminator, RecursiveMemoryEffects,
+                                         AttrSizedOperandSegments]> {
   let summary = "The tiles of a tensor, each processed once by the body";
   let description = [{
     The body runs once per tile of `target`, with the tile's global coordinates as block arguments.
@@ -91,6 +94,11 @@ def Mk_TileGridOp : Mk_Op<"tile_grid", [SingleBlock, NoTerminator, RecursiveMemo
     tiles past `counts[i0]` rows of the second-last dim are skipped. `order` is the production
     order; the compiler picks one where the program does not.
 
+    Two clauses distribute a grid's tiles over ranks (the compiler uses them): `held_by %i` visits
+    the tiles of the shard held by index %i along the target's sharding axis instead of this
+    rank's, and `distribute gpus` keeps only the tiles whose owner (mk.owner) is this rank's GPU
+    index.
+
     ```mlir
     mk.tile_grid (%m, %n) over %C tiles [128, 256] order #mk.order<swizzle 8> : !mk.tensor<[M, N], bf16, replicated> {
       ...
@@ -98,11 +106,13 @@ def Mk_TileGridOp : Mk_Op<"tile_grid", [SingleBlock, NoTerminator, RecursiveMemo
     ```
   }];
   let arguments = (ins Mk_Tensor:$target,
+                       Optional<Index>:$holder,
                        Optional<Mk_Tensor>:$row_counts,
                        DenseI64ArrayAttr:$tile_sizes,
                        UnitAttr:$global,
                        UnitAttr:$masked,
-                       OptionalAttr<Mk_TileOrderAttr>:$order);
+                       OptionalAttr<Mk_TileOrderAttr>:$order,
+                       OptionalAttr<Mk_MeshAxis>:$distribute);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;

@@ -13,7 +13,8 @@ def Mk_RoleOp : Mk_Op<"role", [HasParent<"ProgramOp">, SingleBlock, NoTerminator
   let summary = "The work of a set of CTAs of the persistent kernel";
   let description = [{
     The program's grid is split into roles: CTAs [sum of the counts of the roles before, + ctas)
-    run this body. Tile grids inside a role are spread over its CTAs.
+    run this body. Tile grids inside a role are spread over its CTAs; other ops run on each of
+    them. The count is left out until mk-partition-roles assigns it.
 
     ```mlir
     mk.role compute ctas 120 {
@@ -22,9 +23,9 @@ def Mk_RoleOp : Mk_Op<"role", [HasParent<"ProgramOp">, SingleBlock, NoTerminator
     mk.role intra_reduce ctas 12 { ... }
     ```
   }];
-  let arguments = (ins Mk_RoleKind:$kind, ConfinedAttr<I64Attr, [IntPositive]>:$ctas);
+  let arguments = (ins Mk_RoleKind:$kind, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$ctas);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$kind `ctas` $ctas attr-dict-with-keyword $body";
+  let assemblyFormat = "$kind (`ctas` $ctas^)? attr-dict-with-keyword $body";
 }
 
 def Mk_FlagsOp : Mk_Op<"flags", [Symbol, HasParent<"ProgramOp">]> {
@@ -146,8 +147,12 @@ def Mk_PlaceOp : Mk_Op<"place", [Pure]> {
 }
 
 def Mk_OwnerOp : Mk_Op<"owner", [Pure]> {
-  let summary = "The node and GPU index of the rank whose shard holds a tile";
+  let summary = "The node and GPU index of the rank that owns a tile";
   let description = [{
+    For a sharded tensor, the rank whose shard holds the tile. For a replicated or symmetric
+    tensor, whose tiles every rank holds, the rank responsible for it: tiles are dealt round-robin,
+    the tile of row-major linear index l going to rank l mod size(world).
+
     ```mlir
     %node, %gpu = mk.owner %C[%m, %n] tile [128, 256] : !mk.tensor<[M, N], bf16, shard 0 over world>
     ```
@@ -156,6 +161,20 @@ def Mk_OwnerOp : Mk_Op<"owner", [Pure]> {
   let results = (outs Index:$node, Index:$gpu);
   let assemblyFormat = "$tensor `[` $indices `]` `tile` $tile attr-dict `:` qualified(type($tensor))";
   let hasVerifier = 1;
+}
+
+def Mk_SingleCtaOp : Mk_Op<"single_cta", [HasParent<"RoleOp">, SingleBlock, NoTerminator,
+                                          RecursiveMemoryEffects]> {
+  let summary = "Work done once per launch, by the first CTA of the enclosing role";
+  let description = [{
+    ```mlir
+    mk.single_cta {
+      mk.signal @launched[%c0] at gpu %g via nvlink_store
+    }
+    ```
+  }];
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
 }
 
 #endif // MK_SCHEDULE_OPS_TD
