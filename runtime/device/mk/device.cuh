@@ -1,0 +1,24 @@
+//===- mk/device.cuh - the device library that generated kernels call ---------------===//
+//
+// Header-only, compiled by NVRTC for sm_90a with no host headers. Every function lives in
+// namespace mk and is collective over the CTA: all MK_CTA_THREADS threads call it with the same
+// arguments. Functions that take `smem` get the kernel's dynamic shared memory
+//   extern __shared__ __align__(128) unsigned char mk_smem[];
+// which must hold at least the *_smem_bytes() they name; they leave it free for the next call.
+//
+//   mk/device/tile.cuh   register tiles: splat, convert, arithmetic, activations, load, store,
+//                        accumulate
+//   mk/device/gemm.cuh   matmul: one output tile on the tensor cores
+//   mk/device/comm.cuh   copies to peers, signal / wait on flags, the host proxy queue
+//
+//===----------------------------------------------------------------------------------===//
+
+#ifndef MK_DEVICE_CUH
+#define MK_DEVICE_CUH
+
+#include "mk/abi.h"
+#include "mk/device/comm.cuh"
+#include "mk/device/gemm.cuh"
+#include "mk/device/tile.cuh"
+
+#endif // MK_DEVICE_CUH

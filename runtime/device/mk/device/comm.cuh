@@ -1,0 +1,51 @@
+//===- mk/device/comm.cuh - copies between GPUs, flags, and the host proxy queue ------===//
+//
+// Collective over the CTA, like everything in mk/device: all MK_CTA_THREADS threads call each
+// function with the same arguments. Peer memory is a plain mapped pointer: ordinary loads,
+// stores and atomics reach it over NVLink.
+//
+//===----------------------------------------------------------------------------------===//
+
+#ifndef MK_DEVICE_COMM_CUH
+#define MK_DEVICE_COMM_CUH
+
+#include "mk/device/impl/comm__types.cuh"
+
+namespace mk {
+
+/// Copies a `rows` x `cols` region of T (row-major; fewer than 2^31 16-byte chunks) from `src` to
+/// `dst`, either of which may be a peer mapping, in coalesced 16-byte vectors when both pointers
+/// and leading dimensions allow it, else element by element.
+template <typename T>
+__device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *dst,
+                                            long long dst_ld, int rows, int cols);
+
+/// Shared memory that copy_region_bulk needs.
+__host__ __device__ constexpr int copy_region_bulk_smem_bytes();
+
+/// copy_region through the bulk-copy engine (cp.async.bulk global -> shared -> global, completion
+/// on mbarriers), which frees the CTA's threads from moving data. Falls back to copy_region when
+/// the rows are not 16-byte aligned and sized. Its writes are complete when it returns.
+template <typename T>
+__device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
+                                                 long long dst_ld, int rows, int cols,
+                                                 void *smem);
+
+/// Publishes the CTA's earlier writes (to this GPU or peers) at system scope, then adds 1 to the
+/// arrival counter `*flag` with release semantics.
+__device__ __forceinline__ void signal(mk_u32 *flag);
+
+/// Returns once `*flag` >= `target` (compared wrap-safely), with acquire semantics: what was
+/// written before the signals it counts is visible to the whole CTA.
+__device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target);
+
+/// Hands `command` to the host proxy through the ring `q` (protocol in mk/abi.h), after the
+/// CTA's earlier writes, which the command may refer to. Waits while the ring is full.
+__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
+                                          const mk_proxy_command &command);
+
+} // namespace mk
+
+#include "mk/device/impl/comm__funcs.cuh"
+
+#endif // MK_DEVICE_COMM_CUH

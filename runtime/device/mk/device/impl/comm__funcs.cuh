@@ -1,0 +1,178 @@
+//===- mk/device/impl/comm__funcs.cuh - definitions for mk/device/comm.cuh -----------===//
+
+#ifndef MK_DEVICE_IMPL_COMM_FUNCS_CUH
+#define MK_DEVICE_IMPL_COMM_FUNCS_CUH
+
+#include "mk/device/impl/comm__types.cuh"
+#include "mk/device/impl/ptx__funcs.cuh"
+#include "mk/device/tile.cuh"
+
+namespace mk {
+
+template <typename T>
+__device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *dst,
+                                            long long dst_ld, int rows, int cols) {
+  using Vector = detail::Vector<T>;
+  // Chunks in flight per thread: loads of one round are all issued before its stores.
+  constexpr int kUnroll = 8;
+  const bool aligned = detail::vector_aligned(src, src_ld) && detail::vector_aligned(dst, dst_ld);
+  const int row_chunks = (cols + Vector::kSize - 1) / Vector::kSize;
+  const int chunks = rows * row_chunks;
+  for (int first = threadIdx.x; first < chunks; first += kUnroll * MK_CTA_THREADS) {
+    int row[kUnroll], col[kUnroll];
+    Vector v[kUnroll];
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) {
+      const int index = first + i * MK_CTA_THREADS;
+      row[i] = index / row_chunks;
+      col[i] = (index - row[i] * row_chunks) * Vector::kSize;
+      if (index < chunks)
+        v[i] = detail::load_chunk(src + row[i] * src_ld + col[i],
+                                  min(cols - col[i], Vector::kSize), aligned);
+    }
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i)
+      if (first + i * MK_CTA_THREADS < chunks)
+        detail::store_chunk(dst + row[i] * dst_ld + col[i], v[i],
+                            min(cols - col[i], Vector::kSize), aligned);
+  }
+}
+
+__host__ __device__ constexpr int copy_region_bulk_smem_bytes() {
+  return detail::BulkStaging::kBytes;
+}
+
+template <typename T>
+__device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
+                                                 long long dst_ld, int rows, int cols,
+                                                 void *smem) {
+  using Staging = detail::BulkStaging;
+  const long long row_bytes = static_cast<long long>(cols) * sizeof(T);
+  if (row_bytes % 16 != 0 || !detail::vector_aligned(src, src_ld) ||
+      !detail::vector_aligned(dst, dst_ld)) {
+    copy_region(src, src_ld, dst, dst_ld, rows, cols);
+    return;
+  }
+  if (rows <= 0 || cols <= 0)
+    return;
+
+  // Each batch fills one slot: as many whole rows as fit, or one slot-sized piece of a long row.
+  const int row_pieces = int((row_bytes + Staging::kSlotBytes - 1) / Staging::kSlotBytes);
+  const int batch_rows = row_pieces == 1 ? int(Staging::kSlotBytes / row_bytes) : 1;
+  const int batches = row_pieces == 1 ? (rows + batch_rows - 1) / batch_rows : rows * row_pieces;
+  const auto batch_at = [&](int b) -> detail::BulkBatch {
+    if (row_pieces == 1)
+      return {b * batch_rows, min(batch_rows, rows - b * batch_rows), 0, int(row_bytes)};
+    const long long offset = static_cast<long long>(b % row_pieces) * Staging::kSlotBytes;
+    return {b / row_pieces, 1, offset, int(min(row_bytes - offset, (long long)Staging::kSlotBytes))};
+  };
+  const mk_u32 slots = ptx::smem_address(smem);
+  const auto slot = [&](int b) { return slots + b % Staging::kSlots * Staging::kSlotBytes; };
+  const auto barrier = [&](int b) { return slots + Staging::kBarriersOffset + b % Staging::kSlots * 8; };
+  const char *src_bytes = reinterpret_cast<const char *>(src);
+  char *dst_bytes = reinterpret_cast<char *>(dst);
+  const long long src_pitch = src_ld * sizeof(T), dst_pitch = dst_ld * sizeof(T);
+
+  // Every thread's earlier ordinary accesses (to this shared memory, to the source) come before
+  // the bulk-copy engine's.
+  ptx::fence_proxy_async();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Staging::kSlots; ++s)
+      ptx::mbarrier_init(barrier(s), 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  // One warp drives the engine; its lanes issue the per-row copies of a batch.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const auto load = [&](int b) {
+      const detail::BulkBatch batch = batch_at(b);
+      if (lane == 0)
+        ptx::mbarrier_arrive_expect_tx(barrier(b), batch.count * batch.bytes);
+      __syncwarp();
+      for (int i = lane; i < batch.count; i += 32)
+        ptx::bulk_copy_global_to_shared(
+            slot(b) + i * batch.bytes,
+            src_bytes + (batch.first_row + i) * src_pitch + batch.offset, batch.bytes,
+            barrier(b));
+    };
+    const auto store = [&](int b) {
+      const detail::BulkBatch batch = batch_at(b);
+      ptx::mbarrier_wait(barrier(b), b / Staging::kSlots % 2);
+      for (int i = lane; i < batch.count; i += 32)
+        ptx::bulk_copy_shared_to_global(
+            dst_bytes + (batch.first_row + i) * dst_pitch + batch.offset,
+            slot(b) + i * batch.bytes, batch.bytes);
+      ptx::bulk_commit();
+    };
+    for (int b = 0; b < min(batches, Staging::kSlots); ++b)
+      load(b);
+    for (int b = 0; b < batches; ++b) {
+      store(b);
+      // Refill the slot of batch b - 1 once its stores have read it: all but the newest group.
+      if (b >= 1 && b - 1 + Staging::kSlots < batches) {
+        ptx::bulk_wait_read<1>();
+        __syncwarp();
+        load(b - 1 + Staging::kSlots);
+      }
+    }
+    // The writes are complete, and ordered before what the CTA does next (a signal, say).
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
+    __syncwarp();
+    if (lane == 0)
+      for (int s = 0; s < Staging::kSlots; ++s)
+        ptx::mbarrier_inval(barrier(s));
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void signal(mk_u32 *flag) {
+  // The barrier orders every thread's writes before thread 0's release, and release is
+  // cumulative: a waiter that acquires the new count sees them all.
+  __syncthreads();
+  if (threadIdx.x == 0)
+    ptx::red_add_release_sys(flag, 1);
+}
+
+__device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
+  if (threadIdx.x == 0) {
+    detail::Backoff backoff;
+    // Counters never reset and may wrap: compare the signed distance.
+    while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
+      backoff.pause();
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
+                                          const mk_proxy_command &command) {
+  __syncthreads();
+  if (threadIdx.x != 0)
+    return;
+  const mk_u64 slot = atomicAdd(q.head, 1ull);
+  // The proxy hands slots back in order; ours is free once the one capacity before it is.
+  detail::Backoff backoff;
+  while (slot - ptx::load_acquire_sys(q.tail) >= q.capacity)
+    backoff.pause();
+  mk_proxy_command &entry = q.ring[slot & (q.capacity - 1)];
+  entry.dst_node = command.dst_node;
+  entry.src_tensor = command.src_tensor;
+  entry.dst_tensor = command.dst_tensor;
+  entry.src_offset = command.src_offset;
+  entry.dst_offset = command.dst_offset;
+  entry.rows = command.rows;
+  entry.row_bytes = command.row_bytes;
+  entry.src_pitch = command.src_pitch;
+  entry.dst_pitch = command.dst_pitch;
+  entry.flag = command.flag;
+  for (int i = 0; i < 3; ++i)
+    entry.reserved[i] = command.reserved[i];
+  // Publishes the fields above, and the CTA's writes before the barrier, with the kind.
+  ptx::store_release_sys(&entry.kind, command.kind);
+}
+
+} // namespace mk
+
+#endif // MK_DEVICE_IMPL_COMM_FUNCS_CUH

@@ -1,0 +1,43 @@
+//===- mk/device/impl/comm__types.cuh - transfers, flags and the proxy queue ----------===//
+
+#ifndef MK_DEVICE_IMPL_COMM_TYPES_CUH
+#define MK_DEVICE_IMPL_COMM_TYPES_CUH
+
+#include "mk/abi.h"
+
+namespace mk {
+namespace detail {
+
+/// copy_region_bulk's staging: kSlots buffers that bulk loads fill while bulk stores drain the
+/// others, each with the mbarrier its loads complete on.
+struct BulkStaging {
+  static constexpr int kSlots = 4;
+  static constexpr int kSlotBytes = 16 * 1024;
+  static constexpr int kBarriersOffset = kSlots * kSlotBytes;
+  static constexpr int kBytes = kBarriersOffset + kSlots * 8;
+};
+
+/// One slot's worth of a bulk copy: `count` rows from `first_row` (whole rows, or a piece of one
+/// row when rows are longer than a slot), `bytes` of each from byte `offset` within the row.
+struct BulkBatch {
+  int first_row;
+  int count;
+  long long offset;
+  int bytes;
+};
+
+/// Exponential backoff for polling threads: they leave the issue slots (and the NVLink or PCIe
+/// bandwidth) to the rest of the SM, adding at most about a microsecond of latency.
+struct Backoff {
+  unsigned nanoseconds = 32;
+  __device__ __forceinline__ void pause() {
+    __nanosleep(nanoseconds);
+    if (nanoseconds < 1024)
+      nanoseconds *= 2;
+  }
+};
+
+} // namespace detail
+} // namespace mk
+
+#endif // MK_DEVICE_IMPL_COMM_TYPES_CUH

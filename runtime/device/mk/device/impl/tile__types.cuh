@@ -1,0 +1,127 @@
+//===- mk/device/impl/tile__types.cuh - register tiles and their shared-memory form -===//
+
+#ifndef MK_DEVICE_IMPL_TILE_TYPES_CUH
+#define MK_DEVICE_IMPL_TILE_TYPES_CUH
+
+#include "mk/abi.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace mk {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+/// How accumulate_tiles combines its slots.
+enum class Reduce { sum, max, min };
+
+/// Warps of a CTA; every collective function is written for exactly this many threads.
+constexpr int kCtaWarps = MK_CTA_THREADS / 32;
+static_assert(MK_CTA_THREADS % 32 == 0, "whole warps");
+
+/// Dynamic shared memory one CTA can have on sm_90 (227 KiB).
+constexpr int kMaxSmemBytes = 227 * 1024;
+
+namespace detail {
+
+/// Two adjacent elements of a row, the unit the tensor cores' accumulator layout hands out.
+template <typename T> struct PairOf;
+template <> struct PairOf<float> { using type = float2; };
+template <> struct PairOf<bf16> { using type = __nv_bfloat162; };
+template <> struct PairOf<f16> { using type = __half2; };
+
+__host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
+
+/// The warp grid (rows of warps) that gives each warp the squarest block of a `rows` x `cols`
+/// tile in whole 16x16 blocks: the least shared-memory traffic per mma in matmul. 0: none fits.
+__host__ __device__ constexpr int warp_grid_rows(int rows, int cols) {
+  int best = 0;
+  for (int warp_rows = 1; warp_rows <= kCtaWarps; warp_rows *= 2) {
+    const int warp_cols = kCtaWarps / warp_rows;
+    if (rows % (16 * warp_rows) != 0 || cols % (16 * warp_cols) != 0)
+      continue;
+    if (best == 0 ||
+        rows / warp_rows + cols / warp_cols < rows / best + cols / (kCtaWarps / best))
+      best = warp_rows;
+  }
+  return best;
+}
+
+} // namespace detail
+
+/// Where the elements of an R x C tile live: the CTA's warps form a kWarpsM x kWarpsN grid, each
+/// warp owns a kWarpRows x kWarpCols block, cut into m16n8 fragments laid out as the accumulators
+/// of mma.m16n8k16: lane l holds the pairs (row l/4, cols 2(l%4)..+1) and (row l/4 + 8, same
+/// cols) of each fragment. Pair p of a thread is fragment p / 2 (row-major over the warp's
+/// fragments), upper (p even) or lower (p odd) half. matmul produces exactly this layout.
+template <int R, int C> struct TileLayout {
+  static constexpr int kWarpsM = detail::warp_grid_rows(R, C);
+  static_assert(kWarpsM != 0, "a tile must split into 16x16 blocks over the CTA's 8 warps "
+                              "(R and C multiples of 16, R * C >= 2048)");
+  static constexpr int kWarpsN = kCtaWarps / kWarpsM;
+  static constexpr int kWarpRows = R / kWarpsM;
+  static constexpr int kWarpCols = C / kWarpsN;
+  static constexpr int kFragmentRows = kWarpRows / 16; // m16 fragments per warp
+  static constexpr int kFragmentCols = kWarpCols / 8;  // n8 fragments per warp
+  static constexpr int kPairs = kFragmentRows * kFragmentCols * 2;
+
+  static __device__ __forceinline__ int warp() { return threadIdx.x / 32; }
+  static __device__ __forceinline__ int lane() { return threadIdx.x % 32; }
+
+  /// Tile row of this thread's pair `p`.
+  static __device__ __forceinline__ int row(int p) {
+    return warp() / kWarpsN * kWarpRows + p / (2 * kFragmentCols) * 16 + p % 2 * 8 + lane() / 4;
+  }
+  /// Tile column of the first element of this thread's pair `p`.
+  static __device__ __forceinline__ int col(int p) {
+    return warp() % kWarpsN * kWarpCols + p / 2 % kFragmentCols * 8 + lane() % 4 * 2;
+  }
+};
+
+/// An R x C tile of T held in the registers of the CTA's threads, in TileLayout<R, C>.
+template <typename T, int R, int C> struct Tile {
+  using Layout = TileLayout<R, C>;
+  using Pair = typename detail::PairOf<T>::type;
+  Pair pairs[Layout::kPairs];
+};
+
+namespace detail {
+
+/// A kRows x kCols tile of T in shared memory, row-major, as 16-byte chunks XOR-swizzled so that
+/// the 8 rows an ldmatrix or a fragment store touches at one column, and 8 consecutive chunks of
+/// a row, fall in distinct bank groups: every shared-memory access of the library is free of bank
+/// conflicts. The shared-memory form of a Tile<T, R, C>, and of matmul's operand stages.
+template <typename T, int kRows, int kCols> struct TileSmem {
+  static constexpr int kRowBytes = kCols * int(sizeof(T));
+  static_assert(kRowBytes % 16 == 0, "rows of whole 16-byte chunks");
+  static constexpr int kRowChunks = kRowBytes / 16;
+  static constexpr int kChunks = kRows * kRowChunks;
+  static constexpr int kBytes = kRows * kRowBytes;
+  // Chunks are permuted within groups of kSwizzle (a power of two dividing the row, at most the
+  // 8 chunks of a 128-byte bank line); kRowsPerLine rows share one line when a row is shorter.
+  static constexpr int kSwizzle = min_of(8, kRowChunks & -kRowChunks);
+  static constexpr int kRowsPerLine = 8 / kSwizzle;
+
+  /// Byte offset of chunk `chunk` of row `row`.
+  static __device__ __forceinline__ int chunk(int row, int chunk) {
+    return row * kRowBytes + (chunk ^ (row / kRowsPerLine % kSwizzle)) * 16;
+  }
+  /// Byte offset of element (row, col).
+  static __device__ __forceinline__ int element(int row, int col) {
+    const int byte = col * int(sizeof(T));
+    return chunk(row, byte / 16) + byte % 16;
+  }
+};
+
+/// 16 bytes of T, the unit of vectorised global accesses.
+template <typename T> struct alignas(16) Vector {
+  static constexpr int kSize = 16 / int(sizeof(T));
+  T elements[kSize];
+};
+
+} // namespace detail
+} // namespace mk
+
+#endif // MK_DEVICE_IMPL_TILE_TYPES_CUH
