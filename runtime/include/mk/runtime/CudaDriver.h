@@ -1,0 +1,130 @@
+//===- mk/runtime/CudaDriver.h - the CUDA driver API, loaded at run time ---*- C++ -*-===//
+//
+// The driver (libcuda.so.1) comes with the GPU's kernel module, not with the toolkit: a binary
+// linked against it does not even start on a machine without a GPU. So it is opened with dlopen
+// and its entry points resolved with cuGetProcAddress, for the API version of the cuda.h this
+// was built with; `available()` says whether that worked and, if not, why.
+//
+//   const mk::cuda::Driver &cu = mk::cuda::Driver::get();
+//   if (!cu.available()) { skip(cu.unavailableReason()); }
+//   CUdeviceptr p;
+//   MK_CU_CHECK(cu, cuMemAlloc(&p, bytes));  // throws mk::cuda::Error naming the call and error
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_RUNTIME_CUDADRIVER_H
+#define MK_RUNTIME_CUDADRIVER_H
+
+#include <cuda.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace mk::cuda {
+
+// The entry points this project uses. cuda.h maps some names to versioned symbols
+// (cuMemAlloc -> cuMemAlloc_v2); members are declared through those macros, so
+// `driver.cuMemAlloc` means what `cuMemAlloc` means in cuda.h.
+#define MK_CUDA_DRIVER_FUNCTIONS(X)                                                              \
+  X(cuGetErrorName)                                                                              \
+  X(cuGetErrorString)                                                                            \
+  X(cuInit)                                                                                      \
+  X(cuDriverGetVersion)                                                                          \
+  X(cuDeviceGetCount)                                                                            \
+  X(cuDeviceGet)                                                                                 \
+  X(cuDeviceGetName)                                                                             \
+  X(cuDeviceGetAttribute)                                                                        \
+  X(cuDevicePrimaryCtxRetain)                                                                    \
+  X(cuDevicePrimaryCtxRelease)                                                                   \
+  X(cuCtxSetCurrent)                                                                             \
+  X(cuCtxSynchronize)                                                                            \
+  X(cuCtxGetDevice)                                                                              \
+  X(cuModuleLoadData)                                                                            \
+  X(cuModuleUnload)                                                                              \
+  X(cuModuleGetFunction)                                                                         \
+  X(cuModuleGetGlobal)                                                                           \
+  X(cuFuncSetAttribute)                                                                          \
+  X(cuFuncGetAttribute)                                                                          \
+  X(cuLaunchKernel)                                                                              \
+  X(cuMemAlloc)                                                                                  \
+  X(cuMemFree)                                                                                   \
+  X(cuMemcpyHtoD)                                                                                \
+  X(cuMemcpyDtoH)                                                                                \
+  X(cuMemsetD8)                                                                                  \
+  X(cuMemsetD32)                                                                                 \
+  X(cuMemHostAlloc)                                                                              \
+  X(cuMemHostGetDevicePointer)                                                                   \
+  X(cuMemFreeHost)                                                                               \
+  X(cuStreamCreate)                                                                              \
+  X(cuStreamDestroy)                                                                             \
+  X(cuStreamSynchronize)                                                                         \
+  X(cuEventCreate)                                                                               \
+  X(cuEventDestroy)                                                                              \
+  X(cuEventRecord)                                                                               \
+  X(cuEventSynchronize)                                                                          \
+  X(cuEventElapsedTime)
+
+/// A failed driver call: what was called and the driver's name and description of the error.
+class Error : public std::runtime_error {
+public:
+  Error(CUresult result, const std::string &message)
+      : std::runtime_error(message), result_(result) {}
+  CUresult result() const { return result_; }
+
+private:
+  CUresult result_;
+};
+
+class Driver {
+public:
+  /// The process's driver, loaded and initialised (cuInit) on first use.
+  static const Driver &get();
+
+  /// Whether the driver loaded, initialised and sees at least one device.
+  bool available() const { return reason_.empty(); }
+  /// Why not, when it is not available: "dlopen(libcuda.so.1) failed: ...", "cuInit: ...".
+  const std::string &unavailableReason() const { return reason_; }
+
+  /// "NAME (description)" for a driver result, e.g. "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+  std::string describe(CUresult result) const;
+  /// Throws Error("what: NAME (description)") unless `result` is CUDA_SUCCESS.
+  void check(CUresult result, const char *what) const;
+
+#define MK_CUDA_DRIVER_DECLARE(name) decltype(&::name) name = nullptr;
+  MK_CUDA_DRIVER_FUNCTIONS(MK_CUDA_DRIVER_DECLARE)
+#undef MK_CUDA_DRIVER_DECLARE
+
+  Driver(const Driver &) = delete;
+  Driver &operator=(const Driver &) = delete;
+
+private:
+  Driver();
+  ~Driver();
+  void *library_ = nullptr;
+  std::string reason_;
+};
+
+/// A device's primary context, retained and made current on this thread for the object's life.
+class PrimaryContext {
+public:
+  explicit PrimaryContext(const Driver &driver, int ordinal = 0);
+  ~PrimaryContext();
+  PrimaryContext(const PrimaryContext &) = delete;
+  PrimaryContext &operator=(const PrimaryContext &) = delete;
+
+  CUdevice device() const { return device_; }
+  CUcontext context() const { return context_; }
+
+private:
+  const Driver &driver_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+};
+
+} // namespace mk::cuda
+
+/// Calls `call` (a driver function name and its arguments) through `driver`; throws
+/// mk::cuda::Error naming the call on failure.
+#define MK_CU_CHECK(driver, call) (driver).check((driver).call, #call)
+
+#endif // MK_RUNTIME_CUDADRIVER_H

@@ -1,0 +1,94 @@
+//===- CudaDriver.cpp - the CUDA driver API, loaded at run time ------------===//
+
+#include "mk/runtime/CudaDriver.h"
+
+#include <dlfcn.h>
+
+namespace mk::cuda {
+
+namespace {
+// cuGetProcAddress as of CUDA 12 (the symbol cuda.h's cuGetProcAddress macro names).
+using GetProcAddress = CUresult (*)(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+} // namespace
+
+const Driver &Driver::get() {
+  static const Driver driver;
+  return driver;
+}
+
+Driver::Driver() {
+  library_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!library_) {
+    const char *error = dlerror();
+    reason_ = std::string("dlopen(libcuda.so.1) failed: ") + (error ? error : "unknown error");
+    return;
+  }
+  auto getProcAddress = reinterpret_cast<GetProcAddress>(dlsym(library_, "cuGetProcAddress_v2"));
+  if (!getProcAddress) {
+    reason_ = "libcuda.so.1 has no cuGetProcAddress_v2: the driver predates CUDA 12";
+    return;
+  }
+  // Each entry point in the version that matches the declarations of our cuda.h. The name is
+  // the unversioned one (#name does not expand cuda.h's macros).
+  const auto resolve = [&](const char *name, void **entry) {
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult result = getProcAddress(name, entry, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    if ((result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || !*entry) &&
+        reason_.empty())
+      reason_ = std::string("the driver lacks ") + name + " for CUDA " +
+                std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) +
+                " (status " + std::to_string(static_cast<int>(status)) + ")";
+  };
+#define MK_CUDA_DRIVER_RESOLVE(name) resolve(#name, reinterpret_cast<void **>(&name));
+  MK_CUDA_DRIVER_FUNCTIONS(MK_CUDA_DRIVER_RESOLVE)
+#undef MK_CUDA_DRIVER_RESOLVE
+  if (!reason_.empty())
+    return;
+
+  if (CUresult result = cuInit(0); result != CUDA_SUCCESS) {
+    reason_ = "cuInit: " + describe(result);
+    return;
+  }
+  int devices = 0;
+  if (CUresult result = cuDeviceGetCount(&devices); result != CUDA_SUCCESS)
+    reason_ = "cuDeviceGetCount: " + describe(result);
+  else if (devices == 0)
+    reason_ = "no CUDA device";
+}
+
+// The library stays loaded: the driver must outlive every static object that may still call it.
+Driver::~Driver() = default;
+
+std::string Driver::describe(CUresult result) const {
+  const char *name = nullptr, *text = nullptr;
+  if (cuGetErrorName && cuGetErrorName(result, &name) != CUDA_SUCCESS)
+    name = nullptr;
+  if (cuGetErrorString && cuGetErrorString(result, &text) != CUDA_SUCCESS)
+    text = nullptr;
+  std::string description = name ? name : "CUresult " + std::to_string(static_cast<int>(result));
+  if (text)
+    description += std::string(" (") + text + ")";
+  return description;
+}
+
+void Driver::check(CUresult result, const char *what) const {
+  if (result != CUDA_SUCCESS)
+    throw Error(result, std::string(what) + ": " + describe(result));
+}
+
+PrimaryContext::PrimaryContext(const Driver &driver, int ordinal) : driver_(driver) {
+  MK_CU_CHECK(driver_, cuDeviceGet(&device_, ordinal));
+  MK_CU_CHECK(driver_, cuDevicePrimaryCtxRetain(&context_, device_));
+  if (CUresult result = driver_.cuCtxSetCurrent(context_); result != CUDA_SUCCESS) {
+    driver_.cuDevicePrimaryCtxRelease(device_);
+    driver_.check(result, "cuCtxSetCurrent(context_)");
+  }
+}
+
+PrimaryContext::~PrimaryContext() {
+  driver_.cuCtxSetCurrent(nullptr);
+  driver_.cuDevicePrimaryCtxRelease(device_);
+}
+
+} // namespace mk::cuda
