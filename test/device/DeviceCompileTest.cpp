@@ -1,0 +1,111 @@
+// The device library compiled by NVRTC for sm_90a, without a GPU: every API function is
+// instantiated by the test kernels (kernels/*.cu), which must compile with no spills and no
+// stack frame under __launch_bounds__(MK_CTA_THREADS, 1). The same kernels run in DeviceGpuTest.
+
+#include "TestKernels.h"
+
+#include "mk/Target/DeviceHeaders.h"
+#include "mk/Target/Nvrtc.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace mk;
+
+namespace {
+
+/// Compiles `file`, requires each of `kernels` in the ptxas report with 0 spill bytes and 0 stack
+/// frame, prints their register counts, and returns the result.
+nvrtc::Result requireClean(const char *file, const std::vector<std::string> &kernels) {
+  nvrtc::Result result = test::compileKernels(file);
+  INFO(result.log);
+  REQUIRE(result.ok);
+  CHECK(result.log.find("warning") == std::string::npos);
+  for (const std::string &name : kernels) {
+    INFO("kernel " << name);
+    auto found = std::find_if(result.kernels.begin(), result.kernels.end(),
+                              [&](const nvrtc::KernelResources &k) { return k.name == name; });
+    REQUIRE(found != result.kernels.end());
+    std::cout << file << ": " << name << ": " << found->registers << " registers\n";
+    CHECK(found->registers <= 255);
+    CHECK(found->spillStoreBytes == 0);
+    CHECK(found->spillLoadBytes == 0);
+    CHECK(found->stackFrameBytes == 0);
+  }
+  CHECK(result.kernels.size() == kernels.size());
+  return result;
+}
+
+bool contains(const std::string &text, const char *what) {
+  return text.find(what) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("matmul compiles without spills: 128x256x64, 128x128x64, 64x64x64, bf16 and f16, "
+          "every operand layout",
+          "[device][gemm]") {
+  nvrtc::Result result = requireClean(
+      "matmul.cu", {"matmul_bf16_128x256x64_nn", "matmul_bf16_128x256x64_nt",
+                    "matmul_bf16_128x256x64_tn", "matmul_bf16_128x256x64_tt",
+                    "matmul_bf16_128x128x64_nn", "matmul_bf16_128x128x64_tt",
+                    "matmul_bf16_64x64x64_nt", "matmul_bf16_64x64x64_tn",
+                    "matmul_f16_128x256x64_nn", "matmul_f16_64x64x64_tt", "matmul_bf16_throughput"});
+  CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+  CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+  CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+  CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+  CHECK(contains(result.ptx, "cp.async.cg.shared.global"));
+}
+
+TEST_CASE("tile functions compile without spills: splat, convert, arithmetic, activations, load, "
+          "store, accumulate",
+          "[device][tile]") {
+  nvrtc::Result result = requireClean(
+      "tile.cu", {"tile_ops_f32", "tile_ops_bf16", "tile_ops_f16", "tile_convert",
+                  "accumulate_sum_bf16", "accumulate_max_bf16", "accumulate_min_bf16",
+                  "accumulate_sum_f32", "accumulate_sum_f16", "accumulate_sum_bf16_128x256",
+                  "accumulate_max_f32_128x256"});
+  CHECK(contains(result.ptx, "st.global.v4"));
+}
+
+TEST_CASE("communication functions compile without spills: copy_region(_bulk), signal, wait, "
+          "proxy_put",
+          "[device][comm]") {
+  nvrtc::Result result = requireClean(
+      "comm.cu", {"copy_region_bf16", "copy_region_bulk_bf16", "copy_region_f32",
+                  "copy_region_bulk_f32", "signal_wait", "proxy_put"});
+  CHECK(contains(result.ptx, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"));
+  CHECK(contains(result.ptx, "cp.async.bulk.global.shared::cta.bulk_group"));
+  CHECK(contains(result.ptx, "red.release.sys.global.add.u32"));
+  CHECK(contains(result.ptx, "ld.acquire.sys.global.u32"));
+  CHECK(contains(result.ptx, "st.release.sys.u32"));
+}
+
+TEST_CASE("each public device header compiles on its own", "[device]") {
+  for (const char *header :
+       {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {
+    INFO(header);
+    std::string source = std::string("#include \"") + header + "\"\n" +
+                         "extern \"C\" __global__ void k(float *p) { *p = 1; }\n";
+    nvrtc::Result result = nvrtc::compile(source, "k.cu", nvrtc::Options{}, deviceHeaders());
+    INFO(result.log);
+    CHECK(result.ok);
+  }
+}
+
+TEST_CASE("the device headers include no host or CCCL header", "[device]") {
+  for (const nvrtc::Header &header : deviceHeaders()) {
+    std::string_view text = header.contents;
+    for (size_t at = text.find("#include <"); at != std::string_view::npos;
+         at = text.find("#include <", at + 1)) {
+      std::string_view included = text.substr(at, text.find('\n', at) - at);
+      INFO(header.name << ": " << included);
+      CHECK((included == "#include <cuda_bf16.h>" || included == "#include <cuda_fp16.h>"));
+    }
+  }
+}

@@ -1,0 +1,625 @@
+// The device library on a GPU: the test kernels (kernels/*.cu) compiled by NVRTC, launched
+// through the driver API, and checked on random data against f32/f64 references computed here.
+// Outputs are poisoned first; edge tiles check that nothing outside the valid region is written
+// and that what lies outside loads as 0. Ends with matmul's throughput (printed, not asserted).
+//
+// Without a driver (the CI machine) it prints "SKIP: <why>" and exits 0; ctest reports Skipped.
+
+#include "TestKernels.h"
+
+#include "mk/abi.h"
+#include "mk/runtime/CudaDriver.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using mk::cuda::Driver;
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+#define CU(call) MK_CU_CHECK(Driver::get(), call)
+
+// ---- Host elements -----------------------------------------------------------------------
+
+float toFloat(float x) { return x; }
+float toFloat(bf16 x) { return __bfloat162float(x); }
+float toFloat(f16 x) { return __half2float(x); }
+
+template <typename T> T fromFloat(float x);
+template <> float fromFloat<float>(float x) { return x; }
+template <> bf16 fromFloat<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> f16 fromFloat<f16>(float x) { return __float2half_rn(x); }
+
+template <typename T> const char *typeName();
+template <> const char *typeName<float>() { return "f32"; }
+template <> const char *typeName<bf16>() { return "bf16"; }
+template <> const char *typeName<f16>() { return "f16"; }
+
+/// The spacing of T's values near 1, relative: what one rounding to T may cost.
+template <typename T> float epsilon() {
+  if constexpr (std::is_same_v<T, bf16>)
+    return 1.0f / 128;
+  else if constexpr (std::is_same_v<T, f16>)
+    return 1.0f / 1024;
+  else
+    return 1.0f / (1 << 23);
+}
+
+template <typename T> bool sameBits(T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+
+/// The bytes cuMemsetD8(0xff) leaves: a NaN in every type, so unwritten outputs stand out.
+template <typename T> T poison() {
+  T value;
+  std::memset(&value, 0xff, sizeof(T));
+  return value;
+}
+
+std::mt19937 rng(20261130);
+
+/// Random values of magnitude in [low, high] and random sign: never zero.
+template <typename T> std::vector<T> randomValues(size_t count, float low = 1.0f / 64, float high = 1) {
+  std::uniform_real_distribution<float> magnitude(low, high);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<T> values(count);
+  for (T &v : values)
+    v = fromFloat<T>(negative(rng) ? -magnitude(rng) : magnitude(rng));
+  return values;
+}
+
+// ---- Device memory, modules, launches ----------------------------------------------------
+
+template <typename T> class DeviceArray {
+public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    CU(cuMemAlloc(&pointer_, std::max<size_t>(count, 1) * sizeof(T)));
+  }
+  explicit DeviceArray(const std::vector<T> &values) : DeviceArray(values.size()) { upload(values); }
+  ~DeviceArray() { Driver::get().cuMemFree(pointer_); }
+  DeviceArray(const DeviceArray &) = delete;
+  DeviceArray &operator=(const DeviceArray &) = delete;
+
+  void upload(const std::vector<T> &values) {
+    CU(cuMemcpyHtoD(pointer_, values.data(), values.size() * sizeof(T)));
+  }
+  std::vector<T> download() const {
+    std::vector<T> values(count_);
+    CU(cuMemcpyDtoH(values.data(), pointer_, count_ * sizeof(T)));
+    return values;
+  }
+  void poison() { CU(cuMemsetD8(pointer_, 0xff, count_ * sizeof(T))); }
+  /// The device address of element `offset`, as a kernel argument.
+  CUdeviceptr at(long long offset = 0) const { return pointer_ + offset * sizeof(T); }
+
+private:
+  CUdeviceptr pointer_ = 0;
+  size_t count_;
+};
+
+class Module {
+public:
+  explicit Module(const char *file) {
+    mk::nvrtc::Result result = mk::test::compileKernels(file);
+    if (!result.ok)
+      throw std::runtime_error(std::string("NVRTC failed on ") + file + ":\n" + result.log);
+    std::printf("compiled %s in %.2f s\n", file, result.seconds);
+    CU(cuModuleLoadData(&module_, result.cubin.data()));
+  }
+  ~Module() { Driver::get().cuModuleUnload(module_); }
+
+  CUfunction function(const std::string &name) const {
+    CUfunction function;
+    CU(cuModuleGetFunction(&function, module_, name.c_str()));
+    return function;
+  }
+  /// The value of the module's `extern "C" __constant__ int name`.
+  int constant(const std::string &name) const {
+    CUdeviceptr address;
+    size_t bytes;
+    CU(cuModuleGetGlobal(&address, &bytes, module_, name.c_str()));
+    int value = 0;
+    CU(cuMemcpyDtoH(&value, address, sizeof value));
+    return value;
+  }
+
+private:
+  CUmodule module_ = nullptr;
+};
+
+struct Grid {
+  unsigned x = 1, y = 1;
+};
+
+/// Launches `kernel` with MK_CTA_THREADS threads per CTA and the dynamic shared memory its
+/// `<kernel>_smem` constant names (or `smem`), on the default stream, without waiting.
+template <typename... Args>
+void launchAsync(const Module &module, const std::string &kernel, Grid grid, int smem,
+                 Args... args) {
+  CUfunction function = module.function(kernel);
+  CU(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+  void *params[] = {static_cast<void *>(&args)...};
+  CU(cuLaunchKernel(function, grid.x, grid.y, 1, MK_CTA_THREADS, 1, 1, smem, nullptr, params,
+                    nullptr));
+}
+
+template <typename... Args>
+void launch(const Module &module, const std::string &kernel, Grid grid, Args... args) {
+  launchAsync(module, kernel, grid, module.constant(kernel + "_smem"), args...);
+  CU(cuCtxSynchronize());
+}
+
+// ---- Checking ----------------------------------------------------------------------------
+
+/// "what(i, j)", naming an element in failure reports.
+std::string element(const char *what, long long i, long long j) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%s(%lld, %lld)", what, i, j);
+  return text;
+}
+
+int passed = 0, failed = 0;
+
+/// Counts mismatches of one case and reports the first few.
+class Check {
+public:
+  explicit Check(std::string name) : name_(std::move(name)) {}
+  ~Check() {
+    if (wrong_ == 0) {
+      ++passed;
+      std::printf("PASS %s (%lld values)\n", name_.c_str(), checked_);
+    } else {
+      ++failed;
+      std::printf("FAIL %s: %lld of %lld values wrong%s\n", name_.c_str(), wrong_, checked_,
+                  first_.c_str());
+    }
+  }
+  /// Records one comparison; `what` describes it when it is among the first failures.
+  void expect(bool ok, const std::function<std::string()> &what) {
+    ++checked_;
+    if (ok)
+      return;
+    if (wrong_++ < 5)
+      first_ += "\n    " + what();
+  }
+  /// got ~ want within rtol * |want| + atol (both NaN counts as equal).
+  void near(double got, double want, double rtol, double atol, const char *where, long long i,
+            long long j) {
+    const bool ok = std::abs(got - want) <= rtol * std::abs(want) + atol ||
+                    (std::isnan(got) && std::isnan(want));
+    expect(ok, [&] {
+      char text[64];
+      std::snprintf(text, sizeof text, ": got %.8g, want %.8g", got, want);
+      return element(where, i, j) + text;
+    });
+  }
+
+private:
+  std::string name_;
+  long long checked_ = 0, wrong_ = 0;
+  std::string first_;
+};
+
+/// Checks that outside the `rows` x `cols` region of a [height x ld] array everything still
+/// holds `expected` bits (poison: not written; zero: loaded as zero).
+template <typename T>
+void checkOutside(Check &check, const std::vector<T> &values, long long height, long long ld,
+                  long long rows, long long cols, T expected, const char *what) {
+  for (long long i = 0; i < height; ++i)
+    for (long long j = 0; j < ld; ++j)
+      if (i >= rows || j >= cols)
+        check.expect(sameBits(values[i * ld + j], expected),
+                     [&] { return element(what, i, j) + ", outside the region, changed"; });
+}
+
+long long roundUp(long long x, long long multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+// ---- Cases -------------------------------------------------------------------------------
+
+/// matmul on an M x N x K product with edge tiles: A [M x K] or [K x M], B [K x N] or [N x K],
+/// leading dimensions padded to 8 with NaN, C stored whole (zeros beyond M and N).
+template <typename T>
+void testMatmul(const Module &module, int BM, int BN, int BK, bool aT, bool bT, int M, int N,
+                int K) {
+  const long long lda = aT ? roundUp(M, 8) : K, ldb = bT ? K : roundUp(N, 8);
+  const long long aRows = aT ? K : M, bRows = bT ? N : K;
+  std::vector<T> a = randomValues<T>(aRows * lda), b = randomValues<T>(bRows * ldb);
+  for (long long i = 0; i < aRows; ++i)
+    for (long long j = aT ? M : K; j < lda; ++j)
+      a[i * lda + j] = fromFloat<T>(NAN);
+  for (long long i = 0; i < bRows; ++i)
+    for (long long j = bT ? K : N; j < ldb; ++j)
+      b[i * ldb + j] = fromFloat<T>(NAN);
+  const auto aAt = [&](long long m, long long k) { return toFloat(aT ? a[k * lda + m] : a[m * lda + k]); };
+  const auto bAt = [&](long long k, long long n) { return toFloat(bT ? b[n * ldb + k] : b[k * ldb + n]); };
+
+  const unsigned tilesM = (M + BM - 1) / BM, tilesN = (N + BN - 1) / BN;
+  const long long ldc = tilesN * BN, heightC = tilesM * BM;
+  DeviceArray<T> dA(a), dB(b);
+  DeviceArray<float> dC(heightC * ldc);
+  dC.poison();
+  char kernel[64];
+  std::snprintf(kernel, sizeof kernel, "matmul_%s_%dx%dx%d_%c%c", typeName<T>(), BM, BN, BK,
+                aT ? 't' : 'n', bT ? 't' : 'n');
+  launch(module, kernel, {tilesN, tilesM}, dA.at(), lda, dB.at(), ldb, dC.at(), ldc, M, N, K);
+  const std::vector<float> c = dC.download();
+
+  Check check(std::string(kernel) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+              " K=" + std::to_string(K));
+  for (long long m = 0; m < M; ++m)
+    for (long long n = 0; n < N; ++n) {
+      double want = 0, magnitude = 0;
+      for (long long k = 0; k < K; ++k) {
+        const double p = double(aAt(m, k)) * bAt(k, n);
+        want += p;
+        magnitude += std::abs(p);
+      }
+      check.near(c[m * ldc + n], want, 0, 1e-5 * magnitude + 1e-6, "C", m, n);
+    }
+  checkOutside(check, c, heightC, ldc, M, N, 0.0f, "C");
+}
+
+enum TileOp { kCopy, kAdd, kSub, kMul, kDiv, kMax, kRelu, kGelu, kSilu, kSwiglu, kSplatAdd, kOps };
+const char *const kOpNames[] = {"copy", "add", "sub", "mul", "div", "maximum",
+                                "relu", "gelu", "silu", "swiglu", "splat+add"};
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+/// Elementwise operations, loads and stores on 64 x 128 tiles of a 100 x 200 region with leading
+/// dimension `ld` (16-byte multiple: vector accesses; odd: element by element).
+template <typename T> void testTileOps(const Module &module, long long ld) {
+  constexpr int R = 64, C = 128, M = 100, N = 200;
+  const unsigned tilesM = (M + R - 1) / R, tilesN = (N + C - 1) / C;
+  const long long plane = M * ld, wholeLd = tilesN * C, wholeHeight = tilesM * R;
+  std::vector<T> x = randomValues<T>(M * ld, 1.0f / 64, 4), y = randomValues<T>(M * ld, 0.5f, 2);
+  DeviceArray<T> dX(x), dY(y), dOut(kOps * plane), dWhole(wholeHeight * wholeLd);
+  dOut.poison();
+  dWhole.poison();
+  const std::string kernel = std::string("tile_ops_") + typeName<T>();
+  launch(module, kernel, {tilesN, tilesM}, dX.at(), dY.at(), dOut.at(), ld, plane, dWhole.at(),
+         wholeLd, M, N);
+  const std::vector<T> out = dOut.download(), whole = dWhole.download();
+
+  const double eps = epsilon<T>();
+  for (int op = 0; op < kOps; ++op) {
+    Check check(kernel + " " + kOpNames[op] + " ld=" + std::to_string(ld));
+    for (long long i = 0; i < M; ++i)
+      for (long long j = 0; j < N; ++j) {
+        const double a = toFloat(x[i * ld + j]), b = toFloat(y[i * ld + j]);
+        double want = 0, rtol = 0; // exact: rounded once from the exact result, like the host
+        switch (op) {
+        case kCopy: want = a; break;
+        case kAdd: want = toFloat(fromFloat<T>(float(a + b))); break;
+        case kSub: want = toFloat(fromFloat<T>(float(a - b))); break;
+        case kMul: want = toFloat(fromFloat<T>(float(a * b))); break;
+        case kDiv: want = a / b; rtol = eps; break;
+        case kMax: want = std::max(a, b); break;
+        case kRelu: want = std::max(a, 0.0); break;
+        case kGelu: want = 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a))); rtol = eps + 1e-5; break;
+        case kSilu: want = a * sigmoid(a); rtol = eps + 1e-5; break;
+        case kSwiglu: want = a * sigmoid(a) * b; rtol = eps + 1e-5; break;
+        case kSplatAdd: want = toFloat(fromFloat<T>(float(a + 2.5))); break;
+        }
+        check.near(toFloat(out[op * plane + i * ld + j]), want, rtol, rtol ? 1e-6 : 0, "out", i, j);
+      }
+    checkOutside(check, std::vector<T>(out.begin() + op * plane, out.begin() + (op + 1) * plane),
+                 M, ld, M, N, poison<T>(), "out");
+  }
+  Check check(kernel + " load whole edge tiles ld=" + std::to_string(ld));
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j)
+      check.expect(sameBits(whole[i * wholeLd + j], x[i * ld + j]),
+                   [&] { return element("whole", i, j); });
+  checkOutside(check, whole, wholeHeight, wholeLd, M, N, fromFloat<T>(0), "whole");
+}
+
+void testConvert(const Module &module) {
+  constexpr int R = 64, C = 128, M = 100, N = 200;
+  constexpr long long ld = 208;
+  std::vector<float> x = randomValues<float>(M * ld, 1e-6f, 1000);
+  std::vector<bf16> xb = randomValues<bf16>(M * ld, 1e-6f, 1000);
+  DeviceArray<float> dX(x), dBf16ToF32(M * ld), dF16ToF32(M * ld);
+  DeviceArray<bf16> dXb(xb), dF32ToBf16(M * ld);
+  DeviceArray<f16> dF32ToF16(M * ld), dBf16ToF16(M * ld);
+  launch(module, "tile_convert", {(N + C - 1) / C, (M + R - 1) / R}, dX.at(), dXb.at(), ld,
+         dF32ToBf16.at(), dF32ToF16.at(), dBf16ToF32.at(), dBf16ToF16.at(), dF16ToF32.at(), M, N);
+  const auto f32ToBf16 = dF32ToBf16.download();
+  const auto f32ToF16 = dF32ToF16.download();
+  const auto bf16ToF32 = dBf16ToF32.download();
+  const auto bf16ToF16 = dBf16ToF16.download();
+  const auto f16ToF32 = dF16ToF32.download();
+  Check check("tile_convert f32/bf16/f16, round to nearest even");
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j) {
+      const long long e = i * ld + j;
+      const auto where = [&] { return element("x", i, j); };
+      check.expect(sameBits(f32ToBf16[e], __float2bfloat16_rn(x[e])), where);
+      check.expect(sameBits(f32ToF16[e], __float2half_rn(x[e])), where);
+      check.expect(sameBits(bf16ToF32[e], __bfloat162float(xb[e])), where);
+      const f16 h = __float2half_rn(__bfloat162float(xb[e]));
+      check.expect(sameBits(bf16ToF16[e], h), where);
+      check.expect(sameBits(f16ToF32[e], __half2float(h)), where);
+    }
+}
+
+enum class Reduce { sum, max, min }; // mk::Reduce, on the host
+
+/// accumulate_tiles over `slots` copies `slotStride` apart of an M x N region (ld), whole tiles.
+template <typename T>
+void testAccumulate(const Module &module, const char *kernel, int R, int C, Reduce op, int M,
+                    int N, long long ld) {
+  constexpr int slots = 3;
+  const long long slotStride = M * ld + 40;
+  const unsigned tilesM = (M + R - 1) / R, tilesN = (N + C - 1) / C;
+  const long long outLd = tilesN * C, outHeight = tilesM * R;
+  std::vector<T> src = randomValues<T>(slots * slotStride);
+  DeviceArray<T> dSrc(src);
+  DeviceArray<float> dOut(outHeight * outLd);
+  dOut.poison();
+  launch(module, kernel, {tilesN, tilesM}, dSrc.at(), slotStride, slots, ld, dOut.at(), outLd, M,
+         N);
+  const std::vector<float> out = dOut.download();
+  Check check(std::string(kernel) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+              " ld=" + std::to_string(ld));
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j) {
+      float want = toFloat(src[i * ld + j]);
+      for (int s = 1; s < slots; ++s) {
+        const float v = toFloat(src[s * slotStride + i * ld + j]);
+        want = op == Reduce::sum ? want + v : op == Reduce::max ? std::max(want, v) : std::min(want, v);
+      }
+      check.near(out[i * outLd + j], want, 0, 0, "out", i, j);
+    }
+  checkOutside(check, out, outHeight, outLd, M, N, 0.0f, "out");
+}
+
+/// copy_region(_bulk) of rows x cols from src (offset `srcOffset` elements into its buffer) to
+/// dst; dst has two spare rows, and nothing outside the region may change.
+template <typename T>
+void testCopy(const Module &module, bool bulk, int rows, int cols, long long srcLd, long long dstLd,
+              long long srcOffset = 0) {
+  std::vector<T> src = randomValues<T>(srcOffset + rows * srcLd);
+  DeviceArray<T> dSrc(src), dDst((rows + 2) * dstLd);
+  dDst.poison();
+  const std::string kernel = std::string(bulk ? "copy_region_bulk_" : "copy_region_") + typeName<T>();
+  launchAsync(module, kernel, {}, bulk ? module.constant("copy_region_bulk_smem") : 0,
+              dSrc.at(srcOffset), srcLd, dDst.at(), dstLd, rows, cols);
+  CU(cuCtxSynchronize());
+  const std::vector<T> dst = dDst.download();
+  Check check(kernel + " " + std::to_string(rows) + "x" + std::to_string(cols) + " ld " +
+              std::to_string(srcLd) + "->" + std::to_string(dstLd) +
+              (srcOffset ? " src+" + std::to_string(srcOffset) : ""));
+  for (long long i = 0; i < rows; ++i)
+    for (long long j = 0; j < cols; ++j)
+      check.expect(sameBits(dst[i * dstLd + j], src[srcOffset + i * srcLd + j]),
+                   [&] { return element("dst", i, j); });
+  checkOutside(check, dst, rows + 2, dstLd, rows, cols, poison<T>(), "dst");
+}
+
+/// signal/wait between the two CTAs of one launch, producer first and consumer first, over
+/// several launches (epochs) on a flag that is never reset.
+void testSignalWait(const Module &module) {
+  constexpr int count = 1 << 16;
+  DeviceArray<float> data(count), out(count);
+  DeviceArray<mk_u32> flag(1);
+  CU(cuMemsetD32(flag.at(), 0, 1));
+  data.poison();
+  mk_u32 epoch = 0;
+  for (int producer : {0, 1}) {
+    Check check("signal/wait, producer CTA " + std::to_string(producer) + ", 3 epochs");
+    for (int launchIndex = 0; launchIndex < 3; ++launchIndex) {
+      ++epoch;
+      out.poison();
+      launchAsync(module, "signal_wait", {2}, 0, data.at(), count, flag.at(), epoch, out.at(),
+                  producer);
+      CU(cuCtxSynchronize());
+      const std::vector<float> values = out.download();
+      for (int i = 0; i < count; ++i)
+        check.near(values[i], float(i) + float(epoch), 0, 0, "out", epoch, i);
+    }
+    check.expect(flag.download()[0] == epoch, [&] { return "flag count " + std::to_string(flag.download()[0]); });
+  }
+}
+
+/// proxy_put from several CTAs into a small host-mapped ring that a host thread (this one) drains
+/// as the proxy would: more commands than slots, so kernels wait for slots to come back.
+void testProxyPut(const Module &module) {
+  constexpr mk_u32 capacity = 8;
+  constexpr int ctas = 4, perCta = 16, total = ctas * perCta;
+  void *host = nullptr;
+  const size_t bytes = capacity * sizeof(mk_proxy_command) + sizeof(mk_u64);
+  CU(cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  std::memset(host, 0, bytes);
+  auto *ring = static_cast<mk_proxy_command *>(host);
+  auto *tail = reinterpret_cast<mk_u64 *>(ring + capacity);
+  CUdeviceptr deviceRing;
+  CU(cuMemHostGetDevicePointer(&deviceRing, host, 0));
+  DeviceArray<mk_u64> head(1);
+  CU(cuMemsetD32(head.at(), 0, 2));
+  mk_proxy_queue queue = {};
+  queue.ring = reinterpret_cast<mk_proxy_command *>(deviceRing);
+  queue.head = reinterpret_cast<mk_u64 *>(head.at());
+  queue.tail = reinterpret_cast<mk_u64 *>(deviceRing + capacity * sizeof(mk_proxy_command));
+  queue.capacity = capacity;
+
+  launchAsync(module, "proxy_put", {ctas}, 0, queue, perCta);
+  Check check("proxy_put: " + std::to_string(total) + " commands from " + std::to_string(ctas) +
+              " CTAs through " + std::to_string(capacity) + " slots");
+  std::vector<mk_proxy_command> received;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (mk_u64 next = 0; next < total && std::chrono::steady_clock::now() < deadline;) {
+    mk_proxy_command &slot = ring[next % capacity];
+    if (std::atomic_ref<mk_u32>(slot.kind).load(std::memory_order_acquire) == MK_PROXY_EMPTY)
+      continue;
+    received.push_back(slot);
+    std::atomic_ref<mk_u32>(slot.kind).store(MK_PROXY_EMPTY, std::memory_order_relaxed);
+    std::atomic_ref<mk_u64>(*tail).store(++next, std::memory_order_release);
+  }
+  CU(cuCtxSynchronize());
+  check.expect(received.size() == total, [&] { return "received " + std::to_string(received.size()); });
+  std::map<int, int> nextOfCta;
+  for (const mk_proxy_command &c : received) {
+    const int cta = int(c.src_offset >> 32), i = int(c.src_offset & 0xffffffff);
+    const bool ok = c.kind == MK_PROXY_PUT && c.dst_node == mk_u32(cta) && c.src_tensor == mk_u32(i) &&
+                    c.dst_tensor == 7 && c.dst_offset == ~c.src_offset && c.rows == 3 &&
+                    c.row_bytes == 256 && c.src_pitch == 512 && c.dst_pitch == 1024 &&
+                    c.flag == mk_u32(cta * 1000 + i) && i == nextOfCta[cta]++;
+    check.expect(ok, [&] { return "command " + std::to_string(cta) + "/" + std::to_string(i); });
+  }
+  CU(cuMemFreeHost(host));
+}
+
+/// C = A * B, bf16, 8192^3, by the persistent matmul kernel on one CTA per SM: prints TFLOP/s
+/// (median of 10 after warm-up) and checks sampled outputs.
+void measureMatmul(const Module &module) {
+  constexpr int n = 8192;
+  int sms = 0;
+  CUdevice device;
+  CU(cuCtxGetDevice(&device));
+  CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  // Fast random bf16 in [-1, 1] without zeros (std::mt19937 would take seconds for 2 x 64M).
+  std::vector<bf16> a(size_t(n) * n), b(size_t(n) * n);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (std::vector<bf16> *m : {&a, &b})
+    for (bf16 &v : *m) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      v = __float2bfloat16_rn((float(state >> 40) + 0.5f) / float(1 << 23) - 1.0f);
+    }
+  DeviceArray<bf16> dA(a), dB(b), dC(size_t(n) * n);
+  const int smem = module.constant("matmul_bf16_throughput_smem");
+  const auto run = [&] {
+    launchAsync(module, "matmul_bf16_throughput", {unsigned(sms)}, smem, dA.at(), dB.at(),
+                dC.at(), n, n, n);
+  };
+  run();
+  run();
+  CU(cuCtxSynchronize());
+  CUevent start, stop;
+  CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CU(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  std::vector<float> ms;
+  for (int i = 0; i < 10; ++i) {
+    CU(cuEventRecord(start, nullptr));
+    run();
+    CU(cuEventRecord(stop, nullptr));
+    CU(cuEventSynchronize(stop));
+    float elapsed = 0;
+    CU(cuEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  CU(cuEventDestroy(start));
+  CU(cuEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  const double median = (ms[4] + ms[5]) / 2;
+  std::printf("matmul bf16 %dx%dx%d, 128x256x64 tiles on %d CTAs: median %.3f ms, %.1f TFLOP/s "
+              "(min %.3f ms, max %.3f ms)\n",
+              n, n, n, sms, median, 2.0 * n * n * n / (median * 1e-3) / 1e12, ms.front(),
+              ms.back());
+
+  const std::vector<bf16> c = dC.download();
+  Check check("matmul_bf16_throughput 8192^3, 256 sampled outputs");
+  std::uniform_int_distribution<int> index(0, n - 1);
+  for (int s = 0; s < 256; ++s) {
+    const long long m = index(rng), j = index(rng);
+    double want = 0, magnitude = 0;
+    for (long long k = 0; k < n; ++k) {
+      const double p = double(__bfloat162float(a[m * n + k])) * __bfloat162float(b[k * n + j]);
+      want += p;
+      magnitude += std::abs(p);
+    }
+    check.near(__bfloat162float(c[m * n + j]), want, 1.0 / 128, 1e-5 * magnitude, "C", m, j);
+  }
+}
+
+void runAll() {
+  const Driver &cu = Driver::get();
+  mk::cuda::PrimaryContext context(cu);
+  char name[256] = {};
+  CU(cuDeviceGetName(name, sizeof name, context.device()));
+  int version = 0;
+  CU(cuDriverGetVersion(&version));
+  std::printf("device: %s, driver API %d\n", name, version);
+
+  const Module matmul("matmul.cu"), tile("tile.cu"), comm("comm.cu");
+  const auto guarded = [](const char *what, const std::function<void()> &body) {
+    try {
+      body();
+    } catch (const std::exception &e) {
+      ++failed;
+      std::printf("FAIL %s: %s\n", what, e.what());
+    }
+  };
+
+  guarded("matmul", [&] {
+    for (bool aT : {false, true})
+      for (bool bT : {false, true})
+        testMatmul<bf16>(matmul, 128, 256, 64, aT, bT, 229, 450, 320);
+    testMatmul<bf16>(matmul, 128, 128, 64, false, false, 229, 450, 128);
+    testMatmul<bf16>(matmul, 128, 128, 64, true, true, 229, 450, 128);
+    testMatmul<bf16>(matmul, 64, 64, 64, false, true, 100, 200, 64);
+    testMatmul<bf16>(matmul, 64, 64, 64, true, false, 100, 200, 64);
+    testMatmul<f16>(matmul, 128, 256, 64, false, false, 229, 450, 320);
+    testMatmul<f16>(matmul, 64, 64, 64, true, true, 100, 200, 192);
+  });
+  guarded("tile ops", [&] {
+    for (long long ld : {208, 203}) {
+      testTileOps<float>(tile, ld);
+      testTileOps<bf16>(tile, ld);
+      testTileOps<f16>(tile, ld);
+    }
+    testConvert(tile);
+  });
+  guarded("accumulate_tiles", [&] {
+    for (long long ld : {208, 203}) {
+      testAccumulate<bf16>(tile, "accumulate_sum_bf16", 64, 128, Reduce::sum, 100, 200, ld);
+      testAccumulate<bf16>(tile, "accumulate_max_bf16", 64, 128, Reduce::max, 100, 200, ld);
+      testAccumulate<bf16>(tile, "accumulate_min_bf16", 64, 128, Reduce::min, 100, 200, ld);
+      testAccumulate<float>(tile, "accumulate_sum_f32", 64, 128, Reduce::sum, 100, 200, ld);
+      testAccumulate<f16>(tile, "accumulate_sum_f16", 64, 128, Reduce::sum, 100, 200, ld);
+    }
+    testAccumulate<bf16>(tile, "accumulate_sum_bf16_128x256", 128, 256, Reduce::sum, 200, 300, 304);
+    testAccumulate<float>(tile, "accumulate_max_f32_128x256", 128, 256, Reduce::max, 200, 300, 304);
+  });
+  guarded("copy_region", [&] {
+    for (bool bulk : {false, true}) {
+      testCopy<bf16>(comm, bulk, 100, 200, 264, 272);      // vectors (bulk: 3 slots of rows)
+      testCopy<bf16>(comm, bulk, 100, 201, 264, 272, 1);   // misaligned: element by element
+      testCopy<bf16>(comm, bulk, 3, 10000, 10008, 10016);  // rows longer than a bulk slot
+      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004);  // many batches through the slots
+    }
+  });
+  guarded("signal/wait", [&] { testSignalWait(comm); });
+  guarded("proxy_put", [&] { testProxyPut(comm); });
+  guarded("matmul throughput", [&] { measureMatmul(matmul); });
+}
+
+} // namespace
+
+int main() {
+  const Driver &cu = Driver::get();
+  if (!cu.available()) {
+    std::printf("SKIP: no usable CUDA driver: %s\n", cu.unavailableReason().c_str());
+    return 0;
+  }
+  try {
+    runAll();
+  } catch (const std::exception &e) {
+    ++failed;
+    std::printf("FAIL: %s\n", e.what());
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

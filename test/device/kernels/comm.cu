@@ -1,0 +1,58 @@
+// Kernels that instantiate mk/device/comm.cuh: region copies, flags, the proxy queue.
+#include "mk/device.cuh"
+
+extern __shared__ __align__(128) unsigned char mk_smem[];
+
+#define MK_KERNEL extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)
+
+// The dynamic shared memory of copy_region_bulk, for the host to read with cuModuleGetGlobal.
+extern "C" __constant__ int copy_region_bulk_smem = mk::copy_region_bulk_smem_bytes();
+
+#define COPY_KERNELS(suffix, T)                                                                \
+  MK_KERNEL copy_region_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,     \
+                                 int rows, int cols) {                                         \
+    mk::copy_region(src, src_ld, dst, dst_ld, rows, cols);                                     \
+  }                                                                                            \
+  MK_KERNEL copy_region_bulk_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld, \
+                                      int rows, int cols) {                                    \
+    mk::copy_region_bulk(src, src_ld, dst, dst_ld, rows, cols, mk_smem);                       \
+  }
+COPY_KERNELS(bf16, mk::bf16)
+COPY_KERNELS(f32, float)
+
+// Two CTAs: `producer` sleeps (so that a consumer that did not wait would read stale data),
+// writes data[i] = i + epoch and signals; the other waits for the epoch's signal and copies data
+// to out. Launched once per epoch on the same, never reset, flag.
+MK_KERNEL signal_wait(float *data, int count, mk_u32 *flag, mk_u32 epoch, float *out,
+                      int producer) {
+  if (blockIdx.x == producer) {
+    for (int i = 0; i < 100; ++i)
+      __nanosleep(1000);
+    for (int i = threadIdx.x; i < count; i += MK_CTA_THREADS)
+      data[i] = float(i) + float(epoch);
+    mk::signal(flag);
+  } else {
+    mk::wait(flag, epoch);
+    for (int i = threadIdx.x; i < count; i += MK_CTA_THREADS)
+      out[i] = data[i];
+  }
+}
+
+// Each CTA puts `per_cta` commands that say who sent them.
+MK_KERNEL proxy_put(mk_proxy_queue queue, int per_cta) {
+  for (int i = 0; i < per_cta; ++i) {
+    mk_proxy_command command = {};
+    command.kind = MK_PROXY_PUT;
+    command.dst_node = blockIdx.x;
+    command.src_tensor = i;
+    command.dst_tensor = 7;
+    command.src_offset = (mk_u64(blockIdx.x) << 32) | i;
+    command.dst_offset = ~command.src_offset;
+    command.rows = 3;
+    command.row_bytes = 256;
+    command.src_pitch = 512;
+    command.dst_pitch = 1024;
+    command.flag = blockIdx.x * 1000 + i;
+    mk::proxy_put(queue, command);
+  }
+}
