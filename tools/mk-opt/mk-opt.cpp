@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mk/IR/MkDialect.h"
+#include "mk/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -16,10 +17,11 @@
 int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  mlir::mk::registerMkPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::mk::MkDialect, mlir::arith::ArithDialect, mlir::scf::SCFDialect,
-                  mlir::func::FuncDialect>();
+                  mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "mk tile-program optimizer driver\n", registry));
 }

@@ -1,0 +1,136 @@
+//===- Passes.td - the mkc compiler passes -----------------*- tablegen -*-===//
+//
+// From a program-level tile program to the scheduled form of one persistent kernel, and on to
+// EmitC, from which the CUDA C++ is printed. Run in this order by mkc (see Pipeline.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_TRANSFORMS_PASSES_TD
+#define MK_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def MkSpecialize : Pass<"mk-specialize", "::mlir::mk::ProgramOp"> {
+  let summary = "Bind shape symbols, the topology and this rank";
+  let description = [{
+    Replaces every shape symbol in the program's types with its value, binds the mesh and, when
+    given, the rank the program is compiled for. Every symbol must be bound, by the option or by
+    the program itself; a value that conflicts with the program's is an error. The verifier then
+    re-checks the program with numbers: divisibility of sharded dims and tile sizes, extents that
+    must agree.
+
+    ```mlir
+    // mk-opt --mk-specialize="topology=2x4 rank=3 shapes=M=8192,N=8192,K=8192"
+    mk.program @p [M, N, K] mesh <?x?> (%A: !mk.tensor<[M, K], bf16, shard 1 over world>) {...}
+    // becomes
+    mk.program @p [M = 8192, N = 8192, K = 8192] mesh <2x4> rank 3
+        (%A: !mk.tensor<[8192, 8192], bf16, shard 1 over world>) {...}
+    ```
+  }];
+  let options = [
+    Option<"topology", "topology", "std::string", "\"\"",
+           "NODESxGPUS, e.g. 2x4 (required unless the program's mesh is bound)">,
+    Option<"rank", "rank", "int64_t", "-1", "the rank compiled for (default: left open)">,
+    ListOption<"shapes", "shapes", "std::string", "NAME=VALUE bindings of shape symbols">,
+  ];
+}
+
+def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
+  let summary = "Choose the main-loop depth, gather granularity and tile production order";
+  let description = [{
+    For every tile grid without an order: a grid whose tiles run matmuls gets a swizzled order
+    (bands of up to 8 tile rows share panels in L2); a grid that reads a tensor an mk.all_gather
+    is still bringing in gets `local_first`, so tiles whose rows this rank holds come first while
+    remote rows arrive. Every matmul without a `k_tile` gets the depth that makes a 128-byte row
+    (64 for 16-bit, 128 for 8-bit, 32 for 32-bit operands), reduced until it divides the local
+    contracted extent. Every mk.all_gather without a `chunk` gets the granularity its consumers
+    read: their tile rows by the whole of the other dims.
+
+    ```mlir
+    mk.tile_grid (%m, %n) over %C tiles [128, 256] : ...
+    // becomes
+    mk.tile_grid (%m, %n) over %C tiles [128, 256] order <swizzle 8, local_first> : ...
+    ```
+  }];
+}
+
+def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp"> {
+  let summary = "Expand collective intents into hierarchical, rail-aligned transfers in roles";
+  let description = [{
+    Rewrites each collective intent into point-to-point transfers between ranks, within the node
+    over NVLink first, then across nodes only between GPUs of the same index (rails), so that a
+    tile crosses the network once per node and never more than 1/(GPUs per node) of the bytes of
+    a reduction leave a node. The program's tile grids become the `compute` role; the transfers
+    that follow a tile's production go to new roles (`intra_reduce`, `inter_reduce`,
+    `intra_transfer`, `republish`), with symmetric staging buffers for what arrives:
+
+    - `mk.all_reduce`: each tile's owner GPU (round-robin within the node) receives the node's
+      partials in G slots and sums them; with several nodes it sends the node partial to the same
+      GPU of every other node, sums the N node partials, and republishes the tile to every GPU of
+      its node.
+    - `mk.reduce_scatter`: as above, but the node partial goes to the owner's node only, which
+      keeps the sum.
+    - `mk.all_gather`: each rank copies its shard to every GPU of its node and to its rail peers;
+      rail peers republish what they receive within their node.
+    - `mk.ring_shift`: the shards are gathered the same way and the body visits the sources in
+      arrival order: this rank, the rest of its node, then the other nodes.
+    - `mk.dispatch` / `mk.combine`: tokens and their routing are gathered along rails and within
+      nodes; each rank selects the rows routed to its experts; results travel back to the rail
+      peer of the token's rank, which forwards them within its node for the weighted sum.
+
+    One node or one GPU per node degenerate to the steps that remain. Waits and signals are left
+    to mk-insert-signals; CTA counts to mk-partition-roles.
+  }];
+}
+
+def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
+  let summary = "Split the persistent grid's CTAs into the roles, from a cost model";
+  let description = [{
+    Sets the grid size to the SM count and gives each role a CTA count. The cost model estimates
+    the time of each role per launch: compute from its matmul FLOPs at the per-SM compute rate,
+    transfers and reductions from their bytes at the per-CTA copy rate, capped by the bandwidth of
+    the link they use (NVLink, network). It then gives CTAs to the role that would finish last
+    until the times balance. `sm-split` (or a `mk.sm_split` dictionary on the program) overrides
+    it. With `explain`, a remark on the program shows the estimate and the split.
+  }];
+  let options = [
+    Option<"smCount", "sm-count", "int64_t", "132", "CTAs of the persistent grid (one per SM)">,
+    Option<"smSplit", "sm-split", "std::string", "\"\"",
+           "role=ctas,... overriding the cost model, e.g. compute=120,intra_reduce=12">,
+    Option<"computeTflops", "compute-tflops", "double", "600.0",
+           "dense bf16 rate of the whole GPU, TFLOP/s">,
+    Option<"ctaCopyGBps", "cta-copy-gbps", "double", "40.0",
+           "bytes one CTA moves (loads and stores) per second, GB/s">,
+    Option<"nvlinkGBps", "nvlink-gbps", "double", "370.0", "NVLink bandwidth per GPU, GB/s">,
+    Option<"networkGBps", "network-gbps", "double", "48.0", "network bandwidth per GPU, GB/s">,
+    Option<"explain", "explain", "bool", "false", "report the estimates and the split as a remark">,
+  ];
+}
+
+def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
+  let summary = "Order transfers and their readers with per-tile flags and epochs";
+  let description = [{
+    For every tensor that transfers write (mk.put, mk.copy), adds an mk.flags array with one flag
+    per tile, a signal after every write (to the rank written, over the same link, so that it
+    follows the data) and a wait before every read by another CTA or rank, for as many arrivals as
+    the read needs: one per slot it combines. Flags are never reset; a wait is for epoch x count.
+    Because a rank may start launch e+1 while a peer still reads its buffers from launch e, every
+    rank also announces each launch to the ranks it exchanges data with (its node and its rail)
+    and waits for their announcement before its first write that they can see: no host
+    synchronisation between launches, and CUDA-graph capturable.
+  }];
+}
+
+def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
+  let summary = "Lower scheduled programs to EmitC: one persistent __global__ kernel each";
+  let description = [{
+    Each scheduled mk.program becomes an `extern "C" __global__` function taking the
+    mk_kernel_args of mk/abi.h. Its CTAs dispatch on their role by block index; tile grids become
+    loops over their tiles in the chosen order, strided over the role's CTAs; compute, transfers
+    and signals become calls into the device library (runtime/device/mk/device.cuh). The C++ is
+    then printed by MLIR's EmitC emitter.
+  }];
+  let dependentDialects = ["::mlir::emitc::EmitCDialect"];
+}
+
+#endif // MK_TRANSFORMS_PASSES_TD

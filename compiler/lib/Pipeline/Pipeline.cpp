@@ -1,0 +1,44 @@
+//===- Pipeline.cpp - from a tile program to CUDA C++ ---------------------===//
+
+#include "mk/Pipeline.h"
+
+#include "mk/IR/MkOps.h"
+#include "mk/Transforms/Passes.h"
+
+#include "mlir/Dialect/EmitC/Transforms/Passes.h"
+#include "mlir/Target/Cpp/CppEmitter.h"
+
+namespace mlir::mk {
+
+void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
+  OpPassManager &programs = pm.nest<ProgramOp>();
+  MkSpecializeOptions specialize;
+  specialize.topology = options.topology;
+  specialize.rank = options.rank;
+  specialize.shapes.assign(options.shapes.begin(), options.shapes.end());
+  programs.addPass(createMkSpecialize(specialize));
+  programs.addPass(createMkTileAndOrder());
+  programs.addPass(createMkExpandCollectives());
+  MkPartitionRolesOptions partition;
+  partition.smCount = options.smCount;
+  partition.smSplit = options.smSplit;
+  partition.explain = options.explainSplit;
+  programs.addPass(createMkPartitionRoles(partition));
+  programs.addPass(createMkInsertSignals());
+}
+
+void buildEmitCPipeline(OpPassManager &pm) {
+  pm.addPass(createMkLowerToEmitC());
+  // Folds single-use arithmetic into the expressions that use it: fewer temporaries in the C++.
+  pm.addPass(emitc::createFormExpressionsPass());
+}
+
+LogicalResult printCuda(ModuleOp module, raw_ostream &os) {
+  return emitc::translateToCpp(module, os);
+}
+
+void registerPipelineDialects(DialectRegistry &registry) {
+  registry.insert<MkDialect, arith::ArithDialect, scf::SCFDialect, emitc::EmitCDialect>();
+}
+
+} // namespace mlir::mk

@@ -1,0 +1,544 @@
+//===- ExpandCollectives.cpp - hierarchical, rail-aligned transfers -------===//
+//
+// Turns each collective intent into transfers between ranks, organised as roles: within the node
+// over NVLink, then across nodes between GPUs of one index (rails), then back within the node.
+// The pass writes transfers only; mk-insert-signals orders them with flags.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir::mk {
+#define GEN_PASS_DEF_MKEXPANDCOLLECTIVES
+#include "mk/Transforms/Passes.h.inc"
+} // namespace mlir::mk
+
+using namespace mlir;
+using namespace mlir::mk;
+
+namespace {
+
+/// `%T[i0, :, i2]` as values: a tensor, the index of each indexed dim, the positions of `:`.
+struct Access {
+  Value tensor;
+  SmallVector<Value> indices;
+  SmallVector<int64_t> wholeDims;
+
+  /// The same tile one leading dim up: `%T[slot, ...]`, or `%T[:, ...]` for a null slot.
+  Access inSlot(Value stage, Value slot) const {
+    Access staged{stage, {}, {}};
+    if (slot)
+      staged.indices.push_back(slot);
+    else
+      staged.wholeDims.push_back(0);
+    llvm::append_range(staged.indices, indices);
+    for (int64_t d : wholeDims)
+      staged.wholeDims.push_back(d + 1);
+    return staged;
+  }
+};
+
+/// A peer as transfers name it.
+struct Peer {
+  PeerScope scope = PeerScope::self;
+  Value index;
+  std::optional<Link> link;
+};
+
+class Expander {
+public:
+  Expander(ProgramOp program)
+      : program(program), context(program.getContext()), mesh(program.getMesh()),
+        nodes(mesh.getNodes()), gpus(mesh.getGpus()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult expandAllReduce(AllReduceOp op);
+  LogicalResult expandReduceScatter(ReduceScatterOp op);
+  LogicalResult expandAllGather(AllGatherOp op);
+  LogicalResult expandRingShift(RingShiftOp op);
+
+  /// The reduction shared by all-reduce and reduce-scatter: partials of `value` go to the GPU of
+  /// this node that owns the tile, node partials to the same GPU of the nodes that keep it.
+  template <typename OpT> LogicalResult expandReduction(OpT op, MeshAxis axis);
+  /// Gathers the shards of `source` into a new symmetric buffer, chunk by chunk, and returns it.
+  Value gather(Location loc, Value source, ArrayRef<int64_t> chunk);
+
+  // Building blocks.
+  Value constant(int64_t value);
+  Value buffer(Location loc, ArrayRef<int64_t> shape, Type element);
+  RoleOp role(Location loc, RoleKind kind);
+  std::pair<Value, Value> place(OpBuilder &b, Location loc);
+  void tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes, bool global,
+                std::optional<MeshAxis> distribute, Value holder,
+                function_ref<void(OpBuilder &, ValueRange)> body);
+  /// Runs `body` for every GPU of the node (this one last), or every other one.
+  void forEachGpu(OpBuilder &b, Location loc, bool includeSelf,
+                  function_ref<void(OpBuilder &, Value)> body);
+  /// Runs `body` for every other node.
+  void forEachOtherNode(OpBuilder &b, Location loc, function_ref<void(OpBuilder &, Value)> body);
+  void put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer);
+  void copy(OpBuilder &b, Location loc, const Access &source, const Access &dest, Peer peer,
+            ArrayRef<int64_t> tile);
+  Value accumulate(OpBuilder &b, Location loc, const Access &source, TileType tile);
+
+  static SmallVector<int64_t> tileSizes(DistTensorType tensor, ArrayRef<int64_t> wholeDims,
+                                        TileType tile);
+  SmallVector<int64_t> tileExtents(DistTensorType tensor, ArrayRef<int64_t> sizes);
+
+  ProgramOp program;
+  MLIRContext *context;
+  MeshAttr mesh;
+  int64_t nodes, gpus;
+  RoleOp computeRole;
+  DenseMap<int64_t, Value> constants;
+};
+
+//===----------------------------------------------------------------------===//
+// Building blocks
+//===----------------------------------------------------------------------===//
+
+Value Expander::constant(int64_t value) {
+  Value &cached = constants[value];
+  if (!cached) {
+    OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
+    cached = arith::ConstantIndexOp::create(b, program.getLoc(), value);
+  }
+  return cached;
+}
+
+Value Expander::buffer(Location loc, ArrayRef<int64_t> shape, Type element) {
+  OpBuilder b(computeRole);
+  auto type = DistTensorType::get(shape, element,
+                                  PlacementAttr::get(context, PlacementKind::symmetric));
+  return BufferOp::create(b, loc, type);
+}
+
+RoleOp Expander::role(Location loc, RoleKind kind) {
+  OpBuilder b = OpBuilder::atBlockEnd(&program.getBodyBlock());
+  auto role = RoleOp::create(b, loc, RoleKindAttr::get(context, kind), IntegerAttr());
+  role.getBody().emplaceBlock();
+  return role;
+}
+
+std::pair<Value, Value> Expander::place(OpBuilder &b, Location loc) {
+  auto place = PlaceOp::create(b, loc, b.getIndexType(), b.getIndexType());
+  return {place.getNode(), place.getGpu()};
+}
+
+void Expander::tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes,
+                        bool global, std::optional<MeshAxis> distribute, Value holder,
+                        function_ref<void(OpBuilder &, ValueRange)> body) {
+  auto grid = TileGridOp::create(
+      b, loc, target, holder, /*row_counts=*/Value(), b.getDenseI64ArrayAttr(sizes),
+      global ? b.getUnitAttr() : UnitAttr(), /*masked=*/UnitAttr(), /*order=*/TileOrderAttr(),
+      distribute ? MeshAxisAttr::get(context, *distribute) : MeshAxisAttr());
+  SmallVector<Type> types(sizes.size(), b.getIndexType());
+  SmallVector<Location> locs(sizes.size(), loc);
+  OpBuilder::InsertionGuard guard(b);
+  Block *block = b.createBlock(&grid.getBody(), {}, types, locs);
+  OpBuilder inner = OpBuilder::atBlockBegin(block);
+  body(inner, block->getArguments());
+}
+
+void Expander::forEachGpu(OpBuilder &b, Location loc, bool includeSelf,
+                          function_ref<void(OpBuilder &, Value)> body) {
+  auto [node, gpu] = place(b, loc);
+  // Start with the next GPU so that the GPUs of a node do not all write to the same one at once.
+  scf::ForOp::create(b, loc, constant(1), constant(includeSelf ? gpus + 1 : gpus), constant(1),
+                     ValueRange{}, [&](OpBuilder &nb, Location l, Value offset, ValueRange) {
+                       Value sum = arith::AddIOp::create(nb, l, gpu, offset);
+                       body(nb, arith::RemSIOp::create(nb, l, sum, constant(gpus)));
+                       scf::YieldOp::create(nb, l);
+                     });
+}
+
+void Expander::forEachOtherNode(OpBuilder &b, Location loc,
+                                function_ref<void(OpBuilder &, Value)> body) {
+  auto [node, gpu] = place(b, loc);
+  scf::ForOp::create(b, loc, constant(1), constant(nodes), constant(1), ValueRange{},
+                     [&](OpBuilder &nb, Location l, Value offset, ValueRange) {
+                       Value sum = arith::AddIOp::create(nb, l, node, offset);
+                       body(nb, arith::RemSIOp::create(nb, l, sum, constant(nodes)));
+                       scf::YieldOp::create(nb, l);
+                     });
+}
+
+void Expander::put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer) {
+  PutOp::create(b, loc, tile, dest.tensor, dest.indices, b.getDenseI64ArrayAttr(dest.wholeDims),
+                PeerScopeAttr::get(context, peer.scope), peer.index,
+                peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr());
+}
+
+void Expander::copy(OpBuilder &b, Location loc, const Access &source, const Access &dest,
+                    Peer peer, ArrayRef<int64_t> tile) {
+  CopyOp::create(b, loc, source.tensor, source.indices,
+                 b.getDenseI64ArrayAttr(source.wholeDims), dest.tensor, dest.indices,
+                 b.getDenseI64ArrayAttr(dest.wholeDims), PeerScopeAttr::get(context, peer.scope),
+                 peer.index, peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr(),
+                 b.getDenseI64ArrayAttr(tile));
+}
+
+Value Expander::accumulate(OpBuilder &b, Location loc, const Access &source, TileType tile) {
+  return AccumulateOp::create(b, loc, tile.withElementType(b.getF32Type()), ReduceKind::sum,
+                              source.tensor, source.indices, source.wholeDims);
+}
+
+/// The grid tile sizes of an access: whole dims stay whole, the tile's dims take its extents,
+/// the leading dims are 1.
+SmallVector<int64_t> Expander::tileSizes(DistTensorType tensor, ArrayRef<int64_t> wholeDims,
+                                         TileType tile) {
+  int64_t first = tensor.getRank() - tile.getRank();
+  SmallVector<int64_t> sizes(tensor.getRank(), 1);
+  for (int64_t d = 0; d < tensor.getRank(); ++d) {
+    if (llvm::is_contained(wholeDims, d))
+      sizes[d] = ShapedType::kDynamic;
+    else if (d >= first)
+      sizes[d] = tile.getShape()[d - first];
+  }
+  return sizes;
+}
+
+/// The extents of the trailing (at most two) dims of a tile of the given grid sizes.
+SmallVector<int64_t> Expander::tileExtents(DistTensorType tensor, ArrayRef<int64_t> sizes) {
+  SmallVector<int64_t> extents;
+  for (int64_t d = std::max<int64_t>(0, tensor.getRank() - 2); d < tensor.getRank(); ++d)
+    extents.push_back(ShapedType::isDynamic(sizes[d]) ? tensor.getLocalExtent(d, mesh) : sizes[d]);
+  return extents;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis axis) {
+  constexpr bool scatter = std::is_same_v<OpT, ReduceScatterOp>;
+  Location loc = op.getLoc();
+  auto producer = op->template getParentOfType<TileGridOp>();
+  if (!producer || producer->getParentOp() != computeRole)
+    return op.emitOpError() << "must be in a tile grid of the program";
+
+  DistTensorType destType = op.getDest().getType();
+  TileType tile = op.getValue().getType();
+  Access dest{op.getDest(), llvm::to_vector(op.getIndices()), llvm::to_vector(op.getWholeDims())};
+  SmallVector<int64_t> sizes = tileSizes(destType, dest.wholeDims, tile);
+  SmallVector<int64_t> extents(tile.getShape());
+  SmallVector<int64_t> stageShape(destType.getShape());
+
+  bool intraStep = axis != MeshAxis::nodes && gpus > 1;
+  bool interStep = axis != MeshAxis::gpus && nodes > 1;
+
+  // Where a node's partial goes, and who keeps the final tile.
+  Value nodePartials;
+  if (interStep) {
+    stageShape.insert(stageShape.begin(), nodes);
+    nodePartials = buffer(loc, stageShape, tile.getElementType());
+    stageShape.erase(stageShape.begin());
+  }
+
+  // A rank's node partial of one tile: kept in its slot, and sent to the same GPU of the nodes
+  // that combine it (all of them, or the owner's).
+  auto sendNodePartial = [&](OpBuilder &b, Location l, Value partial, const Access &tileAt) {
+    auto [node, gpu] = place(b, l);
+    Access mySlot = tileAt.inSlot(nodePartials, node);
+    StoreOp::create(b, l, partial, mySlot.tensor, mySlot.indices, mySlot.wholeDims);
+    auto sendTo = [&](OpBuilder &nb, Value peer) {
+      copy(nb, l, mySlot, mySlot, Peer{PeerScope::node, peer, Link::rdma_proxy}, extents);
+    };
+    if constexpr (scatter) {
+      auto owner = OwnerOp::create(b, l, b.getIndexType(), b.getIndexType(), tileAt.tensor,
+                                   tileAt.indices, sizes);
+      Value remote = arith::CmpIOp::create(b, l, arith::CmpIPredicate::ne, owner.getNode(), node);
+      scf::IfOp::create(b, l, remote, [&](OpBuilder &nb, Location il) {
+        sendTo(nb, owner.getNode());
+        scf::YieldOp::create(nb, il);
+      });
+    } else {
+      forEachOtherNode(b, l, sendTo);
+    }
+  };
+
+  // The final tile: stored where this rank keeps it, and for an all-reduce republished to every
+  // GPU of the node.
+  auto finish = [&](OpBuilder &b, Location l, Value total, const Access &tileAt) {
+    if (scatter || !intraStep && axis != MeshAxis::gpus) {
+      StoreOp::create(b, l, total, tileAt.tensor, tileAt.indices, tileAt.wholeDims);
+      return;
+    }
+    if (gpus == 1) {
+      StoreOp::create(b, l, total, tileAt.tensor, tileAt.indices, tileAt.wholeDims);
+      return;
+    }
+    forEachGpu(b, l, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
+      put(nb, l, total, tileAt, Peer{PeerScope::gpu, gpu, Link::nvlink_store});
+    });
+  };
+
+  auto reduceSlots = [&](OpBuilder &b, Location l, Value stage, const Access &tileAt) {
+    Value sum = accumulate(b, l, tileAt.inSlot(stage, Value()), tile);
+    return ConvertOp::create(b, l, tile, sum).getResult();
+  };
+
+  // In the compute role: hand the tile to the next step.
+  OpBuilder b(op);
+  Value stage;
+  if (intraStep) {
+    stageShape.insert(stageShape.begin(), gpus);
+    stage = buffer(loc, stageShape, tile.getElementType());
+    auto owner =
+        OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor, dest.indices, sizes);
+    auto [node, gpu] = place(b, loc);
+    put(b, loc, op.getValue(), dest.inSlot(stage, gpu),
+        Peer{PeerScope::gpu, owner.getGpu(), Link::nvlink_store});
+  } else if (interStep) {
+    sendNodePartial(b, loc, op.getValue(), dest);
+  } else {
+    finish(b, loc, op.getValue(), dest);
+  }
+
+  // The owner GPU combines the node's partials.
+  bool global = producer.getGlobal();
+  if (intraStep) {
+    OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
+    tileGrid(rb, loc, dest.tensor, sizes, global, MeshAxis::gpus, Value(),
+             [&](OpBuilder &gb, ValueRange coords) {
+               Access at = dest;
+               at.indices.clear();
+               for (auto [d, coord] : llvm::enumerate(coords))
+                 if (!llvm::is_contained(dest.wholeDims, static_cast<int64_t>(d)))
+                   at.indices.push_back(coord);
+               Value partial = reduceSlots(gb, loc, stage, at);
+               if (interStep)
+                 sendNodePartial(gb, loc, partial, at);
+               else
+                 finish(gb, loc, partial, at);
+             });
+  }
+
+  // The same GPU of each node that keeps the tile combines the node partials.
+  if (interStep) {
+    OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::inter_reduce).getBody().front());
+    std::optional<MeshAxis> distribute;
+    if (!scatter && intraStep)
+      distribute = MeshAxis::gpus;
+    tileGrid(rb, loc, dest.tensor, sizes, /*global=*/false, distribute, Value(),
+             [&](OpBuilder &gb, ValueRange coords) {
+               Access at = dest;
+               at.indices.clear();
+               for (auto [d, coord] : llvm::enumerate(coords))
+                 if (!llvm::is_contained(dest.wholeDims, static_cast<int64_t>(d)))
+                   at.indices.push_back(coord);
+               finish(gb, loc, reduceSlots(gb, loc, nodePartials, at), at);
+             });
+  }
+  op.erase();
+  return success();
+}
+
+LogicalResult Expander::expandAllReduce(AllReduceOp op) {
+  return expandReduction(op, op.getAxis());
+}
+
+LogicalResult Expander::expandReduceScatter(ReduceScatterOp op) {
+  return expandReduction(op, op.getDest().getType().getPlacement().getAxis());
+}
+
+//===----------------------------------------------------------------------===//
+// Gathers
+//===----------------------------------------------------------------------===//
+
+Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
+  auto sourceType = cast<DistTensorType>(source.getType());
+  PlacementAttr placement = sourceType.getPlacement();
+  MeshAxis axis = placement.getAxis();
+  Value gathered = buffer(loc, sourceType.getShape(), sourceType.getElementType());
+
+  // Chunks along the sharded dim and whatever else is smaller than the whole extent.
+  SmallVector<int64_t> sizes;
+  SmallVector<int64_t> wholeDims;
+  for (auto [d, extent] : llvm::enumerate(chunk)) {
+    bool whole = extent >= sourceType.getLocalExtent(d, mesh);
+    sizes.push_back(whole ? ShapedType::kDynamic : extent);
+    if (whole)
+      wholeDims.push_back(d);
+  }
+  SmallVector<int64_t> extents = tileExtents(sourceType, sizes);
+  auto chunkAt = [&](Value tensor, ValueRange coords) {
+    Access at{tensor, {}, wholeDims};
+    for (auto [d, coord] : llvm::enumerate(coords))
+      if (!llvm::is_contained(wholeDims, static_cast<int64_t>(d)))
+        at.indices.push_back(coord);
+    return at;
+  };
+  bool acrossGpus = axis != MeshAxis::nodes && gpus > 1;
+  bool acrossNodes = axis != MeshAxis::gpus && nodes > 1;
+
+  // Every rank sends its own shard to the GPUs of its node and to its rail peers.
+  OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_transfer).getBody().front());
+  tileGrid(rb, loc, source, sizes, /*global=*/false, std::nullopt, Value(),
+           [&](OpBuilder &b, ValueRange coords) {
+             Access from = chunkAt(source, coords), to = chunkAt(gathered, coords);
+             if (acrossGpus)
+               forEachGpu(b, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
+                 copy(nb, loc, from, to, Peer{PeerScope::gpu, gpu, Link::nvlink_bulk}, extents);
+               });
+             else
+               copy(b, loc, from, to, Peer{}, extents);
+             if (acrossNodes)
+               forEachOtherNode(b, loc, [&](OpBuilder &nb, Value node) {
+                 copy(nb, loc, from, to, Peer{PeerScope::node, node, Link::rdma_proxy}, extents);
+               });
+           });
+
+  // What arrives over a rail goes on to the other GPUs of the node.
+  if (acrossGpus && acrossNodes) {
+    OpBuilder pb = OpBuilder::atBlockEnd(&role(loc, RoleKind::republish).getBody().front());
+    forEachOtherNode(pb, loc, [&](OpBuilder &b, Value node) {
+      auto [myNode, myGpu] = place(b, loc);
+      Value base = arith::MulIOp::create(b, loc, node, constant(gpus));
+      Value holder = arith::AddIOp::create(b, loc, base, myGpu);
+      tileGrid(b, loc, source, sizes, /*global=*/false, std::nullopt, holder,
+               [&](OpBuilder &gb, ValueRange coords) {
+                 Access chunkHere = chunkAt(gathered, coords);
+                 forEachGpu(gb, loc, /*includeSelf=*/false, [&](OpBuilder &nb, Value gpu) {
+                   copy(nb, loc, chunkHere, chunkHere, Peer{PeerScope::gpu, gpu, Link::nvlink_bulk},
+                        extents);
+                 });
+               });
+    });
+  }
+  return gathered;
+}
+
+LogicalResult Expander::expandAllGather(AllGatherOp op) {
+  std::optional<ArrayRef<int64_t>> chunk = op.getChunk();
+  if (!chunk)
+    return op.emitOpError() << "has no chunk size (run mk-tile-and-order first)";
+  Value gathered = gather(op.getLoc(), op.getSource(), *chunk);
+  op.getResult().replaceAllUsesWith(gathered);
+  op.erase();
+  return success();
+}
+
+LogicalResult Expander::expandRingShift(RingShiftOp op) {
+  Location loc = op.getLoc();
+  Block &body = op.getBody().front();
+  // Gather each shard at the granularity its loads read.
+  SmallVector<Value> gathered;
+  for (auto [i, shard] : llvm::enumerate(op.getShards())) {
+    auto type = cast<DistTensorType>(shard.getType());
+    SmallVector<int64_t> chunk(type.getShape());
+    for (Operation *user : body.getArgument(1 + i).getUsers())
+      if (auto load = dyn_cast<LoadOp>(user)) {
+        TileType tile = load.getResult().getType();
+        int64_t first = type.getRank() - tile.getRank();
+        for (int64_t d = 0; d < type.getRank(); ++d)
+          chunk[d] = d < first ? 1 : tile.getShape()[d - first];
+        break;
+      }
+    gathered.push_back(gather(loc, shard, chunk));
+  }
+
+  // Visit the sources in the order their shards arrive: this rank, its node, then the others.
+  OpBuilder b(op);
+  MeshAxis axis = op.getAxis();
+  int64_t steps = mesh.getAxisSize(axis);
+  auto loop = scf::ForOp::create(b, loc, constant(0), constant(steps), constant(1), op.getInits());
+  OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
+  Value step = loop.getInductionVar();
+  auto [node, gpu] = place(lb, loc);
+  Value source;
+  Value inNode = arith::RemSIOp::create(lb, loc, step, constant(gpus));
+  Value sourceGpu = arith::RemSIOp::create(
+      lb, loc, arith::AddIOp::create(lb, loc, gpu, inNode), constant(gpus));
+  Value nodeStep = arith::DivSIOp::create(lb, loc, step, constant(gpus));
+  Value sourceNode = arith::RemSIOp::create(
+      lb, loc, arith::AddIOp::create(lb, loc, node, nodeStep), constant(nodes));
+  switch (axis) {
+  case MeshAxis::world:
+    source = arith::AddIOp::create(lb, loc, arith::MulIOp::create(lb, loc, sourceNode, constant(gpus)),
+                                   sourceGpu);
+    break;
+  case MeshAxis::gpus:
+    source = sourceGpu;
+    break;
+  case MeshAxis::nodes:
+    source = arith::RemSIOp::create(lb, loc, arith::AddIOp::create(lb, loc, node, step),
+                                    constant(nodes));
+    break;
+  }
+
+  IRMapping mapping;
+  mapping.map(body.getArgument(0), source);
+  for (auto [i, buffer] : llvm::enumerate(gathered))
+    mapping.map(body.getArgument(1 + i), buffer);
+  for (auto [arg, carried] :
+       llvm::zip(body.getArguments().drop_front(1 + gathered.size()), loop.getRegionIterArgs()))
+    mapping.map(arg, carried);
+  for (Operation &inner : body.without_terminator())
+    lb.clone(inner, mapping);
+  auto yield = cast<YieldOp>(body.getTerminator());
+  SmallVector<Value> next;
+  for (Value value : yield.getValues())
+    next.push_back(mapping.lookupOrDefault(value));
+  scf::YieldOp::create(lb, loc, next);
+  op.replaceAllUsesWith(loop.getResults());
+  op.erase();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+LogicalResult Expander::run() {
+  Block &block = program.getBodyBlock();
+  if (!block.getOps<RoleOp>().empty())
+    return program.emitError() << "@" << program.getSymName() << " is already scheduled";
+  if (!mesh.isBound())
+    return program.emitError() << "@" << program.getSymName()
+                               << " is not specialized for a topology (run mk-specialize first)";
+
+  // The program's tile grids become the compute role.
+  SmallVector<TileGridOp> grids = llvm::to_vector(block.getOps<TileGridOp>());
+  computeRole = role(program.getLoc(), RoleKind::compute);
+  for (TileGridOp grid : grids)
+    grid->moveBefore(&computeRole.getBody().front(), computeRole.getBody().front().end());
+
+  for (AllGatherOp op : llvm::to_vector(block.getOps<AllGatherOp>()))
+    if (failed(expandAllGather(op)))
+      return failure();
+  SmallVector<Operation *> collectives;
+  program.walk([&](Operation *op) {
+    if (isa<AllReduceOp, ReduceScatterOp, RingShiftOp, DispatchOp, CombineOp>(op))
+      collectives.push_back(op);
+  });
+  for (Operation *op : collectives) {
+    LogicalResult expanded =
+        TypeSwitch<Operation *, LogicalResult>(op)
+            .Case([&](AllReduceOp o) { return expandAllReduce(o); })
+            .Case([&](ReduceScatterOp o) { return expandReduceScatter(o); })
+            .Case([&](RingShiftOp o) { return expandRingShift(o); })
+            .Default([](Operation *o) {
+              return o->emitOpError() << "cannot be expanded by this version of mkc yet";
+            });
+    if (failed(expanded))
+      return failure();
+  }
+  return success();
+}
+
+struct ExpandCollectivesPass : mk::impl::MkExpandCollectivesBase<ExpandCollectivesPass> {
+  void runOnOperation() override {
+    if (failed(Expander(getOperation()).run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace

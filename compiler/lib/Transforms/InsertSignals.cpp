@@ -1,0 +1,313 @@
+//===- InsertSignals.cpp - per-tile flags between transfers and readers ---===//
+
+#include "mk/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace mlir::mk {
+#define GEN_PASS_DEF_MKINSERTSIGNALS
+#include "mk/Transforms/Passes.h.inc"
+} // namespace mlir::mk
+
+using namespace mlir;
+using namespace mlir::mk;
+
+namespace {
+
+/// One access to a tensor by a write or a read: its index operands, its `:` dims, and the
+/// extent of the accessed region along each dim (0 for a whole dim).
+struct TileAccess {
+  Operation *op;
+  Value tensor;
+  OperandRange indices;
+  ArrayRef<int64_t> wholeDims;
+  SmallVector<int64_t> extents;
+
+  /// The index operand of dim `d`, or null where it is whole.
+  Value indexOf(int64_t d) const {
+    if (llvm::is_contained(wholeDims, d))
+      return Value();
+    int64_t before = llvm::count_if(wholeDims, [&](int64_t w) { return w < d; });
+    return indices[d - before];
+  }
+};
+
+/// The per-dim region extents of an access whose trailing dims hold `tile` (a tile shape).
+SmallVector<int64_t> regionExtents(int64_t rank, ArrayRef<int64_t> wholeDims,
+                                   ArrayRef<int64_t> tile) {
+  SmallVector<int64_t> extents(rank, 1);
+  int64_t first = rank - tile.size();
+  for (int64_t d = 0; d < rank; ++d)
+    extents[d] = llvm::is_contained(wholeDims, d) ? 0 : d >= first ? tile[d - first] : 1;
+  return extents;
+}
+
+std::optional<TileAccess> writeOf(Operation *op) {
+  if (auto put = dyn_cast<PutOp>(op))
+    return TileAccess{op, put.getDest(), put.getIndices(), put.getWholeDims(),
+                      regionExtents(put.getDest().getType().getRank(), put.getWholeDims(),
+                                    put.getValue().getType().getShape())};
+  if (auto copy = dyn_cast<CopyOp>(op))
+    return TileAccess{op, copy.getDest(), copy.getDestIndices(), copy.getDestWholeDims(),
+                      regionExtents(copy.getDest().getType().getRank(), copy.getDestWholeDims(),
+                                    copy.getTile())};
+  if (auto store = dyn_cast<StoreOp>(op))
+    return TileAccess{op, store.getDest(), store.getIndices(), store.getWholeDims(),
+                      regionExtents(store.getDest().getType().getRank(), store.getWholeDims(),
+                                    store.getValue().getType().getShape())};
+  return std::nullopt;
+}
+
+SmallVector<TileAccess> readsOf(Operation *op) {
+  SmallVector<TileAccess> reads;
+  if (auto load = dyn_cast<LoadOp>(op))
+    reads.push_back({op, load.getSource(), load.getIndices(), load.getWholeDims(),
+                     regionExtents(load.getSource().getType().getRank(), load.getWholeDims(),
+                                   load.getResult().getType().getShape())});
+  if (auto accumulate = dyn_cast<AccumulateOp>(op))
+    reads.push_back({op, accumulate.getSource(), accumulate.getIndices(),
+                     accumulate.getWholeDims(),
+                     regionExtents(accumulate.getSource().getType().getRank(),
+                                   accumulate.getWholeDims(),
+                                   accumulate.getResult().getType().getShape())});
+  if (auto copy = dyn_cast<CopyOp>(op))
+    reads.push_back({op, copy.getSource(), copy.getSourceIndices(), copy.getSourceWholeDims(),
+                     regionExtents(copy.getSource().getType().getRank(),
+                                   copy.getSourceWholeDims(), copy.getTile())});
+  if (auto matmul = dyn_cast<MatmulOp>(op)) {
+    // The panel of an operand: the result tile's rows (lhs) or columns (rhs), the whole of K.
+    auto panel = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole, int64_t extent) {
+      int64_t rank = cast<DistTensorType>(tensor.getType()).getRank();
+      SmallVector<int64_t> extents(rank, 1);
+      extents[whole[0]] = 0;
+      extents[whole[0] == rank - 1 ? rank - 2 : rank - 1] = extent;
+      reads.push_back({op, tensor, indices, whole, extents});
+    };
+    ArrayRef<int64_t> tile = matmul.getResult().getType().getShape();
+    panel(matmul.getLhs(), matmul.getLhsIndices(), matmul.getLhsWholeDims(), tile[0]);
+    panel(matmul.getRhs(), matmul.getRhsIndices(), matmul.getRhsWholeDims(), tile[1]);
+  }
+  return reads;
+}
+
+/// The flags that order the writes of one tensor with its reads.
+struct FlagPlan {
+  FlatSymbolRefAttr flags;
+  SmallVector<int64_t> flagDims;  // the tensor dims a flag is per
+  SmallVector<int64_t> slotDims;  // dims whose slots a combining read waits for together
+  SmallVector<int64_t> extents;   // the write granularity
+};
+
+class SignalInserter {
+public:
+  SignalInserter(ProgramOp program)
+      : program(program), mesh(program.getMesh()), nodes(mesh.getNodes()), gpus(mesh.getGpus()) {}
+
+  LogicalResult run() {
+    if (program.getBodyBlock().getOps<RoleOp>().empty())
+      return program.emitError() << "@" << program.getSymName()
+                                 << " has no roles (run mk-expand-collectives first)";
+    SmallVector<TileAccess> writes;
+    DenseMap<Value, SmallVector<TileAccess>> readsByTensor;
+    program.walk([&](Operation *op) {
+      if (std::optional<TileAccess> write = writeOf(op))
+        writes.push_back(*write);
+      for (TileAccess &read : readsOf(op))
+        readsByTensor[read.tensor].push_back(read);
+    });
+
+    // Transfers create the tensors that need ordering; their other writers join in.
+    llvm::SetVector<Value> transferred;
+    for (const TileAccess &write : writes)
+      if (isa<PutOp, CopyOp>(write.op) && readsByTensor.count(write.tensor))
+        transferred.insert(write.tensor);
+
+    for (Value tensor : transferred) {
+      FailureOr<FlagPlan> plan = planFlags(tensor, writes, readsByTensor[tensor]);
+      if (failed(plan))
+        return failure();
+      for (const TileAccess &write : writes)
+        if (write.tensor == tensor)
+          signalAfter(write, *plan);
+      for (const TileAccess &read : readsByTensor[tensor])
+        if (!producedInPlace(read, writes))
+          if (failed(waitBefore(read, *plan)))
+            return failure();
+    }
+    if (nodes * gpus > 1)
+      announceLaunch();
+    return success();
+  }
+
+private:
+  FailureOr<FlagPlan> planFlags(Value tensor, ArrayRef<TileAccess> writes,
+                                ArrayRef<TileAccess> reads) {
+    auto type = cast<DistTensorType>(tensor.getType());
+    FlagPlan plan;
+    const TileAccess *first = nullptr;
+    for (const TileAccess &write : writes)
+      if (write.tensor == tensor && (!first || isa<PutOp, CopyOp>(write.op)))
+        first = &write;
+    plan.extents = first->extents;
+    for (const TileAccess &read : reads)
+      if (isa<AccumulateOp>(read.op))
+        for (int64_t d : read.wholeDims)
+          if (plan.extents[d] == 1 && !llvm::is_contained(plan.slotDims, d))
+            plan.slotDims.push_back(d);
+
+    SmallVector<int64_t> shape;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (llvm::is_contained(plan.slotDims, d) || plan.extents[d] == 0)
+        continue;
+      plan.flagDims.push_back(d);
+      shape.push_back(llvm::divideCeil(type.getShape()[d], plan.extents[d]));
+    }
+    if (shape.empty())
+      shape.push_back(1);
+
+    for (const TileAccess &access : llvm::concat<const TileAccess>(writes, reads)) {
+      if (access.tensor != tensor)
+        continue;
+      for (int64_t d : plan.flagDims)
+        if (access.extents[d] != plan.extents[d])
+          return access.op->emitOpError()
+                 << "accesses tiles of " << access.extents[d] << " along dim " << d
+                 << " of a tensor others write in tiles of " << plan.extents[d]
+                 << "; mkc orders transfers tile by tile, so both must match";
+    }
+
+    OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
+    std::string name = "ready" + std::to_string(flagCount++);
+    FlagsOp::create(b, tensor.getLoc(), b.getStringAttr(name), b.getDenseI64ArrayAttr(shape));
+    plan.flags = FlatSymbolRefAttr::get(b.getContext(), name);
+    return plan;
+  }
+
+  SmallVector<Value> flagIndices(OpBuilder &b, const TileAccess &access, const FlagPlan &plan) {
+    SmallVector<Value> indices;
+    for (int64_t d : plan.flagDims)
+      indices.push_back(access.indexOf(d));
+    if (indices.empty())
+      indices.push_back(arith::ConstantIndexOp::create(b, access.op->getLoc(), 0));
+    return indices;
+  }
+
+  /// The signal follows the data to the rank it was written to, over the same link.
+  void signalAfter(const TileAccess &write, const FlagPlan &plan) {
+    OpBuilder b(write.op->getContext());
+    b.setInsertionPointAfter(write.op);
+    PeerScope scope = PeerScope::self;
+    Value peer;
+    LinkAttr link;
+    if (auto put = dyn_cast<PutOp>(write.op)) {
+      scope = put.getScope();
+      peer = put.getPeer();
+      link = put.getLinkAttr();
+    } else if (auto copy = dyn_cast<CopyOp>(write.op)) {
+      scope = copy.getScope();
+      peer = copy.getPeer();
+      link = copy.getLinkAttr();
+      // A bulk copy completes asynchronously; its signal is a plain NVLink store after it.
+      if (link && link.getValue() == Link::nvlink_bulk)
+        link = LinkAttr::get(b.getContext(), Link::nvlink_store);
+    }
+    SignalOp::create(b, write.op->getLoc(), plan.flags, flagIndices(b, write, plan),
+                     PeerScopeAttr::get(b.getContext(), scope), peer, link);
+  }
+
+  /// A read of data the same body wrote just before (a node partial sent on from its slot) needs
+  /// no wait.
+  static bool producedInPlace(const TileAccess &read, ArrayRef<TileAccess> writes) {
+    return llvm::any_of(writes, [&](const TileAccess &write) {
+      return write.tensor == read.tensor && isa<StoreOp>(write.op) &&
+             write.op->getBlock() == read.op->getBlock() &&
+             write.op->isBeforeInBlock(read.op) && llvm::equal(write.indices, read.indices);
+    });
+  }
+
+  LogicalResult waitBefore(const TileAccess &read, const FlagPlan &plan) {
+    OpBuilder b(read.op);
+    auto type = cast<DistTensorType>(read.tensor.getType());
+    int64_t count = 1;
+    for (int64_t d : plan.slotDims)
+      if (llvm::is_contained(read.wholeDims, d))
+        count *= type.getShape()[d];
+    WaitOp::create(b, read.op->getLoc(), plan.flags, flagIndices(b, read, plan),
+                   b.getI64IntegerAttr(count));
+    return success();
+  }
+
+  /// Each launch starts with an announcement to the ranks this one exchanges data with (the GPUs
+  /// of its node and its rail peers), and each tile waits for theirs before its first write they
+  /// can see: a peer still in the previous launch may be reading what would be overwritten.
+  void announceLaunch() {
+    Location loc = program.getLoc();
+    OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
+    FlagsOp::create(b, loc, b.getStringAttr("launched"), b.getDenseI64ArrayAttr({1}));
+    auto launched = FlatSymbolRefAttr::get(b.getContext(), "launched");
+    MLIRContext *context = b.getContext();
+
+    RoleOp first = *program.getBodyBlock().getOps<RoleOp>().begin();
+    b.setInsertionPointToStart(&first.getBody().front());
+    auto single = SingleCtaOp::create(b, loc);
+    b.createBlock(&single.getBody());
+    Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+    Value one = arith::ConstantIndexOp::create(b, loc, 1);
+    auto place = PlaceOp::create(b, loc, b.getIndexType(), b.getIndexType());
+    auto signalAll = [&](int64_t count, Value mine, PeerScope scope, Link link, bool self) {
+      if (count == 1 && !self)
+        return;
+      Value size = arith::ConstantIndexOp::create(b, loc, count);
+      Value start = self ? zero : one;
+      scf::ForOp::create(b, loc, start, size, one, ValueRange{},
+                         [&](OpBuilder &nb, Location l, Value offset, ValueRange) {
+                           Value peer = arith::RemSIOp::create(
+                               nb, l, arith::AddIOp::create(nb, l, mine, offset), size);
+                           SignalOp::create(nb, l, launched, ValueRange{zero},
+                                            PeerScopeAttr::get(context, scope), peer,
+                                            LinkAttr::get(context, link));
+                           scf::YieldOp::create(nb, l);
+                         });
+    };
+    signalAll(gpus, place.getGpu(), PeerScope::gpu, Link::nvlink_store, /*self=*/true);
+    signalAll(nodes, place.getNode(), PeerScope::node, Link::rdma_proxy, /*self=*/false);
+
+    int64_t expected = gpus + nodes - 1;
+    program.walk([&](TileGridOp grid) {
+      Operation *firstWrite = nullptr;
+      for (Operation &op : grid.getBodyBlock()) {
+        bool writes = op.walk([](Operation *inner) {
+                          return isa<PutOp, CopyOp, StoreOp, SignalOp>(inner)
+                                     ? WalkResult::interrupt()
+                                     : WalkResult::advance();
+                        })
+                          .wasInterrupted();
+        if (writes) {
+          firstWrite = &op;
+          break;
+        }
+      }
+      if (!firstWrite)
+        return;
+      OpBuilder wb(firstWrite);
+      Value index = arith::ConstantIndexOp::create(wb, loc, 0);
+      WaitOp::create(wb, loc, launched, ValueRange{index},
+                     wb.getI64IntegerAttr(expected));
+    });
+  }
+
+  ProgramOp program;
+  MeshAttr mesh;
+  int64_t nodes, gpus;
+  int64_t flagCount = 0;
+};
+
+struct InsertSignalsPass : mk::impl::MkInsertSignalsBase<InsertSignalsPass> {
+  void runOnOperation() override {
+    if (failed(SignalInserter(getOperation()).run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,983 @@
+//===- LowerToEmitC.cpp - scheduled programs to persistent CUDA kernels ---===//
+//
+// Each scheduled mk.program becomes one `extern "C" __global__` EmitC function. First the
+// structure is lowered in place: roles become branches on the CTA index, tile grids loops over
+// their tiles in the chosen order, strided over the role's CTAs. Then a dialect conversion turns
+// every mk op into a call of the device library (runtime/device/mk/device/kernel.cuh and
+// mk/device.cuh) and index arithmetic and control flow into EmitC, through the upstream
+// arith and scf conversions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Transforms/Passes.h"
+
+#include "mk/IR/MkOps.h"
+
+#include "mlir/Conversion/ArithToEmitC/ArithToEmitC.h"
+#include "mlir/Conversion/SCFToEmitC/SCFToEmitC.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/EmitC/Transforms/TypeConversions.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <variant>
+
+namespace mlir::mk {
+#define GEN_PASS_DEF_MKLOWERTOEMITC
+#include "mk/Transforms/Passes.h.inc"
+} // namespace mlir::mk
+
+using namespace mlir;
+using namespace mlir::mk;
+
+namespace {
+
+/// What the lowering of one program decided, shared by its patterns.
+struct KernelLayout {
+  MeshAttr mesh;
+  /// The mk-typed stand-in of each tensor (a cast of its mk::Tensor) and its index in the
+  /// launch's tensors.
+  DenseMap<Value, int64_t> tensorIndex;
+  llvm::StringMap<int64_t> flagOffset;
+  llvm::StringMap<SmallVector<int64_t>> flagShape;
+  int64_t flagWords = 0;
+  /// C++ expressions of the dynamic shared memory each call needs.
+  std::vector<std::string> smemNeeds;
+  /// This CTA's index and this rank's node and GPU (size_t), computed once on entry.
+  Value cta, node, gpu;
+};
+
+std::string elementName(Type type) {
+  if (type.isBF16())
+    return "mk::bf16";
+  if (type.isF16())
+    return "mk::f16";
+  if (type.isF32())
+    return "float";
+  if (type.isInteger(32))
+    return "int";
+  return "";
+}
+
+std::string tileName(TileType tile) {
+  ArrayRef<int64_t> shape = tile.getShape();
+  return "mk::Tile<" + elementName(tile.getElementType()) + ", " + std::to_string(shape[0]) +
+         ", " + std::to_string(shape.size() > 1 ? shape[1] : 1) + ">";
+}
+
+/// Index arithmetic on size_t, in EmitC, folded where it is constant. Used inside conversion
+/// patterns, whose operands are already converted.
+class Arith {
+public:
+  Arith(OpBuilder &b, Location loc) : b(b), loc(loc), sizeT(emitc::SizeTType::get(b.getContext())) {}
+
+  Value constant(int64_t value) {
+    return emitc::ConstantOp::create(b, loc, sizeT, b.getIndexAttr(value));
+  }
+  Value add(Value x, Value y) {
+    return fold(x, y, std::plus<int64_t>(), 0, 0, [&] { return emitc::AddOp::create(b, loc, sizeT, x, y).getResult(); });
+  }
+  Value sub(Value x, Value y) {
+    return fold(x, y, std::minus<int64_t>(), std::nullopt, 0, [&] { return emitc::SubOp::create(b, loc, sizeT, x, y).getResult(); });
+  }
+  Value mul(Value x, Value y) {
+    return fold(x, y, std::multiplies<int64_t>(), 1, 1, [&] { return emitc::MulOp::create(b, loc, sizeT, x, y).getResult(); });
+  }
+  Value div(Value x, Value y) {
+    return fold(x, y, std::divides<int64_t>(), std::nullopt, 1, [&] { return emitc::DivOp::create(b, loc, sizeT, x, y).getResult(); });
+  }
+  Value rem(Value x, Value y) {
+    return fold(x, y, std::modulus<int64_t>(), std::nullopt, std::nullopt, [&] { return emitc::RemOp::create(b, loc, sizeT, x, y).getResult(); });
+  }
+  Value min(Value x, Value y) {
+    auto smaller = [](int64_t p, int64_t q) { return std::min(p, q); };
+    return fold(x, y, smaller, std::nullopt, std::nullopt, [&] {
+      Value less = emitc::CmpOp::create(b, loc, b.getI1Type(), emitc::CmpPredicate::lt, x, y);
+      return emitc::ConditionalOp::create(b, loc, sizeT, less, x, y).getResult();
+    });
+  }
+  Value add(Value x, int64_t y) { return add(x, constant(y)); }
+  Value mul(Value x, int64_t y) { return mul(x, constant(y)); }
+  Value div(Value x, int64_t y) { return div(x, constant(y)); }
+  Value rem(Value x, int64_t y) { return rem(x, constant(y)); }
+
+private:
+  static std::optional<int64_t> valueOf(Value v) {
+    if (auto c = v.getDefiningOp<emitc::ConstantOp>())
+      if (auto value = dyn_cast<IntegerAttr>(c.getValue()))
+        return value.getInt();
+    return std::nullopt;
+  }
+
+  /// Folds two constants, and a neutral element on the right (or on the left, for add and mul).
+  template <typename F, typename G>
+  Value fold(Value x, Value y, F f, std::optional<int64_t> leftNeutral,
+             std::optional<int64_t> rightNeutral, G build) {
+    std::optional<int64_t> cx = valueOf(x), cy = valueOf(y);
+    if (cx && cy)
+      return constant(f(*cx, *cy));
+    if (cy && rightNeutral && *cy == *rightNeutral)
+      return x;
+    if (cx && leftNeutral && *cx == *leftNeutral)
+      return y;
+    return build();
+  }
+
+  OpBuilder &b;
+  Location loc;
+  Type sizeT;
+};
+
+//===----------------------------------------------------------------------===//
+// Structure: roles, tile grids, single-CTA blocks
+//===----------------------------------------------------------------------===//
+
+/// Calls a function of the device library; `args` mixes operands and C++ literals.
+using CallArg = std::variant<Value, std::string>;
+emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRef callee,
+                         ArrayRef<CallArg> args, ArrayRef<std::string> templateArgs = {}) {
+  SmallVector<Value> operands;
+  SmallVector<Attribute> argAttrs;
+  for (const CallArg &arg : args) {
+    if (auto *value = std::get_if<Value>(&arg)) {
+      argAttrs.push_back(b.getIndexAttr(operands.size()));
+      operands.push_back(*value);
+    } else {
+      argAttrs.push_back(emitc::OpaqueAttr::get(b.getContext(), std::get<std::string>(arg)));
+    }
+  }
+  SmallVector<Attribute> templateAttrs;
+  for (const std::string &arg : templateArgs)
+    templateAttrs.push_back(emitc::OpaqueAttr::get(b.getContext(), arg));
+  return emitc::CallOpaqueOp::create(b, loc, results, callee, operands, b.getArrayAttr(argAttrs),
+                                     templateAttrs.empty() ? ArrayAttr() : b.getArrayAttr(templateAttrs));
+}
+
+Value kernelArgs(Operation *op) {
+  return op->getParentOfType<emitc::FuncOp>().getArgument(0);
+}
+
+
+/// A size_t as an index, for the structure lowered before the conversion.
+Value toIndex(OpBuilder &b, Location loc, Value v) {
+  return UnrealizedConversionCastOp::create(b, loc, b.getIndexType(), v).getResult(0);
+}
+
+class StructureLowering {
+public:
+  StructureLowering(ProgramOp program, KernelLayout &layout)
+      : program(program), layout(layout), mesh(program.getMesh()) {}
+
+  /// Moves the program into an EmitC function and lowers its structure; erases the program.
+  FailureOr<emitc::FuncOp> run();
+
+private:
+  LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
+  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas);
+  /// The coordinates of the tile at position `pos` of a grid with `counts` tiles per dim, in
+  /// `order`, as index values.
+  SmallVector<Value> decode(OpBuilder &b, Location loc, Value pos, ArrayRef<int64_t> counts,
+                            TileOrderAttr order, Value rotation);
+
+  ProgramOp program;
+  KernelLayout &layout;
+  MeshAttr mesh;
+};
+
+FailureOr<emitc::FuncOp> StructureLowering::run() {
+  MLIRContext *context = program.getContext();
+  Location loc = program.getLoc();
+  if (!program.getGrid())
+    return program.emitError() << "@" << program.getSymName()
+                               << " is not scheduled (run the mkc pipeline up to "
+                                  "mk-insert-signals first)";
+  if (!mesh.isBound())
+    return program.emitError() << "@" << program.getSymName() << " is not specialized";
+  WalkResult unsupported = program.walk([&](Operation *op) {
+    if (isa<AttentionBlockOp, BroadcastOp, ReduceOp, DispatchOp, CombineOp, ShardRangeOp,
+            AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp>(op)) {
+      op->emitOpError() << "has no CUDA lowering in this version of mkc (the scheduled IR, "
+                           "--emit=mlir, is as far as it goes)";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (unsupported.wasInterrupted())
+    return failure();
+
+  OpBuilder b(program);
+  // __grid_constant__: read in place, never copied, even where indexed at run time.
+  auto argsType = emitc::OpaqueType::get(context, "const __grid_constant__ mk_kernel_args");
+  auto func = emitc::FuncOp::create(b, loc, program.getSymName(),
+                                    FunctionType::get(context, {argsType}, {}));
+  func.setSpecifiersAttr(
+      b.getStrArrayAttr({"extern \"C\" __global__ __launch_bounds__(MK_CTA_THREADS, 1)"}));
+  Block *entry = func.addEntryBlock();
+  Value args = entry->getArgument(0);
+  OpBuilder eb = OpBuilder::atBlockBegin(entry);
+
+  // Tensors: the arguments, then the buffers, each an mk::Tensor of the launch.
+  Block &body = program.getBodyBlock();
+  SmallVector<Value> tensors(body.getArguments());
+  for (BufferOp buffer : body.getOps<BufferOp>())
+    tensors.push_back(buffer.getResult());
+  if (tensors.size() > 16)
+    return program.emitError() << "uses " << tensors.size()
+                               << " tensors, more than a kernel can take (16, MK_MAX_TENSORS)";
+  for (auto [index, tensor] : llvm::enumerate(tensors)) {
+    auto type = cast<DistTensorType>(tensor.getType());
+    std::string element = elementName(type.getElementType());
+    if (element.empty())
+      return program.emitError() << "has a tensor of " << type.getElementType()
+                                 << ", which has no CUDA lowering yet";
+    auto opaque = emitc::OpaqueType::get(context, "mk::Tensor<" + element + ">");
+    Value ref = call(eb, loc, opaque, "mk::tensor", {args, std::to_string(index)}, {element})
+                    .getResult(0);
+    auto cast = UnrealizedConversionCastOp::create(eb, loc, type, ref);
+    tensor.replaceAllUsesWith(cast.getResult(0));
+    layout.tensorIndex[cast.getResult(0)] = index;
+  }
+  for (BufferOp buffer : llvm::to_vector(body.getOps<BufferOp>()))
+    buffer.erase();
+  for (FlagsOp flags : llvm::to_vector(body.getOps<FlagsOp>())) {
+    int64_t words = 1;
+    for (int64_t extent : flags.getShape())
+      words *= extent;
+    layout.flagOffset[flags.getSymName()] = layout.flagWords;
+    layout.flagShape[flags.getSymName()] = SmallVector<int64_t>(flags.getShape());
+    layout.flagWords += words;
+    flags.erase();
+  }
+
+  Type sizeT = emitc::SizeTType::get(context);
+  layout.cta = call(eb, loc, sizeT, "mk::cta", {}).getResult(0);
+  layout.node = call(eb, loc, sizeT, "mk::node", {args}).getResult(0);
+  layout.gpu = call(eb, loc, sizeT, "mk::gpu", {args}).getResult(0);
+  Value cta = toIndex(eb, loc, layout.cta);
+  entry->getOperations().splice(entry->end(), body.getOperations());
+  OpBuilder tail = OpBuilder::atBlockEnd(entry);
+  emitc::ReturnOp::create(tail, loc, Value());
+  int64_t begin = 0;
+  for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
+    int64_t ctas = static_cast<int64_t>(*role.getCtas());
+    if (failed(lowerRole(role, cta, begin)))
+      return failure();
+    begin += ctas;
+  }
+  program.erase();
+  return func;
+}
+
+LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin) {
+  Location loc = role.getLoc();
+  int64_t ctas = static_cast<int64_t>(*role.getCtas());
+  OpBuilder b(role);
+  Value first = arith::ConstantIndexOp::create(b, loc, begin);
+  Value end = arith::ConstantIndexOp::create(b, loc, begin + ctas);
+  Value inRole = arith::AndIOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
+  auto branch = scf::IfOp::create(b, loc, inRole, /*withElseRegion=*/false);
+  Block *then = branch.thenBlock();
+  then->getOperations().splice(then->begin(), role.getBody().front().getOperations());
+  role.erase();
+
+  OpBuilder tb = OpBuilder::atBlockBegin(then);
+  Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
+  SmallVector<Operation *> nested;
+  branch.getThenRegion().walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (isa<TileGridOp, SingleCtaOp>(op))
+      nested.push_back(op);
+  });
+  for (Operation *op : nested) {
+    if (auto single = dyn_cast<SingleCtaOp>(op)) {
+      OpBuilder sb(single);
+      Value zero = arith::ConstantIndexOp::create(sb, loc, 0);
+      Value isFirst = arith::CmpIOp::create(sb, loc, arith::CmpIPredicate::eq, roleCta, zero);
+      auto once = scf::IfOp::create(sb, loc, isFirst, /*withElseRegion=*/false);
+      once.thenBlock()->getOperations().splice(once.thenBlock()->begin(),
+                                               single.getBody().front().getOperations());
+      single.erase();
+    } else if (failed(lowerGrid(cast<TileGridOp>(op), roleCta, ctas))) {
+      return failure();
+    }
+  }
+  return success();
+}
+
+SmallVector<Value> StructureLowering::decode(OpBuilder &b, Location loc, Value pos,
+                                             ArrayRef<int64_t> counts, TileOrderAttr order,
+                                             Value rotation) {
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
+  int64_t rank = counts.size();
+  SmallVector<Value> coords(rank);
+  // The last two dims are ordered; the leading dims are outer loops.
+  int64_t inner = rank >= 2 ? counts[rank - 2] * counts[rank - 1] : counts[rank - 1];
+  Value rest = arith::DivSIOp::create(b, loc, pos, c(inner));
+  Value within = arith::RemSIOp::create(b, loc, pos, c(inner));
+  for (int64_t d = rank - 3; d >= 0; --d) {
+    coords[d] = arith::RemSIOp::create(b, loc, rest, c(counts[d]));
+    rest = arith::DivSIOp::create(b, loc, rest, c(counts[d]));
+  }
+  if (rank == 1) {
+    coords[0] = within;
+    return coords;
+  }
+  int64_t rows = counts[rank - 2], cols = counts[rank - 1];
+  TileOrderKind kind = order ? order.getKind() : TileOrderKind::row_major;
+  Value row, col;
+  switch (kind) {
+  case TileOrderKind::row_major:
+    row = arith::DivSIOp::create(b, loc, within, c(cols));
+    col = arith::RemSIOp::create(b, loc, within, c(cols));
+    break;
+  case TileOrderKind::column_major:
+    col = arith::DivSIOp::create(b, loc, within, c(rows));
+    row = arith::RemSIOp::create(b, loc, within, c(rows));
+    break;
+  case TileOrderKind::swizzle: {
+    // Bands of `group` tile rows, walked column by column.
+    int64_t group = order.getGroup();
+    Value band = arith::DivSIOp::create(b, loc, within, c(group * cols));
+    Value inBand = arith::RemSIOp::create(b, loc, within, c(group * cols));
+    Value firstRow = arith::MulIOp::create(b, loc, band, c(group));
+    Value rowsLeft = arith::SubIOp::create(b, loc, c(rows), firstRow);
+    Value bandRows = arith::SelectOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rowsLeft, c(group)),
+        rowsLeft, c(group));
+    row = arith::AddIOp::create(b, loc, firstRow, arith::RemSIOp::create(b, loc, inBand, bandRows));
+    col = arith::DivSIOp::create(b, loc, inBand, bandRows);
+    break;
+  }
+  }
+  if (rotation)
+    row = arith::RemSIOp::create(b, loc, arith::AddIOp::create(b, loc, row, rotation), c(rows));
+  coords[rank - 2] = row;
+  coords[rank - 1] = col;
+  return coords;
+}
+
+LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas) {
+  Location loc = grid.getLoc();
+  DistTensorType target = grid.getTargetType();
+  PlacementAttr placement = target.getPlacement();
+  if (grid.getRowCounts())
+    return grid.emitOpError() << "is bounded by row counts, which have no CUDA lowering yet";
+  if (grid.getMasked() && placement.isSharded() && !grid.getGlobal())
+    return grid.emitOpError() << "masks the tiles of a shard, which has no CUDA lowering yet";
+
+  OpBuilder b(grid);
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
+  Value myNode = toIndex(b, loc, layout.node), myGpu = toIndex(b, loc, layout.gpu);
+  int64_t gpus = mesh.getGpus();
+  auto indexAlong = [&](MeshAxis axis, Value n, Value g) -> Value {
+    switch (axis) {
+    case MeshAxis::world:
+      return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, n, c(gpus)), g);
+    case MeshAxis::nodes:
+      return n;
+    case MeshAxis::gpus:
+      return g;
+    }
+    llvm_unreachable("unknown axis");
+  };
+
+  // Which shards the grid visits (each with `perShard` tiles), or the whole tensor.
+  bool byShard = placement.isSharded() && (!grid.getGlobal() || grid.getDistribute());
+  int64_t rank = target.getRank();
+  SmallVector<int64_t> counts;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t extent = byShard ? target.getLocalExtent(d, mesh) : target.getShape()[d];
+    int64_t size = grid.getTileSizes()[d];
+    counts.push_back(ShapedType::isDynamic(size) ? 1 : llvm::divideCeil(extent, size));
+  }
+  int64_t perShard = 1;
+  for (int64_t count : counts)
+    perShard *= count;
+
+  int64_t shards = 1, stride = 1;
+  Value firstShard, strideOffset;
+  if (byShard) {
+    MeshAxis axis = placement.getAxis();
+    if (Value holder = grid.getHolder()) {
+      firstShard = holder;
+    } else if (grid.getDistribute()) {
+      // A global grid over a sharded tensor, distributed over the GPUs of each node: the shards
+      // of the ranks with this GPU index.
+      if (*grid.getDistribute() != MeshAxis::gpus || axis != MeshAxis::world)
+        return grid.emitOpError() << "distributes a sharded tensor in a way that has no CUDA "
+                                     "lowering yet";
+      shards = mesh.getNodes();
+    } else {
+      firstShard = indexAlong(axis, myNode, myGpu);
+    }
+  } else if (std::optional<MeshAxis> axis = grid.getDistribute()) {
+    // Tiles dealt round-robin over the ranks (mk.owner): every `stride`-th, from this rank's.
+    if (*axis == MeshAxis::nodes)
+      return grid.emitOpError() << "distributes over nodes, which has no CUDA lowering yet";
+    stride = mesh.getAxisSize(*axis);
+    strideOffset = indexAlong(*axis, myNode, myGpu);
+  }
+
+  int64_t total = shards * perShard;
+  Value iterations =
+      stride == 1 ? c(total)
+                  : arith::DivSIOp::create(
+                        b, loc, arith::SubIOp::create(b, loc, c(total + stride - 1), strideOffset),
+                        c(stride));
+  auto loop = scf::ForOp::create(b, loc, roleCta, iterations, c(ctas));
+  OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
+  b.setInsertionPointToStart(loop.getBody());
+  Value position = loop.getInductionVar();
+  if (stride != 1)
+    position = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, position, c(stride)),
+                                     strideOffset);
+
+  Value shardIndex = firstShard;
+  Value inShard = position;
+  if (shards > 1) {
+    Value shardSlot = arith::DivSIOp::create(b, loc, position, c(perShard));
+    inShard = arith::RemSIOp::create(b, loc, position, c(perShard));
+    shardIndex = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, shardSlot, c(gpus)),
+                                       myGpu);
+  }
+
+  // Tiles that need nothing remote come first: rotate the rows to start at this rank's slice.
+  Value rotation;
+  TileOrderAttr order = grid.getOrderAttr();
+  if (order && order.getLocalFirst() && stride == 1 && rank >= 2) {
+    int64_t world = mesh.getWorldSize();
+    Value me = indexAlong(MeshAxis::world, myNode, myGpu);
+    rotation = arith::DivSIOp::create(b, loc, arith::MulIOp::create(b, loc, me, c(counts[rank - 2])),
+                                      c(world));
+  }
+  // The round-robin owner of a tile is defined on the row-major index: no reordering there.
+  SmallVector<Value> coords =
+      decode(b, loc, inShard, counts, stride == 1 ? order : TileOrderAttr(), rotation);
+  if (shardIndex) {
+    int64_t d = placement.getDim();
+    Value start = arith::MulIOp::create(b, loc, shardIndex, c(counts[d]));
+    coords[d] = arith::AddIOp::create(b, loc, coords[d], start);
+  }
+
+  Block &body = grid.getBodyBlock();
+  for (auto [arg, coord] : llvm::zip(body.getArguments(), coords))
+    arg.replaceAllUsesWith(coord);
+  loop.getBody()->getOperations().splice(std::prev(loop.getBody()->end()), body.getOperations());
+  grid.erase();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Ops: calls of the device library
+//===----------------------------------------------------------------------===//
+
+/// Where an access lands in the memory of the rank it reaches.
+struct Address {
+  Value offset;       // elements from the start of that rank's part
+  int64_t ld = 1;     // elements between rows of the tile
+  Value rows, cols;   // the valid part of the tile
+  int64_t tileRows = 1, tileCols = 1;
+};
+
+template <typename OpT> class LoweringPattern : public OpConversionPattern<OpT> {
+public:
+  LoweringPattern(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout)
+      : OpConversionPattern<OpT>(converter, context), layout(layout) {}
+
+protected:
+  int64_t tensorIndex(Value tensor) const { return layout.tensorIndex.lookup(tensor); }
+
+  /// The address of `%T[indices]` (`:` at `wholeDims`) for a tile of `tile` (its trailing dims),
+  /// in the memory of the rank at (node, gpu).
+  Address address(Arith &a, DistTensorType type, ValueRange indices, ArrayRef<int64_t> wholeDims,
+                  ArrayRef<int64_t> tile, Value node, Value gpu) const {
+    MeshAttr mesh = layout.mesh;
+    int64_t rank = type.getRank();
+    SmallVector<int64_t> local, strides(rank, 1);
+    for (int64_t d = 0; d < rank; ++d)
+      local.push_back(type.getLocalExtent(d, mesh));
+    for (int64_t d = rank - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * local[d + 1];
+
+    int64_t first = rank - tile.size();
+    Address address;
+    address.offset = a.constant(0);
+    auto index = indices.begin();
+    SmallVector<Value> start(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (llvm::is_contained(wholeDims, d)) {
+        start[d] = a.constant(0);
+        continue;
+      }
+      int64_t extent = d >= first ? tile[d - first] : 1;
+      Value element = a.mul(*index++, extent);
+      PlacementAttr placement = type.getPlacement();
+      if (placement.shardsDim(d)) {
+        Value along = placement.getAxis() == MeshAxis::world
+                          ? a.add(a.mul(node, mesh.getGpus()), gpu)
+                          : placement.getAxis() == MeshAxis::nodes ? node : gpu;
+        element = a.sub(element, a.mul(along, local[d]));
+      }
+      start[d] = element;
+      address.offset = a.add(address.offset, a.mul(element, strides[d]));
+    }
+    auto valid = [&](int64_t d, int64_t extent) {
+      bool whole = llvm::is_contained(wholeDims, d);
+      int64_t size = whole ? local[d] : extent;
+      if (whole || local[d] % size == 0)
+        return a.constant(size);
+      return a.min(a.constant(size), a.sub(a.constant(local[d]), start[d]));
+    };
+    int64_t colDim = rank - 1, rowDim = rank - 2;
+    address.tileCols = llvm::is_contained(wholeDims, colDim) ? local[colDim] : tile.back();
+    address.cols = valid(colDim, address.tileCols);
+    if (tile.size() >= 2 && rowDim >= 0) {
+      address.tileRows = llvm::is_contained(wholeDims, rowDim) ? local[rowDim] : tile[0];
+      address.rows = valid(rowDim, address.tileRows);
+      address.ld = strides[rowDim];
+    } else {
+      address.rows = a.constant(1);
+      address.ld = local[colDim];
+    }
+    return address;
+  }
+
+  /// A pointer into tensor `tensor` (converted) at `offset`, on this rank or GPU `gpu` of the node.
+  Value pointer(OpBuilder &b, Location loc, DistTensorType type, Value tensor, Value offset,
+                Value gpu = Value()) const {
+    auto ptr = emitc::PointerType::get(
+        emitc::OpaqueType::get(b.getContext(), elementName(type.getElementType())));
+    if (gpu)
+      return call(b, loc, ptr, "mk::at_peer", {tensor, gpu, offset}).getResult(0);
+    return call(b, loc, ptr, "mk::at", {tensor, offset}).getResult(0);
+  }
+
+  void needSmem(std::string expression) const {
+    if (!llvm::is_contained(layout.smemNeeds, expression))
+      layout.smemNeeds.push_back(std::move(expression));
+  }
+
+  KernelLayout &layout;
+};
+
+/// `mk::name<T, R, C>` as text, for shared-memory needs.
+std::string tileTemplate(StringRef name, TileType tile) {
+  ArrayRef<int64_t> shape = tile.getShape();
+  return (name + "<" + elementName(tile.getElementType()) + ", " + Twine(shape[0]) + ", " +
+          Twine(shape.size() > 1 ? shape[1] : 1) + ">()")
+      .str();
+}
+
+struct PlaceLowering : LoweringPattern<PlaceOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(PlaceOp op, OpAdaptor, ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, {layout.node, layout.gpu});
+    return success();
+  }
+};
+
+struct OwnerLowering : LoweringPattern<OwnerOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(OwnerOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    DistTensorType type = op.getTensor().getType();
+    MeshAttr mesh = layout.mesh;
+    Value myNode = layout.node, myGpu = layout.gpu;
+    PlacementAttr placement = type.getPlacement();
+    Value along;
+    MeshAxis axis = MeshAxis::world;
+    if (placement.isSharded()) {
+      int64_t d = placement.getDim();
+      axis = placement.getAxis();
+      along = a.div(a.mul(adaptor.getIndices()[d], op.getTile()[d]), type.getLocalExtent(d, mesh));
+    } else {
+      // Round-robin over the world by row-major tile index.
+      Value linear = a.constant(0);
+      for (int64_t d = 0; d < type.getRank(); ++d)
+        linear = a.add(a.mul(linear, llvm::divideCeil(type.getShape()[d], op.getTile()[d])),
+                       adaptor.getIndices()[d]);
+      along = a.rem(linear, mesh.getWorldSize());
+    }
+    Value node = axis == MeshAxis::world ? a.div(along, mesh.getGpus())
+                 : axis == MeshAxis::nodes ? along : myNode;
+    Value gpu = axis == MeshAxis::world ? a.rem(along, mesh.getGpus())
+                : axis == MeshAxis::gpus ? along : myGpu;
+    rewriter.replaceOp(op, {node, gpu});
+    return success();
+  }
+};
+
+struct LoadLowering : LoweringPattern<LoadOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(LoadOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    if (tile.getRank() != 2)
+      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
+    Value node = layout.node, gpu = layout.gpu;
+    Address at = address(a, op.getSource().getType(), adaptor.getIndices(), op.getWholeDims(),
+                         tile.getShape(), node, gpu);
+    Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
+    Type result = getTypeConverter()->convertType(tile);
+    rewriter.replaceOp(op, call(rewriter, loc, result, "mk::load_tile",
+                                {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                                {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
+                                 std::to_string(tile.getShape()[1])}));
+    return success();
+  }
+};
+
+/// mk.store and mk.put: a tile to this rank's memory or to a GPU of the node.
+template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
+  using LoweringPattern<OpT>::LoweringPattern;
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getValue().getType();
+    if (tile.getRank() != 2)
+      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
+    Value node = this->layout.node, gpu = this->layout.gpu;
+    Value peer;
+    if constexpr (std::is_same_v<OpT, PutOp>) {
+      if (op.getScope() == PeerScope::node)
+        return op.emitOpError() << "puts a tile across nodes; the proxy copies memory, so "
+                                   "store the tile and mk.copy it";
+      if (op.getScope() == PeerScope::gpu)
+        peer = gpu = adaptor.getPeer();
+    }
+    DistTensorType type = op.getDest().getType();
+    Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
+                               node, gpu);
+    Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
+    this->needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
+    call(rewriter, loc, {}, "mk::store_tile",
+         {adaptor.getValue(), dst, std::to_string(at.ld), at.rows, at.cols, "mk_smem"});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct CopyLowering : LoweringPattern<CopyOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(CopyOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Value args = kernelArgs(op);
+    Value myNode = layout.node, myGpu = layout.gpu;
+    DistTensorType sourceType = op.getSource().getType(), destType = op.getDest().getType();
+    Address from = address(a, sourceType, adaptor.getSourceIndices(), op.getSourceWholeDims(),
+                           op.getTile(), myNode, myGpu);
+    Value destNode = myNode, destGpu = myGpu;
+    if (op.getScope() == PeerScope::node)
+      destNode = adaptor.getPeer();
+    if (op.getScope() == PeerScope::gpu)
+      destGpu = adaptor.getPeer();
+    Address to = address(a, destType, adaptor.getDestIndices(), op.getDestWholeDims(), op.getTile(),
+                         destNode, destGpu);
+    int64_t bytes = sourceType.getElementType().getIntOrFloatBitWidth() / 8;
+
+    if (op.getScope() == PeerScope::node) {
+      call(rewriter, loc, {}, "mk::remote_put",
+           {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
+            a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
+            a.mul(to.offset, bytes), from.rows, a.mul(from.cols, bytes),
+            std::to_string(from.ld * bytes), std::to_string(to.ld * bytes), "MK_NO_FLAG"});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    Value src = pointer(rewriter, loc, sourceType, adaptor.getSource(), from.offset);
+    Value dst = pointer(rewriter, loc, destType, adaptor.getDest(), to.offset,
+                        op.getScope() == PeerScope::gpu ? adaptor.getPeer() : Value());
+    SmallVector<CallArg> callArgs = {src, std::to_string(from.ld), dst, std::to_string(to.ld),
+                                     from.rows, from.cols};
+    StringRef callee = "mk::copy_region";
+    if (op.getLink() == Link::nvlink_bulk) {
+      callee = "mk::copy_region_bulk";
+      callArgs.push_back(std::string("mk_smem"));
+      needSmem("mk::copy_region_bulk_smem_bytes()");
+    }
+    call(rewriter, loc, {}, callee, callArgs);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct AccumulateLowering : LoweringPattern<AccumulateOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(AccumulateOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    DistTensorType type = op.getSource().getType();
+    int64_t slotDim = op.getWholeDims()[0];
+    // The first slot's address; the others follow `stride` elements apart.
+    SmallVector<Value> indices;
+    SmallVector<int64_t> wholeDims(op.getWholeDims().drop_front());
+    SmallVector<int64_t> adjusted;
+    Value node = layout.node, gpu = layout.gpu;
+    for (int64_t d = 0, i = 0; d < type.getRank(); ++d) {
+      if (d == slotDim) {
+        indices.push_back(a.constant(0));
+        continue;
+      }
+      if (llvm::is_contained(wholeDims, d))
+        continue;
+      indices.push_back(adaptor.getIndices()[i++]);
+    }
+    Address at = address(a, type, indices, wholeDims, tile.getShape(), node, gpu);
+    int64_t stride = 1;
+    for (int64_t d = slotDim + 1; d < type.getRank(); ++d)
+      stride *= type.getLocalExtent(d, layout.mesh);
+    Value src = pointer(rewriter, loc, type, adaptor.getSource(), at.offset);
+    TileType result = tile;
+    std::string element = elementName(type.getElementType());
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", result));
+    std::string kind = "mk::Reduce::" + stringifyReduceKind(op.getKind()).str();
+    rewriter.replaceOp(
+        op, call(rewriter, loc, getTypeConverter()->convertType(result), "mk::accumulate_tiles",
+                 {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
+                  std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                 {kind, element, std::to_string(tile.getShape()[0]),
+                  std::to_string(tile.getShape()[1])}));
+    return success();
+  }
+};
+
+struct MatmulLowering : LoweringPattern<MatmulOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(MatmulOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    int64_t tm = tile.getShape()[0], tn = tile.getShape()[1];
+    std::optional<int64_t> kTile = op.getKTile();
+    if (!kTile)
+      return op.emitOpError() << "has no k_tile (run mk-tile-and-order first)";
+    Value node = layout.node, gpu = layout.gpu;
+    DistTensorType lhsType = op.getLhs().getType(), rhsType = op.getRhs().getType();
+    int64_t lhsK = op.getLhsWholeDims()[0], rhsK = op.getRhsWholeDims()[0];
+    int64_t lhsRank = lhsType.getRank(), rhsRank = rhsType.getRank();
+    bool aTransposed = lhsK == lhsRank - 2, bTransposed = rhsK == rhsRank - 1;
+    // The panels: tm rows by the whole K, and the whole K by tn columns.
+    Address lhs = address(a, lhsType, adaptor.getLhsIndices(), op.getLhsWholeDims(),
+                          aTransposed ? ArrayRef<int64_t>{1, tm} : ArrayRef<int64_t>{tm, 1},
+                          node, gpu);
+    Address rhs = address(a, rhsType, adaptor.getRhsIndices(), op.getRhsWholeDims(),
+                          bTransposed ? ArrayRef<int64_t>{tn, 1} : ArrayRef<int64_t>{1, tn},
+                          node, gpu);
+    Value rows = aTransposed ? lhs.cols : lhs.rows;
+    Value cols = bTransposed ? rhs.rows : rhs.cols;
+    int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
+    std::string element = elementName(lhsType.getElementType());
+    Value aPtr = pointer(rewriter, loc, lhsType, adaptor.getLhs(), lhs.offset);
+    Value bPtr = pointer(rewriter, loc, rhsType, adaptor.getRhs(), rhs.offset);
+    needSmem("mk::matmul_smem_bytes<" + element + ", " + std::to_string(tm) + ", " +
+             std::to_string(tn) + ", " + std::to_string(*kTile) + ">()");
+    rewriter.replaceOp(
+        op, call(rewriter, loc, getTypeConverter()->convertType(tile), "mk::matmul",
+                 {aPtr, std::to_string(lhs.ld), bPtr, std::to_string(rhs.ld), std::to_string(k),
+                  rows, cols, "mk_smem"},
+                 {std::to_string(tm), std::to_string(tn), std::to_string(*kTile),
+                  aTransposed ? "true" : "false", bTransposed ? "true" : "false", element}));
+    return success();
+  }
+};
+
+/// Tile compute: one device-library call each.
+template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
+  CallLowering(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout,
+               StringRef callee)
+      : LoweringPattern<OpT>(converter, context, layout), callee(callee) {}
+
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    SmallVector<CallArg> args;
+    for (Value operand : adaptor.getOperands())
+      args.push_back(operand);
+    SmallVector<std::string> templateArgs;
+    std::string name = callee;
+    if constexpr (std::is_same_v<OpT, ActivationOp>)
+      name = "mk::" + stringifyActivation(op.getKind()).str();
+    auto result = cast<TileType>(op->getResult(0).getType());
+    if constexpr (std::is_same_v<OpT, ConvertOp>)
+      templateArgs.push_back(elementName(result.getElementType()));
+    if constexpr (std::is_same_v<OpT, SplatOp>)
+      templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
+                      std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1)};
+    rewriter.replaceOp(op, call(rewriter, op.getLoc(),
+                                this->getTypeConverter()->convertType(result), name, args,
+                                templateArgs));
+    return success();
+  }
+
+  std::string callee;
+};
+
+/// The offset of `flags[indices]` in the flag region.
+Value flagOffset(Arith &a, const KernelLayout &layout, StringRef flags, ValueRange indices) {
+  const SmallVector<int64_t> &shape = layout.flagShape.find(flags)->second;
+  Value linear = a.constant(0);
+  for (auto [extent, index] : llvm::zip(shape, indices))
+    linear = a.add(a.mul(linear, extent), index);
+  return a.add(linear, layout.flagOffset.lookup(flags));
+}
+
+struct SignalLowering : LoweringPattern<SignalOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(SignalOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
+    Value args = kernelArgs(op);
+    switch (op.getScope()) {
+    case PeerScope::self:
+      call(rewriter, loc, {}, "mk::signal_local", {args, offset});
+      break;
+    case PeerScope::gpu:
+      call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
+      break;
+    case PeerScope::node:
+      call(rewriter, loc, {}, "mk::signal_node", {args, adaptor.getPeer(), offset});
+      break;
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct WaitLowering : LoweringPattern<WaitOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(WaitOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
+    call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",
+         {kernelArgs(op), offset, std::to_string(op.getCount())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *context = &getContext();
+    auto programs = llvm::to_vector(module.getOps<ProgramOp>());
+    if (programs.empty())
+      return;
+
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    Location loc = module.getLoc();
+    emitc::VerbatimOp::create(b, loc, "// Generated by mkc: one persistent kernel per program. "
+                                      "Launch with MK_CTA_THREADS threads per CTA.");
+    emitc::IncludeOp::create(b, loc, "mk/device/kernel.cuh", /*is_standard_include=*/false);
+    emitc::VerbatimOp::create(b, loc, "extern __shared__ __align__(128) unsigned char mk_smem[];");
+
+    for (ProgramOp program : programs) {
+      KernelLayout layout;
+      layout.mesh = program.getMesh();
+      std::string name = program.getSymName().str();
+      int64_t grid = program.getGrid().value_or(0);
+      FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();
+      if (failed(func) || failed(convert(*func, layout)))
+        return signalPassFailure();
+      // What the runtime needs to launch it, readable from the module (cuModuleGetGlobal).
+      std::string smem = "0";
+      for (const std::string &need : layout.smemNeeds)
+        smem = "mk::max_bytes(" + smem + ", " + need + ")";
+      OpBuilder after(context);
+      after.setInsertionPointAfter(*func);
+      emitc::VerbatimOp::create(
+          after, loc,
+          "extern \"C\" __device__ const int " + name + "_grid = " + std::to_string(grid) +
+              ";\nextern \"C\" __device__ const int " + name +
+              "_flag_words = " + std::to_string(layout.flagWords) +
+              ";\nextern \"C\" __device__ const int " + name + "_dynamic_smem_bytes = " + smem +
+              ";\nextern \"C\" __device__ const int " + name +
+              "_abi_version = MK_ABI_VERSION;");
+    }
+  }
+
+  LogicalResult convert(emitc::FuncOp func, KernelLayout &layout) {
+    MLIRContext *context = &getContext();
+    TypeConverter converter;
+    converter.addConversion([](Type type) { return type; });
+    populateEmitCSizeTTypeConversions(converter);
+    converter.addConversion([](TileType tile) -> Type {
+      return emitc::OpaqueType::get(tile.getContext(), tileName(tile));
+    });
+    converter.addConversion([](DistTensorType tensor) -> Type {
+      return emitc::OpaqueType::get(tensor.getContext(),
+                                    "mk::Tensor<" + elementName(tensor.getElementType()) + ">");
+    });
+    auto materialize = [](OpBuilder &b, Type type, ValueRange inputs, Location loc) -> Value {
+      return UnrealizedConversionCastOp::create(b, loc, type, inputs).getResult(0);
+    };
+    converter.addSourceMaterialization(materialize);
+    converter.addTargetMaterialization(materialize);
+
+    RewritePatternSet patterns(context);
+    populateArithToEmitCPatterns(converter, patterns);
+    populateSCFToEmitCConversionPatterns(patterns, converter);
+    patterns.add<PlaceLowering, OwnerLowering, LoadLowering, StoreLowering<StoreOp>,
+                 StoreLowering<PutOp>, CopyLowering, AccumulateLowering, MatmulLowering,
+                 SignalLowering, WaitLowering>(converter, context, layout);
+    patterns.add<CallLowering<ConvertOp>>(converter, context, layout, "mk::convert");
+    patterns.add<CallLowering<AddOp>>(converter, context, layout, "mk::add");
+    patterns.add<CallLowering<SubOp>>(converter, context, layout, "mk::sub");
+    patterns.add<CallLowering<MulOp>>(converter, context, layout, "mk::mul");
+    patterns.add<CallLowering<DivOp>>(converter, context, layout, "mk::div");
+    patterns.add<CallLowering<MaxOp>>(converter, context, layout, "mk::maximum");
+    patterns.add<CallLowering<ActivationOp>>(converter, context, layout, "");
+    patterns.add<CallLowering<SwigluOp>>(converter, context, layout, "mk::swiglu");
+    patterns.add<CallLowering<SplatOp>>(converter, context, layout, "mk::splat");
+
+    ConversionTarget target(*context);
+    target.addLegalDialect<emitc::EmitCDialect>();
+    target.addIllegalDialect<MkDialect, arith::ArithDialect, scf::SCFDialect>();
+    target.addLegalOp<UnrealizedConversionCastOp>();
+    if (failed(applyFullConversion(func, target, std::move(patterns))))
+      return failure();
+
+    // Folding address arithmetic leaves constants behind.
+    SmallVector<Operation *> dead;
+    do {
+      dead.clear();
+      func.walk([&](Operation *op) {
+        if (isa<emitc::ConstantOp, emitc::CastOp, emitc::AddOp, emitc::SubOp, emitc::MulOp,
+                emitc::DivOp, emitc::RemOp>(op) && op->use_empty())
+          dead.push_back(op);
+      });
+      for (Operation *op : dead)
+        op->erase();
+    } while (!dead.empty());
+
+    // What is left of the casts between mk, index and EmitC types cancels out.
+    SmallVector<UnrealizedConversionCastOp> casts, remaining;
+    func.walk([&](UnrealizedConversionCastOp cast) { casts.push_back(cast); });
+    reconcileUnrealizedCasts(casts, &remaining);
+    if (!remaining.empty())
+      return remaining.front().emitError() << "the lowering to EmitC left a type cast behind";
+    return success();
+  }
+};
+
+} // namespace

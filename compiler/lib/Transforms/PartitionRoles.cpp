@@ -1,0 +1,273 @@
+//===- PartitionRoles.cpp - split the persistent grid into roles ----------===//
+
+#include "mk/Transforms/Passes.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mlir::mk {
+#define GEN_PASS_DEF_MKPARTITIONROLES
+#include "mk/Transforms/Passes.h.inc"
+} // namespace mlir::mk
+
+using namespace mlir;
+using namespace mlir::mk;
+
+namespace {
+
+/// What one role does per launch on one rank.
+struct RoleWork {
+  RoleOp role;
+  RoleKind kind;
+  double flops = 0;        // matmul work
+  double ctaBytes = 0;     // bytes its CTAs load and store
+  double nvlinkBytes = 0;  // bytes it sends over NVLink
+  double networkBytes = 0; // bytes it hands to the proxy
+  int64_t ctas = 1;
+
+  bool isCompute() const { return kind == RoleKind::compute; }
+};
+
+struct CostModel {
+  double smFlops, ctaBytesPerSecond, nvlinkBytesPerSecond, networkBytesPerSecond;
+
+  /// Seconds per launch with `ctas` CTAs: compute scales with CTAs; transfers scale with CTAs
+  /// until the link they use is the limit.
+  double seconds(const RoleWork &work, int64_t ctas) const {
+    double compute = work.flops / (smFlops * ctas);
+    double copy = work.ctaBytes / (ctaBytesPerSecond * ctas);
+    double links = std::max(work.nvlinkBytes / nvlinkBytesPerSecond,
+                            work.networkBytes / networkBytesPerSecond);
+    return std::max(compute + copy, links);
+  }
+};
+
+int64_t bytesOf(Type element, ArrayRef<int64_t> shape) {
+  int64_t elements = 1;
+  for (int64_t extent : shape)
+    elements *= extent;
+  return elements * llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+}
+
+class Partitioner {
+public:
+  Partitioner(ProgramOp program) : program(program), mesh(program.getMesh()) {}
+
+  /// The work of each role, counting each op once per tile it runs for.
+  SmallVector<RoleWork> estimate() {
+    SmallVector<RoleWork> works;
+    for (RoleOp role : program.getBodyBlock().getOps<RoleOp>()) {
+      RoleWork work{role, role.getKind()};
+      role.getBody().walk([&](Operation *op) { account(op, work); });
+      works.push_back(work);
+    }
+    return works;
+  }
+
+private:
+  /// How many times `op` runs per launch on this rank: the tiles of its enclosing grids times the
+  /// trip counts of its enclosing loops.
+  double repetitions(Operation *op) {
+    double times = 1;
+    for (Operation *parent = op->getParentOp(); parent && !isa<RoleOp>(parent);
+         parent = parent->getParentOp()) {
+      if (auto grid = dyn_cast<TileGridOp>(parent))
+        times *= tilesOf(grid);
+      else if (auto loop = dyn_cast<scf::ForOp>(parent))
+        times *= tripCount(loop);
+    }
+    return times;
+  }
+
+  double tilesOf(TileGridOp grid) {
+    DistTensorType target = grid.getTargetType();
+    double tiles = 1;
+    for (int64_t d = 0; d < target.getRank(); ++d) {
+      int64_t extent = grid.getGlobal() ? target.getShape()[d] : target.getLocalExtent(d, mesh);
+      int64_t size = grid.getTileSizes()[d];
+      tiles *= ShapedType::isDynamic(size) ? 1 : llvm::divideCeil(extent, size);
+    }
+    if (std::optional<MeshAxis> axis = grid.getDistribute())
+      tiles /= mesh.getAxisSize(*axis);
+    return tiles;
+  }
+
+  static double tripCount(scf::ForOp loop) {
+    auto constant = [](Value v) -> std::optional<int64_t> {
+      if (auto op = v.getDefiningOp<arith::ConstantIndexOp>())
+        return op.value();
+      return std::nullopt;
+    };
+    std::optional<int64_t> lb = constant(loop.getLowerBound()), ub = constant(loop.getUpperBound()),
+                           step = constant(loop.getStep());
+    if (!lb || !ub || !step || *step <= 0)
+      return 1;
+    return std::max<int64_t>(0, llvm::divideCeil(*ub - *lb, *step));
+  }
+
+  void account(Operation *op, RoleWork &work) {
+    double times = repetitions(op);
+    auto linkBytes = [&](std::optional<Link> link, PeerScope scope, double bytes) {
+      if (scope == PeerScope::node)
+        work.networkBytes += bytes;
+      else if (scope == PeerScope::gpu)
+        work.nvlinkBytes += bytes;
+      // Stores and SM copies go through the CTA; bulk and proxy copies do not.
+      if (!link || *link == Link::nvlink_store)
+        work.ctaBytes += 2 * bytes;
+    };
+    if (auto matmul = dyn_cast<MatmulOp>(op)) {
+      TileType tile = matmul.getResult().getType();
+      DistTensorType lhs = matmul.getLhs().getType();
+      int64_t k = lhs.getLocalExtent(matmul.getLhsWholeDims()[0], mesh);
+      work.flops += times * 2.0 * tile.getShape()[0] * tile.getShape()[1] * k;
+    } else if (auto put = dyn_cast<PutOp>(op)) {
+      TileType tile = put.getValue().getType();
+      linkBytes(put.getLink(), put.getScope(), times * bytesOf(tile.getElementType(), tile.getShape()));
+    } else if (auto copy = dyn_cast<CopyOp>(op)) {
+      Type element = copy.getSource().getType().getElementType();
+      linkBytes(copy.getLink(), copy.getScope(), times * bytesOf(element, copy.getTile()));
+    } else if (auto accumulate = dyn_cast<AccumulateOp>(op)) {
+      DistTensorType source = accumulate.getSource().getType();
+      int64_t slots = source.getShape()[accumulate.getWholeDims()[0]];
+      work.ctaBytes += times * slots *
+                       bytesOf(source.getElementType(), accumulate.getResult().getType().getShape());
+    } else if (auto store = dyn_cast<StoreOp>(op)) {
+      TileType tile = store.getValue().getType();
+      work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
+    }
+  }
+
+  ProgramOp program;
+  MeshAttr mesh;
+};
+
+struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
+  using MkPartitionRolesBase::MkPartitionRolesBase;
+
+  void runOnOperation() override {
+    ProgramOp program = getOperation();
+    auto roles = program.getBodyBlock().getOps<RoleOp>();
+    if (roles.empty()) {
+      program.emitError() << "@" << program.getSymName()
+                          << " has no roles (run mk-expand-collectives first)";
+      return signalPassFailure();
+    }
+    if (llvm::any_of(roles, [](RoleOp role) { return role.getCtas().has_value(); }))
+      return; // split by the author
+
+    SmallVector<RoleWork> works = Partitioner(program).estimate();
+    if (smCount < static_cast<int64_t>(works.size())) {
+      program.emitError() << "needs at least " << works.size() << " CTAs, one per role, but "
+                          << "sm-count is " << smCount;
+      return signalPassFailure();
+    }
+    CostModel model{computeTflops * 1e12 / smCount, ctaCopyGBps * 1e9, nvlinkGBps * 1e9,
+                    networkGBps * 1e9};
+
+    std::string source;
+    if (failed(split(program, works, model, source)))
+      return signalPassFailure();
+
+    OpBuilder b(program);
+    program.setGridAttr(b.getI64IntegerAttr(smCount));
+    for (RoleWork &work : works)
+      work.role.setCtasAttr(b.getI64IntegerAttr(work.ctas));
+    if (explain)
+      program.emitRemark() << describe(program, works, model, source);
+  }
+
+  /// Fills in each role's CTA count: from an override if there is one, else by giving the next
+  /// CTA to the role that would finish last, as long as a CTA makes it faster.
+  LogicalResult split(ProgramOp program, SmallVector<RoleWork> &works, const CostModel &model,
+                      std::string &source) {
+    std::string text = smSplit;
+    if (auto dict = program->getAttrOfType<DictionaryAttr>("mk.sm_split"); text.empty() && dict) {
+      SmallVector<std::string> entries;
+      for (NamedAttribute entry : dict)
+        if (auto count = dyn_cast<IntegerAttr>(entry.getValue()))
+          entries.push_back((entry.getName().getValue() + "=" + Twine(count.getInt())).str());
+      text = llvm::join(entries, ",");
+      source = "the program's mk.sm_split";
+    } else if (!text.empty()) {
+      source = "sm-split";
+    }
+    if (!text.empty())
+      return applyOverride(program, works, text);
+
+    source = "the cost model";
+    int64_t spare = smCount - static_cast<int64_t>(works.size());
+    for (; spare > 0; --spare) {
+      RoleWork *slowest = nullptr;
+      double worst = -1;
+      for (RoleWork &work : works) {
+        double seconds = model.seconds(work, work.ctas);
+        if (seconds > worst && model.seconds(work, work.ctas + 1) < seconds) {
+          worst = seconds;
+          slowest = &work;
+        }
+      }
+      if (!slowest)
+        break;
+      ++slowest->ctas;
+    }
+    // CTAs no role can use yet go to compute, which always gains from them.
+    for (RoleWork &work : works)
+      if (work.isCompute()) {
+        work.ctas += spare;
+        break;
+      }
+    return success();
+  }
+
+  LogicalResult applyOverride(ProgramOp program, SmallVector<RoleWork> &works, StringRef text) {
+    SmallVector<StringRef> entries;
+    text.split(entries, ',', -1, /*KeepEmpty=*/false);
+    llvm::StringMap<int64_t> counts;
+    for (StringRef entry : entries) {
+      auto [name, value] = entry.split('=');
+      int64_t count;
+      if (!symbolizeRoleKind(name.trim()) || value.trim().getAsInteger(10, count) || count < 1)
+        return program.emitError() << "sm split entry '" << entry
+                                   << "' is not ROLE=CTAS with a known role and CTAS >= 1";
+      counts[name.trim()] = count;
+    }
+    int64_t total = 0;
+    for (RoleWork &work : works) {
+      StringRef kind = stringifyRoleKind(work.kind);
+      auto it = counts.find(kind);
+      if (it == counts.end())
+        return program.emitError() << "the sm split gives no CTAs to role " << kind;
+      work.ctas = it->second;
+      total += work.ctas;
+    }
+    if (total > smCount)
+      return program.emitError() << "the sm split needs " << total << " CTAs, but the grid has "
+                                 << smCount;
+    return success();
+  }
+
+  std::string describe(ProgramOp program, ArrayRef<RoleWork> works, const CostModel &model,
+                       StringRef source) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "SM split of @" << program.getSymName() << " on " << smCount << " CTAs, from "
+       << source << ":";
+    for (const RoleWork &work : works) {
+      os << "\n  " << stringifyRoleKind(work.kind) << " " << work.ctas << " CTAs: "
+         << llvm::formatv("{0:F3} ms", 1e3 * model.seconds(work, work.ctas));
+      if (work.flops)
+        os << llvm::formatv(" for {0:F1} GFLOP", work.flops / 1e9);
+      if (work.ctaBytes)
+        os << llvm::formatv(", {0:F1} MB through CTAs", work.ctaBytes / 1e6);
+      if (work.nvlinkBytes)
+        os << llvm::formatv(", {0:F1} MB over NVLink", work.nvlinkBytes / 1e6);
+      if (work.networkBytes)
+        os << llvm::formatv(", {0:F1} MB over the network", work.networkBytes / 1e6);
+    }
+    return text;
+  }
+};
+
+} // namespace

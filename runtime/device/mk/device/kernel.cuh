@@ -1,0 +1,98 @@
+//===- mk/device/kernel.cuh - what a generated kernel knows of its launch ------------===//
+//
+// The layer between the mk_kernel_args of mk/abi.h and the device library: this CTA's place in
+// the grid and this rank's in the topology, the tensors with their peer mappings, flags and their
+// epochs, and network transfers through the host proxy. Generated kernels include this header;
+// mkc's lowering (compiler/lib/Transforms/LowerToEmitC.cpp) is its only other user.
+//
+//===----------------------------------------------------------------------------------===//
+
+#ifndef MK_DEVICE_KERNEL_CUH
+#define MK_DEVICE_KERNEL_CUH
+
+#include "mk/device.cuh"
+
+// The fixed-width names EmitC prints; NVRTC has no <stdint.h>.
+typedef long long int64_t;
+typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned int uint32_t;
+
+namespace mk {
+
+/// One tensor of the program as this kernel sees it: a reference into the kernel's parameters,
+/// which are __grid_constant__, so that indexing the peer table by a run-time GPU index reads it
+/// in place instead of copying it to local memory.
+template <typename T> struct Tensor {
+  const mk_tensor_ref *ref;
+};
+
+/// Tensor `index` of the launch (arguments first, then mk.buffer allocations).
+template <typename T>
+__device__ __forceinline__ Tensor<T> tensor(const mk_kernel_args &args, int index) {
+  return Tensor<T>{&args.tensors[index]};
+}
+
+/// Element `offset` of this rank's part of `t`, and of the part GPU `gpu` of this node holds.
+template <typename T> __device__ __forceinline__ T *at(Tensor<T> t, int64_t offset) {
+  return static_cast<T *>(t.ref->local) + offset;
+}
+template <typename T> __device__ __forceinline__ T *at_peer(Tensor<T> t, int64_t gpu, int64_t offset) {
+  return static_cast<T *>(t.ref->peer[gpu]) + offset;
+}
+
+/// This CTA's index in the grid; this rank's node and GPU index; this launch's epoch.
+__device__ __forceinline__ int64_t cta() { return blockIdx.x; }
+__device__ __forceinline__ int64_t node(const mk_kernel_args &args) { return args.node; }
+__device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args.gpu; }
+
+/// Adds one arrival to flag `offset` of this rank, or of GPU `gpu` of this node.
+__device__ __forceinline__ void signal_local(const mk_kernel_args &args, int64_t offset) {
+  signal(args.flags + offset);
+}
+__device__ __forceinline__ void signal_gpu(const mk_kernel_args &args, int64_t gpu,
+                                           int64_t offset) {
+  signal(args.flags_peer[gpu] + offset);
+}
+
+/// Waits until flag `offset` has had `count` arrivals in this launch: flags are never reset, so
+/// after e launches a flag that gets `count` arrivals per launch holds e * count.
+__device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,
+                                              int64_t count) {
+  wait(args.flags + offset, args.epoch * static_cast<mk_u32>(count));
+}
+
+/// Asks the proxy to copy `rows` rows of `row_bytes` to the same GPU index of node `node` and then
+/// (with `flag` != MK_NO_FLAG) to add an arrival to that flag there. Offsets and pitches in bytes.
+__device__ __forceinline__ void remote_put(const mk_kernel_args &args, int64_t node,
+                                           int src_tensor, int64_t src_offset, int dst_tensor,
+                                           int64_t dst_offset, int rows, int row_bytes,
+                                           int64_t src_pitch, int64_t dst_pitch, mk_u32 flag) {
+  mk_proxy_command command = {};
+  command.kind = MK_PROXY_PUT;
+  command.dst_node = static_cast<mk_u32>(node);
+  command.src_tensor = static_cast<mk_u32>(src_tensor);
+  command.dst_tensor = static_cast<mk_u32>(dst_tensor);
+  command.src_offset = static_cast<mk_u64>(src_offset);
+  command.dst_offset = static_cast<mk_u64>(dst_offset);
+  command.rows = static_cast<mk_u32>(rows);
+  command.row_bytes = static_cast<mk_u32>(row_bytes);
+  command.src_pitch = static_cast<mk_u32>(src_pitch);
+  command.dst_pitch = static_cast<mk_u32>(dst_pitch);
+  command.flag = flag;
+  proxy_put(args.queue, command);
+}
+
+/// An arrival on flag `offset` of the same GPU index of node `node`, after this rank's earlier
+/// remote puts to it.
+__device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t node,
+                                           int64_t offset) {
+  remote_put(args, node, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<mk_u32>(offset));
+}
+
+/// The larger of two sizes, for the kernel's shared-memory requirement.
+__host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }
+
+} // namespace mk
+
+#endif // MK_DEVICE_KERNEL_CUH

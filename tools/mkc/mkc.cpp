@@ -1,0 +1,181 @@
+//===- mkc.cpp - the mkc compiler -----------------------------------------===//
+//
+// Compiles a tile program to a persistent CUDA kernel: the scheduled IR (--emit=mlir), its CUDA
+// C++ (--emit=cuda), or, through NVRTC in this process, PTX or a cubin. Needs no GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Pipeline.h"
+#include "mk/Target/DeviceHeaders.h"
+#include "mk/Target/Nvrtc.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+
+enum class Emit { mlir, cuda, ptx, cubin };
+
+cl::OptionCategory category("mkc options");
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<tile program .mlir>"), cl::Required,
+                               cl::cat(category));
+cl::opt<std::string> outputFile("o", cl::desc("Output file (default: standard output)"),
+                                cl::value_desc("file"), cl::init("-"), cl::cat(category));
+cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
+                              cl::value_desc("NODESxGPUS"), cl::cat(category));
+cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for (default: any)"), cl::init(-1),
+                      cl::cat(category));
+cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
+                             cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
+cl::opt<std::string> arch("arch", cl::desc("GPU architecture for NVRTC"), cl::init("sm_90a"),
+                          cl::cat(category));
+cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
+                   cl::values(clEnumValN(Emit::mlir, "mlir", "the scheduled mk IR"),
+                              clEnumValN(Emit::cuda, "cuda", "CUDA C++"),
+                              clEnumValN(Emit::ptx, "ptx", "PTX, through NVRTC"),
+                              clEnumValN(Emit::cubin, "cubin", "a cubin, through NVRTC")),
+                   cl::cat(category));
+cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
+                             cl::value_desc("ROLE=CTAS,..."), cl::cat(category));
+cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl::init(132),
+                         cl::cat(category));
+cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
+                           cl::cat(category));
+cl::opt<bool> printIRAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
+                              cl::cat(category));
+cl::opt<bool> ptxasReport("ptxas-report",
+                          cl::desc("Print registers and spills of each kernel (PTX, cubin)"),
+                          cl::cat(category));
+cl::list<std::string> cudaInclude("cuda-include",
+                                  cl::desc("Directories with CUDA's headers (default: "
+                                           "$MKC_CUDA_INCLUDE, else /usr/local/cuda/include and "
+                                           "include/cccl)"),
+                                  cl::value_desc("dir"), cl::cat(category));
+
+/// Checks flags that the passes would otherwise reject later, less clearly.
+LogicalResult checkFlags() {
+  if (!topology.empty()) {
+    auto [nodes, gpus] = StringRef(topology).split('x');
+    int64_t n, g;
+    if (nodes.getAsInteger(10, n) || gpus.getAsInteger(10, g) || n < 1 || g < 1) {
+      llvm::errs() << "mkc: error: --topology=" << topology
+                   << " is not NODESxGPUS with both at least 1, e.g. 2x4\n";
+      return failure();
+    }
+  }
+  if (emit == Emit::cubin && outputFile == "-") {
+    llvm::errs() << "mkc: error: --emit=cubin writes a binary; give an output file with -o\n";
+    return failure();
+  }
+  return success();
+}
+
+int run() {
+  if (failed(checkFlags()))
+    return 1;
+
+  DialectRegistry registry;
+  mlir::mk::registerPipelineDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  context.printOpOnDiagnostic(false);
+
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &error);
+  if (!input) {
+    llvm::errs() << "mkc: error: " << error << "\n";
+    return 1;
+  }
+  sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  PassManager pm(&context);
+  if (printIRAfterAll) {
+    context.disableMultithreading();
+    pm.enableIRPrinting();
+  }
+  mlir::mk::PipelineOptions options;
+  options.topology = topology;
+  options.rank = rank;
+  options.shapes.assign(shapes.begin(), shapes.end());
+  options.smSplit = smSplit;
+  options.smCount = smCount;
+  options.explainSplit = explainSplit;
+  mlir::mk::buildSchedulePipeline(pm, options);
+  if (emit != Emit::mlir)
+    mlir::mk::buildEmitCPipeline(pm);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &error);
+  if (!output) {
+    llvm::errs() << "mkc: error: " << error << "\n";
+    return 1;
+  }
+  if (emit == Emit::mlir) {
+    module->print(output->os());
+    output->keep();
+    return 0;
+  }
+  std::string source;
+  llvm::raw_string_ostream sourceStream(source);
+  if (failed(mlir::mk::printCuda(*module, sourceStream)))
+    return 1;
+  if (emit == Emit::cuda) {
+    output->os() << source;
+    output->keep();
+    return 0;
+  }
+
+  ::mk::nvrtc::Options nvrtcOptions;
+  nvrtcOptions.arch = arch;
+  if (!cudaInclude.empty())
+    nvrtcOptions.includeDirs.assign(cudaInclude.begin(), cudaInclude.end());
+  std::string name = (llvm::sys::path::stem(inputFile) + ".cu").str();
+  ::mk::nvrtc::Result compiled =
+      ::mk::nvrtc::compile(source, name, nvrtcOptions, ::mk::deviceHeaders());
+  if (!compiled.ok) {
+    llvm::errs() << "mkc: error: NVRTC could not compile the CUDA C++ generated from "
+                 << inputFile << " (rerun with --emit=cuda to see all of it):\n"
+                 << compiled.log;
+    return 1;
+  }
+  if (ptxasReport)
+    for (const ::mk::nvrtc::KernelResources &kernel : compiled.kernels)
+      llvm::errs() << "mkc: " << kernel.name << ": " << kernel.registers << " registers, "
+                   << kernel.stackFrameBytes << " bytes stack frame, " << kernel.spillStoreBytes
+                   << " bytes spill stores, " << kernel.spillLoadBytes << " bytes spill loads\n";
+  if (emit == Emit::cubin && compiled.cubin.empty()) {
+    llvm::errs() << "mkc: error: --arch=" << arch << " gives no cubin; use sm_XX or --emit=ptx\n";
+    return 1;
+  }
+  output->os() << (emit == Emit::ptx ? compiled.ptx : compiled.cubin);
+  output->keep();
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "mkc: compile a tile program to a persistent multi-GPU CUDA kernel\n");
+  return run();
+}
