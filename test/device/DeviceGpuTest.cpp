@@ -112,8 +112,10 @@ private:
 
 class Module {
 public:
+  // NVRTC runs on this thread: on a worker thread, whose stack does not grow, compiling the big
+  // unrolled matmul kernels can overflow it.
   explicit Module(const char *file) {
-    mk::nvrtc::Result result = mk::test::compileKernels(file);
+    const mk::nvrtc::Result result = mk::test::compileKernels(file);
     if (!result.ok)
       throw std::runtime_error(std::string("NVRTC failed on ") + file + ":\n" + result.log);
     std::printf("compiled %s in %.2f s\n", file, result.seconds);
@@ -267,7 +269,8 @@ void testMatmul(const Module &module, int BM, int BN, int BK, bool aT, bool bT, 
         want += p;
         magnitude += std::abs(p);
       }
-      check.near(c[m * ldc + n], want, 0, 1e-5 * magnitude + 1e-6, "C", m, n);
+      // Tensor cores add in f32 but not necessarily rounding each sum to nearest.
+      check.near(c[m * ldc + n], want, 0, 1e-4 * magnitude + 1e-6, "C", m, n);
     }
   checkOutside(check, c, heightC, ldc, M, N, 0.0f, "C");
 }
@@ -609,6 +612,7 @@ void runAll() {
 } // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0); // progress survives a crash
   const Driver &cu = Driver::get();
   if (!cu.available()) {
     std::printf("SKIP: no usable CUDA driver: %s\n", cu.unavailableReason().c_str());
