@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <type_traits>
+
 namespace mk::cuda {
 
 namespace {
@@ -29,18 +31,20 @@ Driver::Driver() {
     reason_ = "libcuda.so.1 has no cuGetProcAddress_v2: the driver predates CUDA 12";
     return;
   }
-  // Each entry point in the version that matches the declarations of our cuda.h. The name is
-  // the unversioned one (#name does not expand cuda.h's macros).
-  const auto resolve = [&](const char *name, void **entry) {
+  const auto resolve = [&](const char *name, int version, void **entry) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-    CUresult result = getProcAddress(name, entry, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    CUresult result = getProcAddress(name, entry, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if ((result != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || !*entry) &&
         reason_.empty())
-      reason_ = std::string("the driver lacks ") + name + " for CUDA " +
-                std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) +
-                " (status " + std::to_string(static_cast<int>(status)) + ")";
+      reason_ = std::string("cuGetProcAddress(") + name + ", " + std::to_string(version) +
+                ") failed: CUresult " + std::to_string(static_cast<int>(result)) + ", status " +
+                std::to_string(static_cast<int>(status));
   };
-#define MK_CUDA_DRIVER_RESOLVE(name) resolve(#name, reinterpret_cast<void **>(&name));
+  // #name is the unversioned name: # does not expand cuda.h's macros.
+#define MK_CUDA_DRIVER_RESOLVE(name, version)                                                    \
+  static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>,                      \
+                "the version of " #name " that cuda.h declares");                               \
+  resolve(#name, version, reinterpret_cast<void **>(&name));
   MK_CUDA_DRIVER_FUNCTIONS(MK_CUDA_DRIVER_RESOLVE)
 #undef MK_CUDA_DRIVER_RESOLVE
   if (!reason_.empty())

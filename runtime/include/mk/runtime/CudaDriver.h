@@ -2,8 +2,8 @@
 //
 // The driver (libcuda.so.1) comes with the GPU's kernel module, not with the toolkit: a binary
 // linked against it does not even start on a machine without a GPU. So it is opened with dlopen
-// and its entry points resolved with cuGetProcAddress, for the API version of the cuda.h this
-// was built with; `available()` says whether that worked and, if not, why.
+// and its entry points resolved with cuGetProcAddress, each in the version that cuda.h declares;
+// `available()` says whether that worked and, if not, why.
 //
 //   const mk::cuda::Driver &cu = mk::cuda::Driver::get();
 //   if (!cu.available()) { skip(cu.unavailableReason()); }
@@ -16,53 +16,56 @@
 #define MK_RUNTIME_CUDADRIVER_H
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <stdexcept>
 #include <string>
 
 namespace mk::cuda {
 
-// The entry points this project uses. cuda.h maps some names to versioned symbols
-// (cuMemAlloc -> cuMemAlloc_v2); members are declared through those macros, so
-// `driver.cuMemAlloc` means what `cuMemAlloc` means in cuda.h.
+// The entry points this project uses, each with the API version (cudaTypedefs.h's PFN_name_vN)
+// whose signature cuda.h declares: cuGetProcAddress returns the newest version up to the one
+// asked for, and a newer one may take other parameters (cuCtxSynchronize_v2 takes a context in
+// CUDA 13). cuda.h maps some names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2); members
+// are declared through those macros, so `driver.cuMemAlloc` means what `cuMemAlloc` means there.
 #define MK_CUDA_DRIVER_FUNCTIONS(X)                                                              \
-  X(cuGetErrorName)                                                                              \
-  X(cuGetErrorString)                                                                            \
-  X(cuInit)                                                                                      \
-  X(cuDriverGetVersion)                                                                          \
-  X(cuDeviceGetCount)                                                                            \
-  X(cuDeviceGet)                                                                                 \
-  X(cuDeviceGetName)                                                                             \
-  X(cuDeviceGetAttribute)                                                                        \
-  X(cuDevicePrimaryCtxRetain)                                                                    \
-  X(cuDevicePrimaryCtxRelease)                                                                   \
-  X(cuCtxSetCurrent)                                                                             \
-  X(cuCtxSynchronize)                                                                            \
-  X(cuCtxGetDevice)                                                                              \
-  X(cuModuleLoadData)                                                                            \
-  X(cuModuleUnload)                                                                              \
-  X(cuModuleGetFunction)                                                                         \
-  X(cuModuleGetGlobal)                                                                           \
-  X(cuFuncSetAttribute)                                                                          \
-  X(cuFuncGetAttribute)                                                                          \
-  X(cuLaunchKernel)                                                                              \
-  X(cuMemAlloc)                                                                                  \
-  X(cuMemFree)                                                                                   \
-  X(cuMemcpyHtoD)                                                                                \
-  X(cuMemcpyDtoH)                                                                                \
-  X(cuMemsetD8)                                                                                  \
-  X(cuMemsetD32)                                                                                 \
-  X(cuMemHostAlloc)                                                                              \
-  X(cuMemHostGetDevicePointer)                                                                   \
-  X(cuMemFreeHost)                                                                               \
-  X(cuStreamCreate)                                                                              \
-  X(cuStreamDestroy)                                                                             \
-  X(cuStreamSynchronize)                                                                         \
-  X(cuEventCreate)                                                                               \
-  X(cuEventDestroy)                                                                              \
-  X(cuEventRecord)                                                                               \
-  X(cuEventSynchronize)                                                                          \
-  X(cuEventElapsedTime)
+  X(cuGetErrorName, 6000)                                                                        \
+  X(cuGetErrorString, 6000)                                                                      \
+  X(cuInit, 2000)                                                                                \
+  X(cuDriverGetVersion, 2020)                                                                    \
+  X(cuDeviceGetCount, 2000)                                                                      \
+  X(cuDeviceGet, 2000)                                                                           \
+  X(cuDeviceGetName, 2000)                                                                       \
+  X(cuDeviceGetAttribute, 2000)                                                                  \
+  X(cuDevicePrimaryCtxRetain, 7000)                                                              \
+  X(cuDevicePrimaryCtxRelease, 11000)                                                            \
+  X(cuCtxSetCurrent, 4000)                                                                       \
+  X(cuCtxSynchronize, 2000)                                                                      \
+  X(cuCtxGetDevice, 2000)                                                                        \
+  X(cuModuleLoadData, 2000)                                                                      \
+  X(cuModuleUnload, 2000)                                                                        \
+  X(cuModuleGetFunction, 2000)                                                                   \
+  X(cuModuleGetGlobal, 3020)                                                                     \
+  X(cuFuncSetAttribute, 9000)                                                                    \
+  X(cuFuncGetAttribute, 2020)                                                                    \
+  X(cuLaunchKernel, 4000)                                                                        \
+  X(cuMemAlloc, 3020)                                                                            \
+  X(cuMemFree, 3020)                                                                             \
+  X(cuMemcpyHtoD, 3020)                                                                          \
+  X(cuMemcpyDtoH, 3020)                                                                          \
+  X(cuMemsetD8, 3020)                                                                            \
+  X(cuMemsetD32, 3020)                                                                           \
+  X(cuMemHostAlloc, 2020)                                                                        \
+  X(cuMemHostGetDevicePointer, 3020)                                                             \
+  X(cuMemFreeHost, 2000)                                                                         \
+  X(cuStreamCreate, 2000)                                                                        \
+  X(cuStreamDestroy, 4000)                                                                       \
+  X(cuStreamSynchronize, 2000)                                                                   \
+  X(cuEventCreate, 2000)                                                                         \
+  X(cuEventDestroy, 4000)                                                                        \
+  X(cuEventRecord, 2000)                                                                         \
+  X(cuEventSynchronize, 2000)                                                                    \
+  X(cuEventElapsedTime, 12080)
 
 /// A failed driver call: what was called and the driver's name and description of the error.
 class Error : public std::runtime_error {
@@ -90,7 +93,7 @@ public:
   /// Throws Error("what: NAME (description)") unless `result` is CUDA_SUCCESS.
   void check(CUresult result, const char *what) const;
 
-#define MK_CUDA_DRIVER_DECLARE(name) decltype(&::name) name = nullptr;
+#define MK_CUDA_DRIVER_DECLARE(name, version) PFN_##name##_v##version name = nullptr;
   MK_CUDA_DRIVER_FUNCTIONS(MK_CUDA_DRIVER_DECLARE)
 #undef MK_CUDA_DRIVER_DECLARE
 
