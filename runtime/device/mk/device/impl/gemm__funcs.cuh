@@ -10,34 +10,43 @@
 namespace mk {
 namespace detail {
 
-/// Starts the cp.async copy of k slice `k_tile` of an operand, whose first row or column (of
-/// `valid_mn` real ones) is at `origin`, into the shared-memory stage at `stage`.
+/// Plans the loads of an operand's k slices, whose first row or column (of `valid_mn` real
+/// ones) is at `origin`.
 template <typename Op>
-__device__ __forceinline__ void load_operand_slice(mk_u32 stage,
-                                                   const typename Op::Element *origin,
-                                                   long long ld, int k_tile, int valid_mn) {
+__device__ __forceinline__ OperandSlices<Op> plan_operand_slices(const typename Op::Element *origin,
+                                                                 long long ld, int valid_mn) {
   if constexpr (Op::kKContiguous)
-    cp_async_tile<typename Op::Element, Op::kRows, Op::kCols>(stage, origin + k_tile * Op::kK, ld,
-                                                              valid_mn, Op::kK);
+    return {plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_mn, Op::kK),
+            Op::kK};
   else
-    cp_async_tile<typename Op::Element, Op::kRows, Op::kCols>(
-        stage, origin + k_tile * Op::kK * ld, ld, Op::kK, valid_mn);
+    return {plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, Op::kK, valid_mn),
+            Op::kK * ld};
 }
 
-/// The 16 (mn) x 16 (k) block of an operand stage at (mn0, k0) as four 8x8 matrices in registers:
-/// (mn low, k low), (mn high, k low), (mn low, k high), (mn high, k high). That is an A fragment of
-/// mma.m16n8k16; for B, {0, 2} and {1, 3} are the fragments of the n8 blocks at n0 and n0 + 8.
+/// Starts the copy of the next k slice into the stage at `stage`.
 template <typename Op>
+__device__ __forceinline__ void load_next_slice(OperandSlices<Op> &slices, mk_u32 stage) {
+  start_tile_copy(slices.copy, stage);
+  slices.copy.src += slices.step;
+}
+
+/// The 16 (mn) x 16 (k) block of an operand stage at (mn0, k0) as four 8x8 matrices in registers,
+/// in the order mma.m16n8k16 takes them, so that each fragment is a register pair or quad as is:
+/// for A (kForB false) mn-major: (mn low, k low), (mn high, k low), (mn low, k high), (mn high,
+/// k high), an A fragment; for B k-major: (n low, k low), (n low, k high), (n high, k low), (n high,
+/// k high), the fragments of the n8 blocks at n0 and n0 + 8.
+template <typename Op, bool kForB>
 __device__ __forceinline__ void load_operand_fragment(mk_u32 (&fragment)[4], mk_u32 stage,
                                                       int mn0, int k0) {
-  const int lane = threadIdx.x % 32;
+  // Lane l addresses row l % 8 of matrix l / 8.
+  const int lane = threadIdx.x % 32, matrix = lane / 8;
+  const int mn_half = kForB ? matrix / 2 : matrix % 2, k_half = kForB ? matrix % 2 : matrix / 2;
   if constexpr (Op::kKContiguous)
-    // Lane l addresses row l % 8 of matrix l / 8: rows mn0 + l % 16, k chunk l / 16.
-    ptx::ldmatrix_x4(fragment, stage + Op::Smem::chunk(mn0 + lane % 16, k0 / 8 + lane / 16));
-  else
-    // Rows are k here: k0 + 8 (l / 16) + l % 8, mn chunk (l / 8) % 2; transposed on loading.
-    ptx::ldmatrix_x4_trans(fragment, stage + Op::Smem::chunk(k0 + lane / 16 * 8 + lane % 8,
-                                                             mn0 / 8 + lane / 8 % 2));
+    ptx::ldmatrix_x4(fragment, stage + Op::Smem::chunk(mn0 + mn_half * 8 + lane % 8,
+                                                       k0 / 8 + k_half));
+  else // rows are k: transposed on loading
+    ptx::ldmatrix_x4_trans(fragment, stage + Op::Smem::chunk(k0 + k_half * 8 + lane % 8,
+                                                             mn0 / 8 + mn_half));
 }
 
 /// acc += the product of one shared-memory stage of A and B, in k16 steps.
@@ -53,17 +62,17 @@ __device__ __forceinline__ void multiply_stage(Tile<float, BM, BN> &acc, mk_u32 
     mk_u32 a[Layout::kFragmentRows][4], b[Layout::kFragmentCols / 2][4];
 #pragma unroll
     for (int i = 0; i < Layout::kFragmentRows; ++i)
-      load_operand_fragment<OpA>(a[i], a_stage, warp_m0 + i * 16, k0);
+      load_operand_fragment<OpA, false>(a[i], a_stage, warp_m0 + i * 16, k0);
 #pragma unroll
     for (int j = 0; j < Layout::kFragmentCols / 2; ++j)
-      load_operand_fragment<OpB>(b[j], b_stage, warp_n0 + j * 16, k0);
+      load_operand_fragment<OpB, true>(b[j], b_stage, warp_n0 + j * 16, k0);
 #pragma unroll
     for (int i = 0; i < Layout::kFragmentRows; ++i)
 #pragma unroll
       for (int j = 0; j < Layout::kFragmentCols; ++j) {
         const int p = (i * Layout::kFragmentCols + j) * 2;
         ptx::Mma<typename OpA::Element>::run(acc.pairs[p], acc.pairs[p + 1], a[i],
-                                             b[j / 2][j % 2], b[j / 2][j % 2 + 2]);
+                                             b[j / 2][j % 2 * 2], b[j / 2][j % 2 * 2 + 1]);
       }
   }
 }
@@ -86,10 +95,12 @@ __device__ __forceinline__ Tile<float, BM, BN> matmul(const T *A, long long lda,
   const mk_u32 stages = ptx::smem_address(smem);
   const auto a_stage = [&](int s) { return stages + s * Shape::kStageBytes; };
   const auto b_stage = [&](int s) { return a_stage(s) + OpA::Smem::kBytes; };
+  // The edges do not move along k: each thread plans its copies once, then advances them.
+  detail::OperandSlices<OpA> a_slices = detail::plan_operand_slices<OpA>(A, lda, rows);
+  detail::OperandSlices<OpB> b_slices = detail::plan_operand_slices<OpB>(B, ldb, cols);
   const auto load_slice = [&](int k_tile) {
-    const int s = k_tile % kStages;
-    detail::load_operand_slice<OpA>(a_stage(s), A, lda, k_tile, rows);
-    detail::load_operand_slice<OpB>(b_stage(s), B, ldb, k_tile, cols);
+    detail::load_next_slice(a_slices, a_stage(k_tile % kStages));
+    detail::load_next_slice(b_slices, b_stage(k_tile % kStages));
   };
   const int k_tiles = int(K / BK);
 

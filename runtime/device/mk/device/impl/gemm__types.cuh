@@ -21,6 +21,12 @@ template <typename T, int kMN_, int kK_, bool kKContiguous_> struct Operand {
   using Smem = TileSmem<T, kRows, kCols>;
 };
 
+/// This thread's part of loading an operand's k slices, and the elements from one to the next.
+template <typename Op> struct OperandSlices {
+  TileCopy<typename Op::Element, Op::kRows, Op::kCols> copy;
+  long long step;
+};
+
 /// A BM x BN x BK tile matmul: its pipeline depth and shared memory. Each stage holds one BK slice
 /// of A and of B; as many stages as fit in shared memory, between 2 and 4.
 template <typename T, int BM, int BN, int BK> struct MatmulShape {

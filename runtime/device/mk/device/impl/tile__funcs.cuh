@@ -116,11 +116,16 @@ template <typename T> __device__ __forceinline__ bool vector_aligned(const T *p,
   return reinterpret_cast<unsigned long long>(p) % 16 == 0 && ld % Vector<T>::kSize == 0;
 }
 
-/// Elements of chunk `chunk` of row `row` that lie inside `rows` x `cols`: 0 to the chunk's size.
+/// Elements of chunk column `chunk` that lie inside `cols` columns: 0 to the chunk's size.
+template <typename T> __device__ __forceinline__ int valid_in_column(int chunk, int cols) {
+  constexpr int kSize = Vector<T>::kSize;
+  return min(max(cols - chunk * kSize, 0), kSize);
+}
+
+/// Elements of chunk `chunk` of row `row` that lie inside `rows` x `cols`.
 template <typename T>
 __device__ __forceinline__ int valid_in_chunk(int row, int chunk, int rows, int cols) {
-  constexpr int kSize = Vector<T>::kSize;
-  return row < rows ? min(max(cols - chunk * kSize, 0), kSize) : 0;
+  return row < rows ? valid_in_column<T>(chunk, cols) : 0;
 }
 
 /// The first `valid` elements at `from`, zeros after: one 16-byte load when the chunk is whole
@@ -150,31 +155,45 @@ __device__ __forceinline__ void store_chunk(T *to, const Vector<T> &v, int valid
       to[i] = v.elements[i];
 }
 
-/// Calls f(chunk_index, row, chunk) for this thread's share of the kChunks chunks of a tile whose
-/// rows have kRowChunks chunks, in an unrolled loop: consecutive threads take consecutive chunks.
+/// Calls f(row, chunk) for this thread's share of the kChunks chunks of a tile whose rows have
+/// kRowChunks chunks; consecutive threads take consecutive chunks. A rolled loop, for stores and
+/// the unaligned fallback, which need no loads in flight and should not cost registers.
 template <int kChunks, int kRowChunks, typename F>
 __device__ __forceinline__ void for_each_chunk(F f) {
 #pragma unroll 1
-  for (int i = 0; i < (kChunks + MK_CTA_THREADS - 1) / MK_CTA_THREADS; ++i) {
-    const int index = threadIdx.x + i * MK_CTA_THREADS;
-    if (kChunks % MK_CTA_THREADS == 0 || index < kChunks)
-      f(i, index / kRowChunks, index % kRowChunks);
-  }
+  for (int index = threadIdx.x; index < kChunks; index += MK_CTA_THREADS)
+    f(index / kRowChunks, index % kRowChunks);
 }
 
-/// Starts cp.async copies of the kRows x kCols tile at `src` into its TileSmem form at `smem`,
-/// zero-filling (and not reading) what lies outside `rows` x `cols`. `src` and `ld` must be
-/// vector_aligned. Completes with ptx::cp_async_commit and ptx::cp_async_wait.
+/// Plans this thread's part of copying the kRows x kCols tile at `src` (and, after advancing
+/// `src`, of the tiles beyond it), of which `rows` x `cols` is valid. `src` and `ld` must be
+/// vector_aligned.
 template <typename T, int kRows, int kCols>
-__device__ __forceinline__ void cp_async_tile(mk_u32 smem, const T *src, long long ld, int rows,
-                                              int cols) {
-  using Smem = TileSmem<T, kRows, kCols>;
-  for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int, int row, int chunk) {
-    const int valid = valid_in_chunk<T>(row, chunk, rows, cols);
-    // A zero-byte copy reads nothing, but its address stays a valid one.
-    const T *from = valid > 0 ? src + row * ld + chunk * Vector<T>::kSize : src;
-    ptx::cp_async_16(smem + Smem::chunk(row, chunk), from, valid * int(sizeof(T)));
-  });
+__device__ __forceinline__ TileCopy<T, kRows, kCols> plan_tile_copy(const T *src, long long ld,
+                                                                    int rows, int cols) {
+  using Copy = TileCopy<T, kRows, kCols>;
+  Copy copy;
+  copy.row0 = threadIdx.x / Copy::Smem::kRowChunks;
+  copy.chunk = threadIdx.x % Copy::Smem::kRowChunks;
+  copy.src = src + copy.row0 * ld + copy.chunk * Vector<T>::kSize;
+  copy.row_step = Copy::kRowStep * ld;
+  copy.rows_left = rows - copy.row0;
+  copy.chunk_bytes = valid_in_column<T>(copy.chunk, cols) * int(sizeof(T));
+  return copy;
+}
+
+/// Starts this thread's cp.async copies of the planned tile into the TileSmem at `smem`.
+/// Completes with ptx::cp_async_commit and ptx::cp_async_wait.
+template <typename T, int kRows, int kCols>
+__device__ __forceinline__ void start_tile_copy(const TileCopy<T, kRows, kCols> &copy,
+                                                mk_u32 smem) {
+  using Copy = TileCopy<T, kRows, kCols>;
+#pragma unroll
+  for (int i = 0; i < Copy::kCount; ++i)
+    // A zero-byte copy reads nothing: rows past the edge are not dereferenced.
+    ptx::cp_async_16(smem + Copy::Smem::chunk(copy.row0 + i * Copy::kRowStep, copy.chunk),
+                     copy.src + i * copy.row_step,
+                     i * Copy::kRowStep < copy.rows_left ? copy.chunk_bytes : 0);
 }
 
 } // namespace detail
@@ -241,11 +260,12 @@ __device__ __forceinline__ Tile<T, R, C> load_tile(const T *src, long long ld, i
   using Smem = detail::TileSmem<T, R, C>;
   unsigned char *staging = static_cast<unsigned char *>(smem);
   if (detail::vector_aligned(src, ld)) {
-    detail::cp_async_tile<T, R, C>(ptx::smem_address(staging), src, ld, rows, cols);
+    detail::start_tile_copy(detail::plan_tile_copy<T, R, C>(src, ld, rows, cols),
+                            ptx::smem_address(staging));
     ptx::cp_async_commit();
     ptx::cp_async_wait<0>();
   } else {
-    detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int, int row, int chunk) {
+    detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
       *reinterpret_cast<detail::Vector<T> *>(staging + Smem::chunk(row, chunk)) =
           detail::load_chunk(src + row * ld + chunk * detail::Vector<T>::kSize,
                              detail::valid_in_chunk<T>(row, chunk, rows, cols), false);
@@ -265,7 +285,7 @@ __device__ __forceinline__ void store_tile(const Tile<T, R, C> &t, T *dst, long 
   detail::fragments_to_smem(t, staging);
   __syncthreads();
   const bool aligned = detail::vector_aligned(dst, ld);
-  detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int, int row, int chunk) {
+  detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
     const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
     if (valid > 0) {
       const detail::Vector<T> v =

@@ -115,6 +115,25 @@ template <typename T, int kRows, int kCols> struct TileSmem {
   }
 };
 
+/// This thread's share of cp.async copies of kRows x kCols tiles of T (row-major, `ld`) into their
+/// TileSmem form: chunk column `chunk`, rows row0 + i * kRowStep. What lies outside the valid
+/// region is zero-filled, not read. Computed once, it serves every tile along a direction in which
+/// the valid region does not change (matmul's k slices): a copy then costs one address, one
+/// compare and one cp.async per chunk.
+template <typename T, int kRows, int kCols> struct TileCopy {
+  using Smem = TileSmem<T, kRows, kCols>;
+  static_assert(MK_CTA_THREADS % Smem::kRowChunks == 0 && Smem::kChunks % MK_CTA_THREADS == 0,
+                "rows of at most 4 KiB, tiles of at least 4 KiB, in powers of two");
+  static constexpr int kRowStep = MK_CTA_THREADS / Smem::kRowChunks;
+  static constexpr int kCount = kRows / kRowStep;
+
+  const T *src;       // this thread's first chunk of the next tile
+  long long row_step; // elements between this thread's rows: kRowStep * ld
+  int row0, chunk;
+  int rows_left;      // valid rows from row0 on
+  int chunk_bytes;    // valid bytes of this thread's chunk column
+};
+
 /// 16 bytes of T, the unit of vectorised global accesses.
 template <typename T> struct alignas(16) Vector {
   static constexpr int kSize = 16 / int(sizeof(T));
