@@ -112,8 +112,6 @@ private:
 
 class Module {
 public:
-  // NVRTC runs on this thread: on a worker thread, whose stack does not grow, compiling the big
-  // unrolled matmul kernels can overflow it.
   explicit Module(const char *file) {
     const mk::nvrtc::Result result = mk::test::compileKernels(file);
     if (!result.ok)
