@@ -41,9 +41,9 @@ Driver::Driver() {
                 std::to_string(static_cast<int>(status));
   };
   // #name is the unversioned name: # does not expand cuda.h's macros.
-#define MK_CUDA_DRIVER_RESOLVE(name, version)                                                    \
-  static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>,                      \
-                "the version of " #name " that cuda.h declares");                               \
+#define MK_CUDA_DRIVER_RESOLVE(name, version)                                                      \
+  static_assert(std::is_same_v<PFN_##name##_v##version, decltype(&::name)>,                        \
+                "the version of " #name " that cuda.h declares");                                  \
   resolve(#name, version, reinterpret_cast<void **>(&name));
   MK_CUDA_DRIVER_FUNCTIONS(MK_CUDA_DRIVER_RESOLVE)
 #undef MK_CUDA_DRIVER_RESOLVE

@@ -72,7 +72,8 @@ template <typename T> T poison() {
 std::mt19937 rng(20261130);
 
 /// Random values of magnitude in [low, high] and random sign: never zero.
-template <typename T> std::vector<T> randomValues(size_t count, float low = 1.0f / 64, float high = 1) {
+template <typename T>
+std::vector<T> randomValues(size_t count, float low = 1.0f / 64, float high = 1) {
   std::uniform_real_distribution<float> magnitude(low, high);
   std::bernoulli_distribution negative(0.5);
   std::vector<T> values(count);
@@ -88,7 +89,9 @@ public:
   explicit DeviceArray(size_t count) : count_(count) {
     CU(cuMemAlloc(&pointer_, std::max<size_t>(count, 1) * sizeof(T)));
   }
-  explicit DeviceArray(const std::vector<T> &values) : DeviceArray(values.size()) { upload(values); }
+  explicit DeviceArray(const std::vector<T> &values) : DeviceArray(values.size()) {
+    upload(values);
+  }
   ~DeviceArray() { Driver::get().cuMemFree(pointer_); }
   DeviceArray(const DeviceArray &) = delete;
   DeviceArray &operator=(const DeviceArray &) = delete;
@@ -225,7 +228,9 @@ void checkOutside(Check &check, const std::vector<T> &values, long long height, 
                      [&] { return element(what, i, j) + ", outside the region, changed"; });
 }
 
-long long roundUp(long long x, long long multiple) { return (x + multiple - 1) / multiple * multiple; }
+long long roundUp(long long x, long long multiple) {
+  return (x + multiple - 1) / multiple * multiple;
+}
 
 // ---- Cases -------------------------------------------------------------------------------
 
@@ -243,8 +248,12 @@ void testMatmul(const Module &module, int BM, int BN, int BK, bool aT, bool bT, 
   for (long long i = 0; i < bRows; ++i)
     for (long long j = bT ? K : N; j < ldb; ++j)
       b[i * ldb + j] = fromFloat<T>(NAN);
-  const auto aAt = [&](long long m, long long k) { return toFloat(aT ? a[k * lda + m] : a[m * lda + k]); };
-  const auto bAt = [&](long long k, long long n) { return toFloat(bT ? b[n * ldb + k] : b[k * ldb + n]); };
+  const auto aAt = [&](long long m, long long k) {
+    return toFloat(aT ? a[k * lda + m] : a[m * lda + k]);
+  };
+  const auto bAt = [&](long long k, long long n) {
+    return toFloat(bT ? b[n * ldb + k] : b[k * ldb + n]);
+  };
 
   const unsigned tilesM = (M + BM - 1) / BM, tilesN = (N + BN - 1) / BN;
   const long long ldc = tilesN * BN, heightC = tilesM * BM;
@@ -274,7 +283,7 @@ void testMatmul(const Module &module, int BM, int BN, int BK, bool aT, bool bT, 
 }
 
 enum TileOp { kCopy, kAdd, kSub, kMul, kDiv, kMax, kRelu, kGelu, kSilu, kSwiglu, kSplatAdd, kOps };
-const char *const kOpNames[] = {"copy", "add", "sub", "mul", "div", "maximum",
+const char *const kOpNames[] = {"copy", "add",  "sub",  "mul",    "div",      "maximum",
                                 "relu", "gelu", "silu", "swiglu", "splat+add"};
 
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
@@ -302,22 +311,48 @@ template <typename T> void testTileOps(const Module &module, long long ld) {
         const double a = toFloat(x[i * ld + j]), b = toFloat(y[i * ld + j]);
         double want = 0, rtol = 0; // exact: rounded once from the exact result, like the host
         switch (op) {
-        case kCopy: want = a; break;
-        case kAdd: want = toFloat(fromFloat<T>(float(a + b))); break;
-        case kSub: want = toFloat(fromFloat<T>(float(a - b))); break;
-        case kMul: want = toFloat(fromFloat<T>(float(a * b))); break;
-        case kDiv: want = a / b; rtol = eps; break;
-        case kMax: want = std::max(a, b); break;
-        case kRelu: want = std::max(a, 0.0); break;
-        case kGelu: want = 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a))); rtol = eps + 1e-5; break;
-        case kSilu: want = a * sigmoid(a); rtol = eps + 1e-5; break;
-        case kSwiglu: want = a * sigmoid(a) * b; rtol = eps + 1e-5; break;
-        case kSplatAdd: want = toFloat(fromFloat<T>(float(a + 2.5))); break;
+        case kCopy:
+          want = a;
+          break;
+        case kAdd:
+          want = toFloat(fromFloat<T>(float(a + b)));
+          break;
+        case kSub:
+          want = toFloat(fromFloat<T>(float(a - b)));
+          break;
+        case kMul:
+          want = toFloat(fromFloat<T>(float(a * b)));
+          break;
+        case kDiv:
+          want = a / b;
+          rtol = eps;
+          break;
+        case kMax:
+          want = std::max(a, b);
+          break;
+        case kRelu:
+          want = std::max(a, 0.0);
+          break;
+        case kGelu:
+          want = 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+          rtol = eps + 1e-5;
+          break;
+        case kSilu:
+          want = a * sigmoid(a);
+          rtol = eps + 1e-5;
+          break;
+        case kSwiglu:
+          want = a * sigmoid(a) * b;
+          rtol = eps + 1e-5;
+          break;
+        case kSplatAdd:
+          want = toFloat(fromFloat<T>(float(a + 2.5)));
+          break;
         }
         check.near(toFloat(out[op * plane + i * ld + j]), want, rtol, rtol ? 1e-6 : 0, "out", i, j);
       }
-    checkOutside(check, std::vector<T>(out.begin() + op * plane, out.begin() + (op + 1) * plane),
-                 M, ld, M, N, poison<T>(), "out");
+    checkOutside(check, std::vector<T>(out.begin() + op * plane, out.begin() + (op + 1) * plane), M,
+                 ld, M, N, poison<T>(), "out");
   }
   Check check(kernel + " load whole edge tiles ld=" + std::to_string(ld));
   for (long long i = 0; i < M; ++i)
@@ -360,8 +395,8 @@ enum class Reduce { sum, max, min }; // mk::Reduce, on the host
 
 /// accumulate_tiles over `slots` copies `slotStride` apart of an M x N region (ld), whole tiles.
 template <typename T>
-void testAccumulate(const Module &module, const char *kernel, int R, int C, Reduce op, int M,
-                    int N, long long ld) {
+void testAccumulate(const Module &module, const char *kernel, int R, int C, Reduce op, int M, int N,
+                    long long ld) {
   constexpr int slots = 3;
   const long long slotStride = M * ld + 40;
   const unsigned tilesM = (M + R - 1) / R, tilesN = (N + C - 1) / C;
@@ -380,7 +415,9 @@ void testAccumulate(const Module &module, const char *kernel, int R, int C, Redu
       float want = toFloat(src[i * ld + j]);
       for (int s = 1; s < slots; ++s) {
         const float v = toFloat(src[s * slotStride + i * ld + j]);
-        want = op == Reduce::sum ? want + v : op == Reduce::max ? std::max(want, v) : std::min(want, v);
+        want = op == Reduce::sum   ? want + v
+               : op == Reduce::max ? std::max(want, v)
+                                   : std::min(want, v);
       }
       check.near(out[i * outLd + j], want, 0, 0, "out", i, j);
     }
@@ -395,7 +432,8 @@ void testCopy(const Module &module, bool bulk, int rows, int cols, long long src
   std::vector<T> src = randomValues<T>(srcOffset + rows * srcLd);
   DeviceArray<T> dSrc(src), dDst((rows + 2) * dstLd);
   dDst.poison();
-  const std::string kernel = std::string(bulk ? "copy_region_bulk_" : "copy_region_") + typeName<T>();
+  const std::string kernel =
+      std::string(bulk ? "copy_region_bulk_" : "copy_region_") + typeName<T>();
   launchAsync(module, kernel, {}, bulk ? module.constant("copy_region_bulk_smem") : 0,
               dSrc.at(srcOffset), srcLd, dDst.at(), dstLd, rows, cols);
   CU(cuCtxSynchronize());
@@ -431,7 +469,8 @@ void testSignalWait(const Module &module) {
       for (int i = 0; i < count; ++i)
         check.near(values[i], float(i) + float(epoch), 0, 0, "out", epoch, i);
     }
-    check.expect(flag.download()[0] == epoch, [&] { return "flag count " + std::to_string(flag.download()[0]); });
+    check.expect(flag.download()[0] == epoch,
+                 [&] { return "flag count " + std::to_string(flag.download()[0]); });
   }
 }
 
@@ -470,14 +509,16 @@ void testProxyPut(const Module &module) {
     std::atomic_ref<mk_u64>(*tail).store(++next, std::memory_order_release);
   }
   CU(cuCtxSynchronize());
-  check.expect(received.size() == total, [&] { return "received " + std::to_string(received.size()); });
+  check.expect(received.size() == total,
+               [&] { return "received " + std::to_string(received.size()); });
   std::map<int, int> nextOfCta;
   for (const mk_proxy_command &c : received) {
     const int cta = int(c.src_offset >> 32), i = int(c.src_offset & 0xffffffff);
-    const bool ok = c.kind == MK_PROXY_PUT && c.dst_node == mk_u32(cta) && c.src_tensor == mk_u32(i) &&
-                    c.dst_tensor == 7 && c.dst_offset == ~c.src_offset && c.rows == 3 &&
-                    c.row_bytes == 256 && c.src_pitch == 512 && c.dst_pitch == 1024 &&
-                    c.flag == mk_u32(cta * 1000 + i) && i == nextOfCta[cta]++;
+    const bool ok = c.kind == MK_PROXY_PUT && c.dst_node == mk_u32(cta) &&
+                    c.src_tensor == mk_u32(i) && c.dst_tensor == 7 &&
+                    c.dst_offset == ~c.src_offset && c.rows == 3 && c.row_bytes == 256 &&
+                    c.src_pitch == 512 && c.dst_pitch == 1024 && c.flag == mk_u32(cta * 1000 + i) &&
+                    i == nextOfCta[cta]++;
     check.expect(ok, [&] { return "command " + std::to_string(cta) + "/" + std::to_string(i); });
   }
   CU(cuMemFreeHost(host));
@@ -502,8 +543,8 @@ void measureMatmul(const Module &module) {
   DeviceArray<bf16> dA(a), dB(b), dC(size_t(n) * n);
   const int smem = module.constant("matmul_bf16_throughput_smem");
   const auto run = [&] {
-    launchAsync(module, "matmul_bf16_throughput", {unsigned(sms)}, smem, dA.at(), dB.at(),
-                dC.at(), n, n, n);
+    launchAsync(module, "matmul_bf16_throughput", {unsigned(sms)}, smem, dA.at(), dB.at(), dC.at(),
+                n, n, n);
   };
   run();
   run();
@@ -596,10 +637,10 @@ void runAll() {
   });
   guarded("copy_region", [&] {
     for (bool bulk : {false, true}) {
-      testCopy<bf16>(comm, bulk, 100, 200, 264, 272);      // vectors (bulk: 3 slots of rows)
-      testCopy<bf16>(comm, bulk, 100, 201, 264, 272, 1);   // misaligned: element by element
-      testCopy<bf16>(comm, bulk, 3, 10000, 10008, 10016);  // rows longer than a bulk slot
-      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004);  // many batches through the slots
+      testCopy<bf16>(comm, bulk, 100, 200, 264, 272);     // vectors (bulk: 3 slots of rows)
+      testCopy<bf16>(comm, bulk, 100, 201, 264, 272, 1);  // misaligned: element by element
+      testCopy<bf16>(comm, bulk, 3, 10000, 10008, 10016); // rows longer than a bulk slot
+      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004); // many batches through the slots
     }
   });
   guarded("signal/wait", [&] { testSignalWait(comm); });

@@ -8,14 +8,14 @@ extern __shared__ __align__(128) unsigned char mk_smem[];
 // The dynamic shared memory of copy_region_bulk, for the host to read with cuModuleGetGlobal.
 extern "C" __constant__ int copy_region_bulk_smem = mk::copy_region_bulk_smem_bytes();
 
-#define COPY_KERNELS(suffix, T)                                                                \
-  MK_KERNEL copy_region_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,     \
-                                 int rows, int cols) {                                         \
-    mk::copy_region(src, src_ld, dst, dst_ld, rows, cols);                                     \
-  }                                                                                            \
-  MK_KERNEL copy_region_bulk_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld, \
-                                      int rows, int cols) {                                    \
-    mk::copy_region_bulk(src, src_ld, dst, dst_ld, rows, cols, mk_smem);                       \
+#define COPY_KERNELS(suffix, T)                                                                    \
+  MK_KERNEL copy_region_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,         \
+                                 int rows, int cols) {                                             \
+    mk::copy_region(src, src_ld, dst, dst_ld, rows, cols);                                         \
+  }                                                                                                \
+  MK_KERNEL copy_region_bulk_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,    \
+                                      int rows, int cols) {                                        \
+    mk::copy_region_bulk(src, src_ld, dst, dst_ld, rows, cols, mk_smem);                           \
   }
 COPY_KERNELS(bf16, mk::bf16)
 COPY_KERNELS(f32, float)

@@ -23,12 +23,12 @@ __device__ __forceinline__ void matmul_tile(const T *A, long long lda, const T *
   mk::store_tile(acc, C + m0 * ldc + n0, ldc, BM, BN, mk_smem);
 }
 
-#define MATMUL_KERNEL(name, T, BM, BN, BK, kAT, kBT)                                            \
-  MK_SMEM(name, max_of(mk::matmul_smem_bytes<T, BM, BN, BK>(),                                  \
-                       mk::tile_io_smem_bytes<float, BM, BN>()))                               \
-  MK_KERNEL name(const T *A, long long lda, const T *B, long long ldb, float *C, long long ldc, \
-                 int M, int N, int K) {                                                        \
-    matmul_tile<BM, BN, BK, kAT, kBT>(A, lda, B, ldb, C, ldc, M, N, K);                        \
+#define MATMUL_KERNEL(name, T, BM, BN, BK, kAT, kBT)                                               \
+  MK_SMEM(name,                                                                                    \
+          max_of(mk::matmul_smem_bytes<T, BM, BN, BK>(), mk::tile_io_smem_bytes<float, BM, BN>())) \
+  MK_KERNEL name(const T *A, long long lda, const T *B, long long ldb, float *C, long long ldc,    \
+                 int M, int N, int K) {                                                            \
+    matmul_tile<BM, BN, BK, kAT, kBT>(A, lda, B, ldb, C, ldc, M, N, K);                            \
   }
 
 MATMUL_KERNEL(matmul_bf16_128x256x64_nn, mk::bf16, 128, 256, 64, false, false)
@@ -46,7 +46,7 @@ MATMUL_KERNEL(matmul_f16_64x64x64_tt, mk::f16, 64, 64, 64, true, true)
 // grid walks the output tiles in groups of kGroupM tile rows, so that concurrent CTAs share
 // their A and B slices in L2.
 MK_SMEM(matmul_bf16_throughput, max_of(mk::matmul_smem_bytes<mk::bf16, 128, 256, 64>(),
-                                        mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
+                                       mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
 MK_KERNEL matmul_bf16_throughput(const mk::bf16 *A, const mk::bf16 *B, mk::bf16 *C, int M, int N,
                                  int K) {
   constexpr int BM = 128, BN = 256, BK = 64, kGroupM = 8;

@@ -48,11 +48,11 @@ __device__ __forceinline__ void tile_ops(const T *x, const T *y, T *out, long lo
   put(kSplatAdd, mk::add(a, mk::splat<T, R, C>(T(2.5f))));
 }
 
-#define TILE_OPS_KERNEL(name, T)                                                               \
-  MK_SMEM(name, mk::tile_io_smem_bytes<T, R, C>())                                             \
-  MK_KERNEL name(const T *x, const T *y, T *out, long long ld, long long plane, T *whole,       \
-                 long long whole_ld, int M, int N) {                                           \
-    tile_ops(x, y, out, ld, plane, whole, whole_ld, M, N);                                     \
+#define TILE_OPS_KERNEL(name, T)                                                                   \
+  MK_SMEM(name, mk::tile_io_smem_bytes<T, R, C>())                                                 \
+  MK_KERNEL name(const T *x, const T *y, T *out, long long ld, long long plane, T *whole,          \
+                 long long whole_ld, int M, int N) {                                               \
+    tile_ops(x, y, out, ld, plane, whole, whole_ld, M, N);                                         \
   }
 TILE_OPS_KERNEL(tile_ops_f32, float)
 TILE_OPS_KERNEL(tile_ops_bf16, mk::bf16)
@@ -88,11 +88,11 @@ __device__ __forceinline__ void accumulate(const T *src, long long slot_stride, 
   mk::store_tile(t, out + m0 * out_ld + n0, out_ld, TR, TC, mk_smem);
 }
 
-#define ACCUMULATE_KERNEL(name, op, T, TR, TC)                                                 \
-  MK_SMEM(name, mk::tile_io_smem_bytes<float, TR, TC>())                                       \
-  MK_KERNEL name(const T *src, long long slot_stride, int slots, long long ld, float *out,     \
-                 long long out_ld, int M, int N) {                                             \
-    accumulate<mk::Reduce::op, T, TR, TC>(src, slot_stride, slots, ld, out, out_ld, M, N);     \
+#define ACCUMULATE_KERNEL(name, op, T, TR, TC)                                                     \
+  MK_SMEM(name, mk::tile_io_smem_bytes<float, TR, TC>())                                           \
+  MK_KERNEL name(const T *src, long long slot_stride, int slots, long long ld, float *out,         \
+                 long long out_ld, int M, int N) {                                                 \
+    accumulate<mk::Reduce::op, T, TR, TC>(src, slot_stride, slots, ld, out, out_ld, M, N);         \
   }
 ACCUMULATE_KERNEL(accumulate_sum_bf16, sum, mk::bf16, R, C)
 ACCUMULATE_KERNEL(accumulate_max_bf16, max, mk::bf16, R, C)

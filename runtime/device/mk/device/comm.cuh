@@ -28,8 +28,7 @@ __host__ __device__ constexpr int copy_region_bulk_smem_bytes();
 /// the rows are not 16-byte aligned and sized. Its writes are complete when it returns.
 template <typename T>
 __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
-                                                 long long dst_ld, int rows, int cols,
-                                                 void *smem);
+                                                 long long dst_ld, int rows, int cols, void *smem);
 
 /// Publishes the CTA's earlier writes (to this GPU or peers) at system scope, then adds 1 to the
 /// arrival counter `*flag` with release semantics.
@@ -41,8 +40,7 @@ __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target);
 
 /// Hands `command` to the host proxy through the ring `q` (protocol in mk/abi.h), after the
 /// CTA's earlier writes, which the command may refer to. Waits while the ring is full.
-__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
-                                          const mk_proxy_command &command);
+__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q, const mk_proxy_command &command);
 
 } // namespace mk
 

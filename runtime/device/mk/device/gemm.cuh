@@ -14,8 +14,7 @@
 namespace mk {
 
 /// Shared memory matmul<BM, BN, BK, ...> of T needs (its cp.async pipeline stages).
-template <typename T, int BM, int BN, int BK>
-__host__ __device__ constexpr int matmul_smem_bytes();
+template <typename T, int BM, int BN, int BK> __host__ __device__ constexpr int matmul_smem_bytes();
 
 /// One BM x BN output tile of C = A * B with f32 accumulation (T: bf16 or f16), in the register
 /// layout of every Tile. K, a multiple of BK, is the contracted extent held locally.

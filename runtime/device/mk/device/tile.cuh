@@ -53,8 +53,7 @@ template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> silu(const Tile<T, R, C> &x);
 /// silu(gate) * up.
 template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> swiglu(const Tile<T, R, C> &gate,
-                                                const Tile<T, R, C> &up);
+__device__ __forceinline__ Tile<T, R, C> swiglu(const Tile<T, R, C> &gate, const Tile<T, R, C> &up);
 
 /// The tile at `src`; elements outside `rows` x `cols` are 0.
 template <typename T, int R, int C>

@@ -28,43 +28,43 @@ namespace mk::cuda {
 // asked for, and a newer one may take other parameters (cuCtxSynchronize_v2 takes a context in
 // CUDA 13). cuda.h maps some names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2); members
 // are declared through those macros, so `driver.cuMemAlloc` means what `cuMemAlloc` means there.
-#define MK_CUDA_DRIVER_FUNCTIONS(X)                                                              \
-  X(cuGetErrorName, 6000)                                                                        \
-  X(cuGetErrorString, 6000)                                                                      \
-  X(cuInit, 2000)                                                                                \
-  X(cuDriverGetVersion, 2020)                                                                    \
-  X(cuDeviceGetCount, 2000)                                                                      \
-  X(cuDeviceGet, 2000)                                                                           \
-  X(cuDeviceGetName, 2000)                                                                       \
-  X(cuDeviceGetAttribute, 2000)                                                                  \
-  X(cuDevicePrimaryCtxRetain, 7000)                                                              \
-  X(cuDevicePrimaryCtxRelease, 11000)                                                            \
-  X(cuCtxSetCurrent, 4000)                                                                       \
-  X(cuCtxSynchronize, 2000)                                                                      \
-  X(cuCtxGetDevice, 2000)                                                                        \
-  X(cuModuleLoadData, 2000)                                                                      \
-  X(cuModuleUnload, 2000)                                                                        \
-  X(cuModuleGetFunction, 2000)                                                                   \
-  X(cuModuleGetGlobal, 3020)                                                                     \
-  X(cuFuncSetAttribute, 9000)                                                                    \
-  X(cuFuncGetAttribute, 2020)                                                                    \
-  X(cuLaunchKernel, 4000)                                                                        \
-  X(cuMemAlloc, 3020)                                                                            \
-  X(cuMemFree, 3020)                                                                             \
-  X(cuMemcpyHtoD, 3020)                                                                          \
-  X(cuMemcpyDtoH, 3020)                                                                          \
-  X(cuMemsetD8, 3020)                                                                            \
-  X(cuMemsetD32, 3020)                                                                           \
-  X(cuMemHostAlloc, 2020)                                                                        \
-  X(cuMemHostGetDevicePointer, 3020)                                                             \
-  X(cuMemFreeHost, 2000)                                                                         \
-  X(cuStreamCreate, 2000)                                                                        \
-  X(cuStreamDestroy, 4000)                                                                       \
-  X(cuStreamSynchronize, 2000)                                                                   \
-  X(cuEventCreate, 2000)                                                                         \
-  X(cuEventDestroy, 4000)                                                                        \
-  X(cuEventRecord, 2000)                                                                         \
-  X(cuEventSynchronize, 2000)                                                                    \
+#define MK_CUDA_DRIVER_FUNCTIONS(X)                                                                \
+  X(cuGetErrorName, 6000)                                                                          \
+  X(cuGetErrorString, 6000)                                                                        \
+  X(cuInit, 2000)                                                                                  \
+  X(cuDriverGetVersion, 2020)                                                                      \
+  X(cuDeviceGetCount, 2000)                                                                        \
+  X(cuDeviceGet, 2000)                                                                             \
+  X(cuDeviceGetName, 2000)                                                                         \
+  X(cuDeviceGetAttribute, 2000)                                                                    \
+  X(cuDevicePrimaryCtxRetain, 7000)                                                                \
+  X(cuDevicePrimaryCtxRelease, 11000)                                                              \
+  X(cuCtxSetCurrent, 4000)                                                                         \
+  X(cuCtxSynchronize, 2000)                                                                        \
+  X(cuCtxGetDevice, 2000)                                                                          \
+  X(cuModuleLoadData, 2000)                                                                        \
+  X(cuModuleUnload, 2000)                                                                          \
+  X(cuModuleGetFunction, 2000)                                                                     \
+  X(cuModuleGetGlobal, 3020)                                                                       \
+  X(cuFuncSetAttribute, 9000)                                                                      \
+  X(cuFuncGetAttribute, 2020)                                                                      \
+  X(cuLaunchKernel, 4000)                                                                          \
+  X(cuMemAlloc, 3020)                                                                              \
+  X(cuMemFree, 3020)                                                                               \
+  X(cuMemcpyHtoD, 3020)                                                                            \
+  X(cuMemcpyDtoH, 3020)                                                                            \
+  X(cuMemsetD8, 3020)                                                                              \
+  X(cuMemsetD32, 3020)                                                                             \
+  X(cuMemHostAlloc, 2020)                                                                          \
+  X(cuMemHostGetDevicePointer, 3020)                                                               \
+  X(cuMemFreeHost, 2000)                                                                           \
+  X(cuStreamCreate, 2000)                                                                          \
+  X(cuStreamDestroy, 4000)                                                                         \
+  X(cuStreamSynchronize, 2000)                                                                     \
+  X(cuEventCreate, 2000)                                                                           \
+  X(cuEventDestroy, 4000)                                                                          \
+  X(cuEventRecord, 2000)                                                                           \
+  X(cuEventSynchronize, 2000)                                                                      \
   X(cuEventElapsedTime, 12080)
 
 /// A failed driver call: what was called and the driver's name and description of the error.

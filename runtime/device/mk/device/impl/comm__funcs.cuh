@@ -27,14 +27,14 @@ __device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *d
       row[i] = index / row_chunks;
       col[i] = (index - row[i] * row_chunks) * Vector::kSize;
       if (index < chunks)
-        v[i] = detail::load_chunk(src + row[i] * src_ld + col[i],
-                                  min(cols - col[i], Vector::kSize), aligned);
+        v[i] = detail::load_chunk(src + row[i] * src_ld + col[i], min(cols - col[i], Vector::kSize),
+                                  aligned);
     }
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i)
       if (first + i * MK_CTA_THREADS < chunks)
-        detail::store_chunk(dst + row[i] * dst_ld + col[i], v[i],
-                            min(cols - col[i], Vector::kSize), aligned);
+        detail::store_chunk(dst + row[i] * dst_ld + col[i], v[i], min(cols - col[i], Vector::kSize),
+                            aligned);
   }
 }
 
@@ -44,8 +44,7 @@ __host__ __device__ constexpr int copy_region_bulk_smem_bytes() {
 
 template <typename T>
 __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
-                                                 long long dst_ld, int rows, int cols,
-                                                 void *smem) {
+                                                 long long dst_ld, int rows, int cols, void *smem) {
   using Staging = detail::BulkStaging;
   const long long row_bytes = static_cast<long long>(cols) * sizeof(T);
   if (row_bytes % 16 != 0 || !detail::vector_aligned(src, src_ld) ||
@@ -64,11 +63,14 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
     if (row_pieces == 1)
       return {b * batch_rows, min(batch_rows, rows - b * batch_rows), 0, int(row_bytes)};
     const long long offset = static_cast<long long>(b % row_pieces) * Staging::kSlotBytes;
-    return {b / row_pieces, 1, offset, int(min(row_bytes - offset, (long long)Staging::kSlotBytes))};
+    return {b / row_pieces, 1, offset,
+            int(min(row_bytes - offset, (long long)Staging::kSlotBytes))};
   };
   const mk_u32 slots = ptx::smem_address(smem);
   const auto slot = [&](int b) { return slots + b % Staging::kSlots * Staging::kSlotBytes; };
-  const auto barrier = [&](int b) { return slots + Staging::kBarriersOffset + b % Staging::kSlots * 8; };
+  const auto barrier = [&](int b) {
+    return slots + Staging::kBarriersOffset + b % Staging::kSlots * 8;
+  };
   const char *src_bytes = reinterpret_cast<const char *>(src);
   char *dst_bytes = reinterpret_cast<char *>(dst);
   const long long src_pitch = src_ld * sizeof(T), dst_pitch = dst_ld * sizeof(T);
@@ -93,17 +95,16 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
       __syncwarp();
       for (int i = lane; i < batch.count; i += 32)
         ptx::bulk_copy_global_to_shared(
-            slot(b) + i * batch.bytes,
-            src_bytes + (batch.first_row + i) * src_pitch + batch.offset, batch.bytes,
-            barrier(b));
+            slot(b) + i * batch.bytes, src_bytes + (batch.first_row + i) * src_pitch + batch.offset,
+            batch.bytes, barrier(b));
     };
     const auto store = [&](int b) {
       const detail::BulkBatch batch = batch_at(b);
       ptx::mbarrier_wait(barrier(b), b / Staging::kSlots % 2);
       for (int i = lane; i < batch.count; i += 32)
-        ptx::bulk_copy_shared_to_global(
-            dst_bytes + (batch.first_row + i) * dst_pitch + batch.offset,
-            slot(b) + i * batch.bytes, batch.bytes);
+        ptx::bulk_copy_shared_to_global(dst_bytes + (batch.first_row + i) * dst_pitch +
+                                            batch.offset,
+                                        slot(b) + i * batch.bytes, batch.bytes);
       ptx::bulk_commit();
     };
     for (int b = 0; b < min(batches, Staging::kSlots); ++b)

@@ -16,11 +16,13 @@ template <typename Op>
 __device__ __forceinline__ OperandSlices<Op> plan_operand_slices(const typename Op::Element *origin,
                                                                  long long ld, int valid_mn) {
   if constexpr (Op::kKContiguous)
-    return {plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_mn, Op::kK),
-            Op::kK};
+    return {
+        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_mn, Op::kK),
+        Op::kK};
   else
-    return {plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, Op::kK, valid_mn),
-            Op::kK * ld};
+    return {
+        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, Op::kK, valid_mn),
+        Op::kK * ld};
 }
 
 /// Starts the copy of the next k slice into the stage at `stage`.
@@ -33,20 +35,20 @@ __device__ __forceinline__ void load_next_slice(OperandSlices<Op> &slices, mk_u3
 /// The 16 (mn) x 16 (k) block of an operand stage at (mn0, k0) as four 8x8 matrices in registers,
 /// in the order mma.m16n8k16 takes them, so that each fragment is a register pair or quad as is:
 /// for A (kForB false) mn-major: (mn low, k low), (mn high, k low), (mn low, k high), (mn high,
-/// k high), an A fragment; for B k-major: (n low, k low), (n low, k high), (n high, k low), (n high,
-/// k high), the fragments of the n8 blocks at n0 and n0 + 8.
+/// k high), an A fragment; for B k-major: (n low, k low), (n low, k high), (n high, k low), (n
+/// high, k high), the fragments of the n8 blocks at n0 and n0 + 8.
 template <typename Op, bool kForB>
-__device__ __forceinline__ void load_operand_fragment(mk_u32 (&fragment)[4], mk_u32 stage,
-                                                      int mn0, int k0) {
+__device__ __forceinline__ void load_operand_fragment(mk_u32 (&fragment)[4], mk_u32 stage, int mn0,
+                                                      int k0) {
   // Lane l addresses row l % 8 of matrix l / 8.
   const int lane = threadIdx.x % 32, matrix = lane / 8;
   const int mn_half = kForB ? matrix / 2 : matrix % 2, k_half = kForB ? matrix % 2 : matrix / 2;
   if constexpr (Op::kKContiguous)
-    ptx::ldmatrix_x4(fragment, stage + Op::Smem::chunk(mn0 + mn_half * 8 + lane % 8,
-                                                       k0 / 8 + k_half));
+    ptx::ldmatrix_x4(fragment,
+                     stage + Op::Smem::chunk(mn0 + mn_half * 8 + lane % 8, k0 / 8 + k_half));
   else // rows are k: transposed on loading
-    ptx::ldmatrix_x4_trans(fragment, stage + Op::Smem::chunk(k0 + k_half * 8 + lane % 8,
-                                                             mn0 / 8 + mn_half));
+    ptx::ldmatrix_x4_trans(fragment,
+                           stage + Op::Smem::chunk(k0 + k_half * 8 + lane % 8, mn0 / 8 + mn_half));
 }
 
 /// acc += the product of one shared-memory stage of A and B, in k16 steps.

@@ -98,8 +98,7 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 
 /// Arrives once and announces `bytes` more bytes that bulk copies will complete.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(mk_u32 barrier, mk_u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier),
-               "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
                : "memory");
 }
 
@@ -127,8 +126,8 @@ __device__ __forceinline__ void bulk_copy_global_to_shared(mk_u32 dst, const voi
 
 /// Bulk copy shared -> global, tracked by this thread's bulk async-groups.
 __device__ __forceinline__ void bulk_copy_shared_to_global(void *dst, mk_u32 src, mk_u32 bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(src), "r"(bytes)
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
                : "memory");
 }
 
@@ -172,8 +171,7 @@ __device__ __forceinline__ void store_release_sys(mk_u32 *address, mk_u32 value)
 }
 
 __device__ __forceinline__ void red_add_release_sys(mk_u32 *address, mk_u32 value) {
-  asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(value)
-               : "memory");
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
 } // namespace ptx

@@ -213,15 +213,18 @@ template <typename T, int R, int C> __device__ __forceinline__ Tile<T, R, C> spl
 
 template <typename To, typename T, int R, int C>
 __device__ __forceinline__ Tile<To, R, C> convert(const Tile<T, R, C> &t) {
-  return detail::map_pairs<To>(
-      t, [](typename Tile<T, R, C>::Pair p) { return detail::from_float2<To>(detail::to_float2(p)); });
+  return detail::map_pairs<To>(t, [](typename Tile<T, R, C>::Pair p) {
+    return detail::from_float2<To>(detail::to_float2(p));
+  });
 }
 
-#define MK_DEVICE_DEFINE_BINARY(name, pair_op)                                                    \
-  template <typename T, int R, int C>                                                            \
-  __device__ __forceinline__ Tile<T, R, C> name(const Tile<T, R, C> &a, const Tile<T, R, C> &b) { \
-    return detail::zip_pairs(a, b, [](typename Tile<T, R, C>::Pair x,                            \
-                                      typename Tile<T, R, C>::Pair y) { return pair_op(x, y); }); \
+#define MK_DEVICE_DEFINE_BINARY(name, pair_op)                                                     \
+  template <typename T, int R, int C>                                                              \
+  __device__ __forceinline__ Tile<T, R, C> name(const Tile<T, R, C> &a, const Tile<T, R, C> &b) {  \
+    return detail::zip_pairs(a, b,                                                                 \
+                             [](typename Tile<T, R, C>::Pair x, typename Tile<T, R, C>::Pair y) {  \
+                               return pair_op(x, y);                                               \
+                             });                                                                   \
   }
 MK_DEVICE_DEFINE_BINARY(add, detail::pair_add)
 MK_DEVICE_DEFINE_BINARY(sub, detail::pair_sub)
@@ -248,10 +251,11 @@ __device__ __forceinline__ Tile<T, R, C> silu(const Tile<T, R, C> &x) {
 template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> swiglu(const Tile<T, R, C> &gate,
                                                 const Tile<T, R, C> &up) {
-  return detail::zip_pairs(gate, up, [](typename Tile<T, R, C>::Pair g, typename Tile<T, R, C>::Pair u) {
-    const float2 gf = detail::to_float2(g), uf = detail::to_float2(u);
-    return detail::from_float2<T>({detail::silu(gf.x) * uf.x, detail::silu(gf.y) * uf.y});
-  });
+  return detail::zip_pairs(
+      gate, up, [](typename Tile<T, R, C>::Pair g, typename Tile<T, R, C>::Pair u) {
+        const float2 gf = detail::to_float2(g), uf = detail::to_float2(u);
+        return detail::from_float2<T>({detail::silu(gf.x) * uf.x, detail::silu(gf.y) * uf.y});
+      });
 }
 
 template <typename T, int R, int C>
@@ -341,8 +345,8 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
       Vector v[kBatch];
 #pragma unroll
       for (int i = 0; i < kBatch; ++i)
-        v[i] = detail::load_chunk(src + slot * slot_stride + row[i] * ld + col[i], valid[i],
-                                  aligned);
+        v[i] =
+            detail::load_chunk(src + slot * slot_stride + row[i] * ld + col[i], valid[i], aligned);
 #pragma unroll
       for (int i = 0; i < kBatch; ++i)
 #pragma unroll

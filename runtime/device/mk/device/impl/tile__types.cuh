@@ -42,8 +42,7 @@ __host__ __device__ constexpr int warp_grid_rows(int rows, int cols) {
     const int warp_cols = kCtaWarps / warp_rows;
     if (rows % (16 * warp_rows) != 0 || cols % (16 * warp_cols) != 0)
       continue;
-    if (best == 0 ||
-        rows / warp_rows + cols / warp_cols < rows / best + cols / (kCtaWarps / best))
+    if (best == 0 || rows / warp_rows + cols / warp_cols < rows / best + cols / (kCtaWarps / best))
       best = warp_rows;
   }
   return best;
@@ -130,8 +129,8 @@ template <typename T, int kRows, int kCols> struct TileCopy {
   const T *src;       // this thread's first chunk of the next tile
   long long row_step; // elements between this thread's rows: kRowStep * ld
   int row0, chunk;
-  int rows_left;      // valid rows from row0 on
-  int chunk_bytes;    // valid bytes of this thread's chunk column
+  int rows_left;   // valid rows from row0 on
+  int chunk_bytes; // valid bytes of this thread's chunk column
 };
 
 /// 16 bytes of T, the unit of vectorised global accesses.
