@@ -7,6 +7,7 @@
 
 #include "mlir/Dialect/EmitC/Transforms/Passes.h"
 #include "mlir/Target/Cpp/CppEmitter.h"
+#include "mlir/Transforms/Passes.h"
 
 namespace mlir::mk {
 
@@ -25,6 +26,9 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   partition.explain = options.explainSplit;
   programs.addPass(createMkPartitionRoles(partition));
   programs.addPass(createMkInsertSignals());
+  // The expansion leaves duplicate place queries and dead constants behind.
+  programs.addPass(createCSEPass());
+  programs.addPass(createCanonicalizerPass());
 }
 
 void buildEmitCPipeline(OpPassManager &pm) {

@@ -63,6 +63,8 @@ private:
   LogicalResult expandReduceScatter(ReduceScatterOp op);
   LogicalResult expandAllGather(AllGatherOp op);
   LogicalResult expandRingShift(RingShiftOp op);
+  LogicalResult expandDispatch(DispatchOp op);
+  LogicalResult expandCombine(CombineOp op);
 
   /// The reduction shared by all-reduce and reduce-scatter: partials of `value` go to the GPU of
   /// this node that owns the tile, node partials to the same GPU of the nodes that keep it.
@@ -73,6 +75,7 @@ private:
   // Building blocks.
   Value constant(int64_t value);
   Value buffer(Location loc, ArrayRef<int64_t> shape, Type element);
+  Value buffer(Location loc, DistTensorType type);
   RoleOp role(Location loc, RoleKind kind);
   std::pair<Value, Value> place(OpBuilder &b, Location loc);
   void tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes, bool global,
@@ -98,6 +101,8 @@ private:
   int64_t nodes, gpus;
   RoleOp computeRole;
   DenseMap<int64_t, Value> constants;
+  /// For each dispatch's origins, where each of the tokens' routed copies went.
+  DenseMap<Value, Value> placements;
 };
 
 //===----------------------------------------------------------------------===//
@@ -114,9 +119,12 @@ Value Expander::constant(int64_t value) {
 }
 
 Value Expander::buffer(Location loc, ArrayRef<int64_t> shape, Type element) {
+  return buffer(loc, DistTensorType::get(shape, element,
+                                         PlacementAttr::get(context, PlacementKind::symmetric)));
+}
+
+Value Expander::buffer(Location loc, DistTensorType type) {
   OpBuilder b(computeRole);
-  auto type = DistTensorType::get(shape, element,
-                                  PlacementAttr::get(context, PlacementKind::symmetric));
   return BufferOp::create(b, loc, type);
 }
 
@@ -474,6 +482,13 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
     break;
   }
 
+  // The ranges of the sources' shards are those of the sharded tensors; the tiles come from the
+  // gathered copies.
+  for (auto [i, shard] : llvm::enumerate(op.getShards()))
+    for (OpOperand &use : llvm::make_early_inc_range(body.getArgument(1 + i).getUses()))
+      if (isa<ShardRangeOp>(use.getOwner()))
+        use.set(shard);
+
   IRMapping mapping;
   mapping.map(body.getArgument(0), source);
   for (auto [i, buffer] : llvm::enumerate(gathered))
@@ -489,6 +504,74 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
     next.push_back(mapping.lookupOrDefault(value));
   scf::YieldOp::create(lb, loc, next);
   op.replaceAllUsesWith(loop.getResults());
+  op.erase();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Expert routing
+//===----------------------------------------------------------------------===//
+
+/// A chunk of one whole shard: the routing of a rank's tokens is read all at once.
+static SmallVector<int64_t> wholeShard(DistTensorType type, MeshAttr mesh) {
+  SmallVector<int64_t> chunk;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    chunk.push_back(type.getLocalExtent(d, mesh));
+  return chunk;
+}
+
+LogicalResult Expander::expandDispatch(DispatchOp op) {
+  Location loc = op.getLoc();
+  // Every rank gets every rank's tokens and routing, along rails and within nodes, and picks out
+  // the rows routed to its own experts.
+  Value tokens = gather(loc, op.getTokens(), wholeShard(op.getTokens().getType(), mesh));
+  Value experts = gather(loc, op.getExperts(), wholeShard(op.getExperts().getType(), mesh));
+  Value routed = buffer(loc, op.getRouted().getType());
+  Value counts = buffer(loc, op.getCounts().getType());
+  Value origins = buffer(loc, op.getOrigins().getType());
+  Value placement = buffer(loc, op.getExperts().getType());
+
+  RoleOp dispatch = role(loc, RoleKind::dispatch);
+  OpBuilder b = OpBuilder::atBlockEnd(&dispatch.getBody().front());
+  auto single = SingleCtaOp::create(b, loc);
+  b.createBlock(&single.getBody());
+  SelectRoutedOp::create(b, loc, tokens, experts, routed, counts, origins, placement);
+
+  op.getRouted().replaceAllUsesWith(routed);
+  op.getCounts().replaceAllUsesWith(counts);
+  op.getOrigins().replaceAllUsesWith(origins);
+  placements[origins] = placement;
+  op.erase();
+  return success();
+}
+
+LogicalResult Expander::expandCombine(CombineOp op) {
+  Location loc = op.getLoc();
+  Value placement = placements.lookup(op.getOrigins());
+  if (!placement)
+    return op.emitOpError() << "combines rows that no mk.dispatch of this program routed";
+  DistTensorType origins = op.getOrigins().getType(), dest = op.getDest().getType();
+  TileType tile = op.getValue().getType();
+  ArrayRef<int64_t> extents = tile.getShape();
+
+  // Each rank keeps its experts' results, then every rank gets all of them (gathered like the
+  // tokens) and sums its own tokens' results.
+  auto resultsType = DistTensorType::get(
+      {origins.getShape()[0], origins.getShape()[1], dest.getShape()[1]}, dest.getElementType(),
+      origins.getPlacement());
+  Value results = buffer(loc, resultsType);
+  OpBuilder b(op);
+  Value converted = ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()),
+                                      op.getValue());
+  StoreOp::create(b, loc, converted, results, op.getCoords(), ArrayRef<int64_t>{});
+  Value gathered = gather(loc, results, {1, extents[0], extents[1]});
+
+  OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::combine).getBody().front());
+  tileGrid(rb, loc, op.getDest(), extents, /*global=*/false, std::nullopt, Value(),
+           [&](OpBuilder &gb, ValueRange coords) {
+             CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(),
+                                     coords, extents);
+           });
   op.erase();
   return success();
 }
@@ -525,6 +608,8 @@ LogicalResult Expander::run() {
             .Case([&](AllReduceOp o) { return expandAllReduce(o); })
             .Case([&](ReduceScatterOp o) { return expandReduceScatter(o); })
             .Case([&](RingShiftOp o) { return expandRingShift(o); })
+            .Case([&](DispatchOp o) { return expandDispatch(o); })
+            .Case([&](CombineOp o) { return expandCombine(o); })
             .Default([](Operation *o) {
               return o->emitOpError() << "cannot be expanded by this version of mkc yet";
             });

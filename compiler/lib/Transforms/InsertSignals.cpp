@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Matchers.h"
 
 namespace mlir::mk {
 #define GEN_PASS_DEF_MKINSERTSIGNALS
@@ -20,8 +21,8 @@ namespace {
 struct TileAccess {
   Operation *op;
   Value tensor;
-  OperandRange indices;
-  ArrayRef<int64_t> wholeDims;
+  SmallVector<Value> indices;
+  SmallVector<int64_t> wholeDims;
   SmallVector<int64_t> extents;
 
   /// The index operand of dim `d`, or null where it is whole.
@@ -33,6 +34,13 @@ struct TileAccess {
   }
 };
 
+/// An access to all of a tensor.
+TileAccess wholeAccess(Operation *op, Value tensor) {
+  int64_t rank = cast<DistTensorType>(tensor.getType()).getRank();
+  return TileAccess{op, tensor, {}, llvm::to_vector(llvm::seq<int64_t>(0, rank)),
+                    SmallVector<int64_t>(rank, 0)};
+}
+
 /// The per-dim region extents of an access whose trailing dims hold `tile` (a tile shape).
 SmallVector<int64_t> regionExtents(int64_t rank, ArrayRef<int64_t> wholeDims,
                                    ArrayRef<int64_t> tile) {
@@ -43,51 +51,69 @@ SmallVector<int64_t> regionExtents(int64_t rank, ArrayRef<int64_t> wholeDims,
   return extents;
 }
 
-std::optional<TileAccess> writeOf(Operation *op) {
+SmallVector<TileAccess> writesOf(Operation *op) {
+  auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
+                    ArrayRef<int64_t> tile) {
+    return TileAccess{op, tensor, llvm::to_vector(indices), llvm::to_vector(whole),
+                      regionExtents(cast<DistTensorType>(tensor.getType()).getRank(), whole, tile)};
+  };
   if (auto put = dyn_cast<PutOp>(op))
-    return TileAccess{op, put.getDest(), put.getIndices(), put.getWholeDims(),
-                      regionExtents(put.getDest().getType().getRank(), put.getWholeDims(),
-                                    put.getValue().getType().getShape())};
+    return {access(put.getDest(), put.getIndices(), put.getWholeDims(),
+                   put.getValue().getType().getShape())};
   if (auto copy = dyn_cast<CopyOp>(op))
-    return TileAccess{op, copy.getDest(), copy.getDestIndices(), copy.getDestWholeDims(),
-                      regionExtents(copy.getDest().getType().getRank(), copy.getDestWholeDims(),
-                                    copy.getTile())};
+    return {access(copy.getDest(), copy.getDestIndices(), copy.getDestWholeDims(), copy.getTile())};
   if (auto store = dyn_cast<StoreOp>(op))
-    return TileAccess{op, store.getDest(), store.getIndices(), store.getWholeDims(),
-                      regionExtents(store.getDest().getType().getRank(), store.getWholeDims(),
-                                    store.getValue().getType().getShape())};
-  return std::nullopt;
+    return {access(store.getDest(), store.getIndices(), store.getWholeDims(),
+                   store.getValue().getType().getShape())};
+  if (auto select = dyn_cast<SelectRoutedOp>(op))
+    return {wholeAccess(op, select.getRouted()), wholeAccess(op, select.getCounts()),
+            wholeAccess(op, select.getOrigins()), wholeAccess(op, select.getPlacement())};
+  return {};
 }
 
 SmallVector<TileAccess> readsOf(Operation *op) {
+  auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
+                    ArrayRef<int64_t> tile) {
+    return TileAccess{op, tensor, llvm::to_vector(indices), llvm::to_vector(whole),
+                      regionExtents(cast<DistTensorType>(tensor.getType()).getRank(), whole, tile)};
+  };
   SmallVector<TileAccess> reads;
   if (auto load = dyn_cast<LoadOp>(op))
-    reads.push_back({op, load.getSource(), load.getIndices(), load.getWholeDims(),
-                     regionExtents(load.getSource().getType().getRank(), load.getWholeDims(),
-                                   load.getResult().getType().getShape())});
+    reads.push_back(access(load.getSource(), load.getIndices(), load.getWholeDims(),
+                           load.getResult().getType().getShape()));
   if (auto accumulate = dyn_cast<AccumulateOp>(op))
-    reads.push_back({op, accumulate.getSource(), accumulate.getIndices(),
-                     accumulate.getWholeDims(),
-                     regionExtents(accumulate.getSource().getType().getRank(),
-                                   accumulate.getWholeDims(),
-                                   accumulate.getResult().getType().getShape())});
+    reads.push_back(access(accumulate.getSource(), accumulate.getIndices(),
+                           accumulate.getWholeDims(), accumulate.getResult().getType().getShape()));
   if (auto copy = dyn_cast<CopyOp>(op))
-    reads.push_back({op, copy.getSource(), copy.getSourceIndices(), copy.getSourceWholeDims(),
-                     regionExtents(copy.getSource().getType().getRank(),
-                                   copy.getSourceWholeDims(), copy.getTile())});
+    reads.push_back(access(copy.getSource(), copy.getSourceIndices(), copy.getSourceWholeDims(),
+                           copy.getTile()));
   if (auto matmul = dyn_cast<MatmulOp>(op)) {
     // The panel of an operand: the result tile's rows (lhs) or columns (rhs), the whole of K.
     auto panel = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole, int64_t extent) {
-      int64_t rank = cast<DistTensorType>(tensor.getType()).getRank();
-      SmallVector<int64_t> extents(rank, 1);
-      extents[whole[0]] = 0;
-      extents[whole[0] == rank - 1 ? rank - 2 : rank - 1] = extent;
-      reads.push_back({op, tensor, indices, whole, extents});
+      TileAccess read = access(tensor, indices, whole, {});
+      int64_t rank = read.extents.size();
+      read.extents.assign(rank, 1);
+      read.extents[whole[0]] = 0;
+      read.extents[whole[0] == rank - 1 ? rank - 2 : rank - 1] = extent;
+      reads.push_back(read);
     };
     ArrayRef<int64_t> tile = matmul.getResult().getType().getShape();
     panel(matmul.getLhs(), matmul.getLhsIndices(), matmul.getLhsWholeDims(), tile[0]);
     panel(matmul.getRhs(), matmul.getRhsIndices(), matmul.getRhsWholeDims(), tile[1]);
   }
+  if (auto select = dyn_cast<SelectRoutedOp>(op)) {
+    reads.push_back(wholeAccess(op, select.getTokens()));
+    reads.push_back(wholeAccess(op, select.getExperts()));
+  }
+  if (auto combine = dyn_cast<CombineRoutedOp>(op)) {
+    reads.push_back(wholeAccess(op, combine.getResults()));
+    TileAccess rows = access(combine.getPlacement(), combine.getIndices().take_front(1), {1},
+                             {combine.getTile()[0], 0});
+    reads.push_back(rows);
+  }
+  if (auto grid = dyn_cast<TileGridOp>(op))
+    if (Value counts = grid.getRowCounts())
+      reads.push_back(wholeAccess(op, counts));
   return reads;
 }
 
@@ -111,17 +137,26 @@ public:
     SmallVector<TileAccess> writes;
     DenseMap<Value, SmallVector<TileAccess>> readsByTensor;
     program.walk([&](Operation *op) {
-      if (std::optional<TileAccess> write = writeOf(op))
-        writes.push_back(*write);
+      llvm::append_range(writes, writesOf(op));
       for (TileAccess &read : readsOf(op))
         readsByTensor[read.tensor].push_back(read);
     });
 
-    // Transfers create the tensors that need ordering; their other writers join in.
+    // Transfers, and roles that produce what other roles read, create the tensors that need
+    // ordering; their other writers join in.
     llvm::SetVector<Value> transferred;
-    for (const TileAccess &write : writes)
-      if (isa<PutOp, CopyOp>(write.op) && readsByTensor.count(write.tensor))
+    for (const TileAccess &write : writes) {
+      auto reads = readsByTensor.find(write.tensor);
+      if (reads == readsByTensor.end())
+        continue;
+      // A tile one grid stores and another reads comes from another CTA.
+      auto grid = write.op->getParentOfType<TileGridOp>();
+      bool readElsewhere = llvm::any_of(reads->second, [&](const TileAccess &read) {
+        return read.op->getParentOfType<TileGridOp>() != grid;
+      });
+      if (isa<PutOp, CopyOp, SelectRoutedOp>(write.op) || readElsewhere)
         transferred.insert(write.tensor);
+    }
 
     for (Value tensor : transferred) {
       FailureOr<FlagPlan> plan = planFlags(tensor, writes, readsByTensor[tensor]);
@@ -147,7 +182,7 @@ private:
     FlagPlan plan;
     const TileAccess *first = nullptr;
     for (const TileAccess &write : writes)
-      if (write.tensor == tensor && (!first || isa<PutOp, CopyOp>(write.op)))
+      if (write.tensor == tensor && (!first || isa<PutOp, CopyOp, SelectRoutedOp>(write.op)))
         first = &write;
     plan.extents = first->extents;
     for (const TileAccess &read : reads)
@@ -166,25 +201,36 @@ private:
     if (shape.empty())
       shape.push_back(1);
 
-    for (const TileAccess &access : llvm::concat<const TileAccess>(writes, reads)) {
+    // Reads and writes of tiles must match the flags' tiles; a read of a whole dim waits for
+    // every flag along it.
+    auto check = [&](const TileAccess &access, bool read) -> LogicalResult {
       if (access.tensor != tensor)
-        continue;
+        return success();
       for (int64_t d : plan.flagDims)
-        if (access.extents[d] != plan.extents[d])
+        if (access.extents[d] != plan.extents[d] && !(read && access.extents[d] == 0))
           return access.op->emitOpError()
                  << "accesses tiles of " << access.extents[d] << " along dim " << d
                  << " of a tensor others write in tiles of " << plan.extents[d]
                  << "; mkc orders transfers tile by tile, so both must match";
-    }
+      return success();
+    };
+    for (const TileAccess &write : writes)
+      if (failed(check(write, /*read=*/false)))
+        return failure();
+    for (const TileAccess &read : reads)
+      if (failed(check(read, /*read=*/true)))
+        return failure();
 
     OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
     std::string name = "ready" + std::to_string(flagCount++);
+    flagShapes[name] = shape;
     FlagsOp::create(b, tensor.getLoc(), b.getStringAttr(name), b.getDenseI64ArrayAttr(shape));
     plan.flags = FlatSymbolRefAttr::get(b.getContext(), name);
     return plan;
   }
 
-  SmallVector<Value> flagIndices(OpBuilder &b, const TileAccess &access, const FlagPlan &plan) {
+  static SmallVector<Value> flagIndices(OpBuilder &b, const TileAccess &access,
+                                        const FlagPlan &plan) {
     SmallVector<Value> indices;
     for (int64_t d : plan.flagDims)
       indices.push_back(access.indexOf(d));
@@ -220,22 +266,80 @@ private:
   /// no wait.
   static bool producedInPlace(const TileAccess &read, ArrayRef<TileAccess> writes) {
     return llvm::any_of(writes, [&](const TileAccess &write) {
-      return write.tensor == read.tensor && isa<StoreOp>(write.op) &&
-             write.op->getBlock() == read.op->getBlock() &&
-             write.op->isBeforeInBlock(read.op) && llvm::equal(write.indices, read.indices);
+      if (write.tensor != read.tensor || !isa<StoreOp>(write.op) ||
+          !llvm::equal(write.indices, read.indices))
+        return false;
+      Operation *readHere = write.op->getBlock()->findAncestorOpInBlock(*read.op);
+      return readHere && write.op->isBeforeInBlock(readHere);
     });
   }
 
+  /// Waits before `read` for the flags of the tiles it reads, hoisted out of the loops around it
+  /// that do not change which flags those are. A read of a whole dim waits for each flag along it.
   LogicalResult waitBefore(const TileAccess &read, const FlagPlan &plan) {
-    OpBuilder b(read.op);
     auto type = cast<DistTensorType>(read.tensor.getType());
     int64_t count = 1;
     for (int64_t d : plan.slotDims)
       if (llvm::is_contained(read.wholeDims, d))
         count *= type.getShape()[d];
-    WaitOp::create(b, read.op->getLoc(), plan.flags, flagIndices(b, read, plan),
-                   b.getI64IntegerAttr(count));
+
+    SmallVector<Value> indexValues;
+    for (int64_t d : plan.flagDims)
+      if (Value index = read.indexOf(d))
+        indexValues.push_back(index);
+    Operation *anchor = read.op;
+    while (isa<scf::ForOp, scf::IfOp>(anchor->getParentOp()) &&
+           llvm::all_of(indexValues, [&](Value v) {
+             return !anchor->getParentOp()->isAncestor(v.getParentBlock()->getParentOp()) ||
+                    v.getParentBlock()->getParentOp() == anchor->getParentOp()->getParentOp();
+           }))
+      anchor = anchor->getParentOp();
+
+    OpBuilder b(anchor);
+    Location loc = read.op->getLoc();
+    ArrayRef<int64_t> flagShape = flagShapes.lookup(plan.flags.getValue());
+    SmallVector<Value> indices;
+    std::function<void(OpBuilder &, size_t)> waitFrom = [&](OpBuilder &nb, size_t i) {
+      if (i == plan.flagDims.size()) {
+        if (indices.empty())
+          indices.push_back(arith::ConstantIndexOp::create(nb, loc, 0));
+        if (!alreadyWaited(nb, plan.flags, indices, count))
+          WaitOp::create(nb, loc, plan.flags, indices, nb.getI64IntegerAttr(count));
+        return;
+      }
+      if (Value index = read.indexOf(plan.flagDims[i])) {
+        indices.push_back(index);
+        waitFrom(nb, i + 1);
+        indices.pop_back();
+        return;
+      }
+      Value zero = arith::ConstantIndexOp::create(nb, loc, 0);
+      Value one = arith::ConstantIndexOp::create(nb, loc, 1);
+      Value extent = arith::ConstantIndexOp::create(nb, loc, flagShape[i]);
+      scf::ForOp::create(nb, loc, zero, extent, one, ValueRange{},
+                         [&](OpBuilder &lb, Location l, Value flag, ValueRange) {
+                           indices.push_back(flag);
+                           waitFrom(lb, i + 1);
+                           indices.pop_back();
+                           scf::YieldOp::create(lb, l);
+                         });
+    };
+    waitFrom(b, 0);
     return success();
+  }
+
+  /// An identical wait earlier in the block makes another one redundant.
+  static bool alreadyWaited(OpBuilder &b, FlatSymbolRefAttr flags, ArrayRef<Value> indices,
+                            int64_t count) {
+    Block *block = b.getInsertionBlock();
+    for (Operation &op : llvm::make_range(block->begin(), b.getInsertionPoint()))
+      if (auto wait = dyn_cast<WaitOp>(op))
+        if (wait.getFlagsAttr() == flags && static_cast<int64_t>(wait.getCount()) == count &&
+            llvm::equal(wait.getIndices(), indices, [](Value a, Value b) {
+              return a == b || (matchPattern(a, m_Zero()) && matchPattern(b, m_Zero()));
+            }))
+          return true;
+    return false;
   }
 
   /// Each launch starts with an announcement to the ranks this one exchanges data with (the GPUs
@@ -301,6 +405,7 @@ private:
   MeshAttr mesh;
   int64_t nodes, gpus;
   int64_t flagCount = 0;
+  llvm::StringMap<SmallVector<int64_t>> flagShapes;
 };
 
 struct InsertSignalsPass : mk::impl::MkInsertSignalsBase<InsertSignalsPass> {

@@ -916,6 +916,37 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     }
   }
 
+  /// Moves the kernel's cheap entry values (tensor references, this rank's place, constants) into
+  /// each role that uses them: computed once at entry they stay live across every role, and the
+  /// register pressure of the largest role then spills.
+  static void sinkIntoRoles(emitc::FuncOp func) {
+    Block &entry = func.getBody().front();
+    auto sinkable = [](Operation &op) {
+      if (isa<emitc::ConstantOp>(op))
+        return true;
+      auto call = dyn_cast<emitc::CallOpaqueOp>(op);
+      return call && llvm::is_contained({"mk::tensor", "mk::node", "mk::gpu"}, call.getCallee());
+    };
+    for (Operation &op : llvm::make_early_inc_range(entry)) {
+      if (!sinkable(op))
+        continue;
+      DenseMap<Operation *, Operation *> copies;
+      for (OpOperand &use : llvm::make_early_inc_range(op.getUses())) {
+        auto role = dyn_cast<emitc::IfOp>(entry.findAncestorOpInBlock(*use.getOwner()));
+        if (!role || role == use.getOwner())
+          continue;
+        Operation *&copy = copies[role];
+        if (!copy) {
+          OpBuilder b = OpBuilder::atBlockBegin(&role.getThenRegion().front());
+          copy = b.clone(op);
+        }
+        use.set(copy->getResult(0));
+      }
+      if (op.use_empty())
+        op.erase();
+    }
+  }
+
   LogicalResult convert(emitc::FuncOp func, KernelLayout &layout) {
     MLIRContext *context = &getContext();
     TypeConverter converter;
@@ -969,6 +1000,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       for (Operation *op : dead)
         op->erase();
     } while (!dead.empty());
+
+    sinkIntoRoles(func);
 
     // What is left of the casts between mk, index and EmitC types cancels out.
     SmallVector<UnrealizedConversionCastOp> casts, remaining;

@@ -57,6 +57,7 @@ def Mk_RoleKind : I32EnumAttr<"RoleKind", "what the CTAs of one role of a persis
     I32EnumAttrCase<"inter_reduce", 4>,    // sum tiles received from other nodes
     I32EnumAttrCase<"republish", 5>,       // copy finished tiles to the GPUs of this node
     I32EnumAttrCase<"dispatch", 6>,        // route rows to the ranks that consume them
+    I32EnumAttrCase<"combine", 7>,         // bring routed results back to their tokens
   ]> {
   let cppNamespace = "::mlir::mk";
 }
