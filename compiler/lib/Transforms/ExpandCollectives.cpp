@@ -371,7 +371,8 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
   SmallVector<int64_t> sizes;
   SmallVector<int64_t> wholeDims;
   for (auto [d, extent] : llvm::enumerate(chunk)) {
-    bool whole = extent >= sourceType.getLocalExtent(d, mesh);
+    // The sharded dim stays indexed: a whole shard is only part of the gathered tensor.
+    bool whole = !placement.shardsDim(d) && extent >= sourceType.getLocalExtent(d, mesh);
     sizes.push_back(whole ? ShapedType::kDynamic : extent);
     if (whole)
       wholeDims.push_back(d);
@@ -609,10 +610,7 @@ LogicalResult Expander::run() {
             .Case([&](ReduceScatterOp o) { return expandReduceScatter(o); })
             .Case([&](RingShiftOp o) { return expandRingShift(o); })
             .Case([&](DispatchOp o) { return expandDispatch(o); })
-            .Case([&](CombineOp o) { return expandCombine(o); })
-            .Default([](Operation *o) {
-              return o->emitOpError() << "cannot be expanded by this version of mkc yet";
-            });
+            .Case([&](CombineOp o) { return expandCombine(o); });
     if (failed(expanded))
       return failure();
   }

@@ -199,9 +199,19 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     return program.emitError() << "@" << program.getSymName() << " is not specialized";
   WalkResult unsupported = program.walk([&](Operation *op) {
     if (isa<AttentionBlockOp, BroadcastOp, ReduceOp, DispatchOp, CombineOp, ShardRangeOp,
-            AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp>(op)) {
+            AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, SelectRoutedOp,
+            CombineRoutedOp>(op)) {
       op->emitOpError() << "has no CUDA lowering in this version of mkc (the scheduled IR, "
                            "--emit=mlir, is as far as it goes)";
+      return WalkResult::interrupt();
+    }
+    if (auto put = dyn_cast<PutOp>(op); put && put.getScope() == PeerScope::node) {
+      put.emitOpError() << "puts a tile across nodes; the proxy copies memory, so store the tile "
+                           "and mk.copy it";
+      return WalkResult::interrupt();
+    }
+    if (auto matmul = dyn_cast<MatmulOp>(op); matmul && !matmul.getKTile()) {
+      matmul.emitOpError() << "has no k_tile (run mk-tile-and-order first)";
       return WalkResult::interrupt();
     }
     return WalkResult::advance();
@@ -649,9 +659,6 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     Value node = this->layout.node, gpu = this->layout.gpu;
     Value peer;
     if constexpr (std::is_same_v<OpT, PutOp>) {
-      if (op.getScope() == PeerScope::node)
-        return op.emitOpError() << "puts a tile across nodes; the proxy copies memory, so "
-                                   "store the tile and mk.copy it";
       if (op.getScope() == PeerScope::gpu)
         peer = gpu = adaptor.getPeer();
     }
@@ -763,9 +770,7 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     Arith a(rewriter, loc);
     TileType tile = op.getResult().getType();
     int64_t tm = tile.getShape()[0], tn = tile.getShape()[1];
-    std::optional<int64_t> kTile = op.getKTile();
-    if (!kTile)
-      return op.emitOpError() << "has no k_tile (run mk-tile-and-order first)";
+    int64_t kTile = *op.getKTile();
     Value node = layout.node, gpu = layout.gpu;
     DistTensorType lhsType = op.getLhs().getType(), rhsType = op.getRhs().getType();
     int64_t lhsK = op.getLhsWholeDims()[0], rhsK = op.getRhsWholeDims()[0];
@@ -785,12 +790,12 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     Value aPtr = pointer(rewriter, loc, lhsType, adaptor.getLhs(), lhs.offset);
     Value bPtr = pointer(rewriter, loc, rhsType, adaptor.getRhs(), rhs.offset);
     needSmem("mk::matmul_smem_bytes<" + element + ", " + std::to_string(tm) + ", " +
-             std::to_string(tn) + ", " + std::to_string(*kTile) + ">()");
+             std::to_string(tn) + ", " + std::to_string(kTile) + ">()");
     rewriter.replaceOp(
         op, call(rewriter, loc, getTypeConverter()->convertType(tile), "mk::matmul",
                  {aPtr, std::to_string(lhs.ld), bPtr, std::to_string(rhs.ld), std::to_string(k),
                   rows, cols, "mk_smem"},
-                 {std::to_string(tm), std::to_string(tn), std::to_string(*kTile),
+                 {std::to_string(tm), std::to_string(tn), std::to_string(kTile),
                   aTransposed ? "true" : "false", bTransposed ? "true" : "false", element}));
     return success();
   }
@@ -1008,7 +1013,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     func.walk([&](UnrealizedConversionCastOp cast) { casts.push_back(cast); });
     reconcileUnrealizedCasts(casts, &remaining);
     if (!remaining.empty())
-      return remaining.front().emitError() << "the lowering to EmitC left a type cast behind";
+      return remaining.front().emitError() << "internal error: the lowering to EmitC left a type "
+                                              "cast behind";
     return success();
   }
 };

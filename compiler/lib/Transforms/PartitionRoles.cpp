@@ -160,7 +160,7 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     SmallVector<RoleWork> works = Partitioner(program).estimate();
     if (smCount < static_cast<int64_t>(works.size())) {
       program.emitError() << "needs at least " << works.size() << " CTAs, one per role, but "
-                          << "sm-count is " << smCount;
+                          << "sm-count is " << static_cast<int64_t>(smCount);
       return signalPassFailure();
     }
     CostModel model{computeTflops * 1e12 / smCount, ctaCopyGBps * 1e9, nvlinkGBps * 1e9,
@@ -244,7 +244,7 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     }
     if (total > smCount)
       return program.emitError() << "the sm split needs " << total << " CTAs, but the grid has "
-                                 << smCount;
+                                 << static_cast<int64_t>(smCount);
     return success();
   }
 
@@ -252,7 +252,7 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
                        StringRef source) {
     std::string text;
     llvm::raw_string_ostream os(text);
-    os << "SM split of @" << program.getSymName() << " on " << smCount << " CTAs, from "
+    os << "SM split of @" << program.getSymName() << " on " << static_cast<int64_t>(smCount) << " CTAs, from "
        << source << ":";
     for (const RoleWork &work : works) {
       os << "\n  " << stringifyRoleKind(work.kind) << " " << work.ctas << " CTAs: "

@@ -70,7 +70,7 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
       return program.emitError() << "the topology of @" << program.getSymName()
                                  << " is not bound; give topology=NODESxGPUS";
     if (rank >= mesh.getWorldSize())
-      return program.emitError() << "rank " << rank << " does not exist on topology "
+      return program.emitError() << "rank " << static_cast<int64_t>(rank) << " does not exist on topology "
                                  << mesh.getNodes() << "x" << mesh.getGpus();
     return success();
   }

@@ -164,7 +164,7 @@ mk.program @zero_ctas [] mesh <1x2> () grid 132 {
 // -----
 
 mk.program @role_kind [] mesh <1x2> () grid 132 {
-  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kind' [compute, intra_transfer, intra_reduce, inter_send, inter_reduce, republish, dispatch]}}
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kind' [compute, intra_transfer, intra_reduce, inter_send, inter_reduce, republish, dispatch, combine]}}
   mk.role prefetch ctas 4 {}
 }
 
@@ -1112,4 +1112,70 @@ mk.program @owner_coords [] mesh <1x4> (%c: !mk.tensor<[256, 256], bf16, shard 0
   %i = arith.constant 0 : index
   // expected-error @+1 {{'mk.owner' op needs a coordinate and a tile extent per dim of '!mk.tensor<[256, 256], bf16, shard 0 over world>'}}
   %n, %g = mk.owner %c[%i] tile [128, 128] : !mk.tensor<[256, 256], bf16, shard 0 over world>
+}
+
+// -----
+
+!T = !mk.tensor<[64, 32], bf16, symmetric>
+!E = !mk.tensor<[64, 2], i32, symmetric>
+mk.program @select_ranks [] mesh <1x2> (%t: !T, %e: !E, %c: !mk.tensor<[4], i32, shard 0 over world>) {
+  // expected-error @+1 {{'mk.select_routed' op takes tokens [T, H] and experts [T, top_k] and fills routed rows [E, C, H], counts [E], origins [E, C] and placements [T, top_k]}}
+  mk.select_routed %t, %e into %t, %c, %e, %e : !T, !E, !T, !mk.tensor<[4], i32, shard 0 over world>, !E, !E
+}
+
+// -----
+
+!T = !mk.tensor<[64, 32], bf16, shard 0 over world>
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+mk.program @select_sharded [] mesh <1x2> (%t: !T, %e: !E, %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>,
+                                          %c: !mk.tensor<[4], i32, shard 0 over world>, %o: !mk.tensor<[4, 16], i32, shard 0 over world>) {
+  // expected-error @+1 {{'mk.select_routed' op reads every rank's tokens and routing, so they must not be sharded}}
+  mk.select_routed %t, %e into %r, %c, %o, %e : !T, !E, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !E
+}
+
+// -----
+
+!T = !mk.tensor<[64, 32], bf16, symmetric>
+!E = !mk.tensor<[64, 2], i64, symmetric>
+mk.program @select_metadata [] mesh <1x2> (%t: !T, %e: !E, %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>,
+                                           %c: !mk.tensor<[4], i32, shard 0 over world>, %o: !mk.tensor<[4, 16], i32, shard 0 over world>,
+                                           %p: !mk.tensor<[64, 2], i32, shard 0 over world>) {
+  // expected-error @+1 {{'mk.select_routed' op carries routing metadata as i32, not 'i64'}}
+  mk.select_routed %t, %e into %r, %c, %o, %p : !T, !E, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
+}
+
+// -----
+
+!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
+!P = !mk.tensor<[64, 2], i32, shard 0 over world>
+!W = !mk.tensor<[64, 2], f32, shard 0 over world>
+!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @combine_routed_ranks [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.combine_routed' op takes results [E, C, H], placements and weights [T, top_k] and a destination [T, H]}}
+  mk.combine_routed %y, %p, %w into %y[%i, %i] tile [16, 32] : !Y, !P, !W, !Y
+}
+
+// -----
+
+!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
+!P = !mk.tensor<[64, 2], i32, shard 0 over world>
+!W = !mk.tensor<[64, 2], f32, shard 0 over world>
+!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @combine_routed_coords [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.combine_routed' op needs the destination tile's coordinates and extents}}
+  mk.combine_routed %r, %p, %w into %y[%i] tile [16, 32] : !R, !P, !W, !Y
+}
+
+// -----
+
+!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
+!P = !mk.tensor<[64, 2], i64, shard 0 over world>
+!W = !mk.tensor<[64, 2], f32, shard 0 over world>
+!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @combine_routed_placement [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.combine_routed' op takes placements as i32, not 'i64'}}
+  mk.combine_routed %r, %p, %w into %y[%i, %i] tile [16, 32] : !R, !P, !W, !Y
 }

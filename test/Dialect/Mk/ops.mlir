@@ -305,3 +305,27 @@ mk.program @unpartitioned [] mesh <1x2> () {
   mk.role republish {
   }
 }
+
+// -----
+
+// Expert routing at the scheduled level: selecting this rank's rows, combining a tile of tokens.
+// CHECK-LABEL: mk.program @routing
+// CHECK: mk.role dispatch ctas 4 {
+// CHECK: mk.select_routed %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
+// CHECK: mk.role combine ctas 4 {
+// CHECK: mk.combine_routed %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] tile [16, 32] : !mk.tensor<[4, 16, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 2], f32, shard 0 over world>, !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @routing [] mesh <1x2> (
+    %t: !mk.tensor<[64, 32], bf16, symmetric>, %e: !mk.tensor<[64, 2], i32, symmetric>,
+    %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, %c: !mk.tensor<[4], i32, shard 0 over world>,
+    %o: !mk.tensor<[4, 16], i32, shard 0 over world>, %p: !mk.tensor<[64, 2], i32, shard 0 over world>,
+    %results: !mk.tensor<[4, 16, 32], bf16, symmetric>, %w: !mk.tensor<[64, 2], f32, shard 0 over world>,
+    %y: !mk.tensor<[64, 32], bf16, shard 0 over world>) grid 8 {
+  mk.role dispatch ctas 4 {
+    mk.select_routed %t, %e into %r, %c, %o, %p : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
+  }
+  mk.role combine ctas 4 {
+    mk.tile_grid (%i, %j) over %y tiles [16, 32] : !mk.tensor<[64, 32], bf16, shard 0 over world> {
+      mk.combine_routed %results, %p, %w into %y[%i, %j] tile [16, 32] : !mk.tensor<[4, 16, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 2], f32, shard 0 over world>, !mk.tensor<[64, 32], bf16, shard 0 over world>
+    }
+  }
+}

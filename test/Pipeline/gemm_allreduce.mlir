@@ -1,0 +1,49 @@
+// The whole pipeline on lib/gemm_allreduce.mlir for 2 nodes x 4 GPUs: the scheduled IR, the CUDA
+// C++, and sm_90a cubins for 1x2, 2x1 and 2x4 without spills (NVRTC, no GPU needed).
+
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+
+// Scheduled level: three roles on 132 CTAs. Compute puts each partial tile into the slot of its
+// owner GPU (NVLink); the owner sums the node's 4 partials and sends the node partial to the same
+// GPU of the other node only (RDMA through the proxy, rail-aligned); there the 2 node partials
+// are summed and republished to the 4 GPUs of the node. Flags count arrivals per launch.
+// SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x4> ({{.*}}) grid 132 {
+// SCHED-DAG: mk.flags @launched [1]
+// SCHED-DAG: mk.flags @ready0 [64, 32]
+// SCHED-DAG: mk.flags @ready1 [64, 32]
+// SCHED: mk.role compute ctas [[COMPUTE:[0-9]+]] {
+// SCHED: mk.tile_grid {{.*}} order <swizzle 8>
+// SCHED: mk.matmul {{.*}} {k_tile = 64 : i64}
+// SCHED: mk.wait @launched[%{{.*}}] count 5
+// SCHED: mk.put {{.*}} at gpu %[[OWNER:.+]] via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, 8192, 8192], bf16, symmetric>
+// SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
+// SCHED: mk.role intra_reduce ctas [[INTRA:[0-9]+]] {
+// SCHED: mk.tile_grid {{.*}} distribute gpus
+// SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
+// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[4, 8192, 8192], bf16, symmetric>
+// SCHED: mk.copy {{.*}} at node %[[PEER:.+]] via rdma_proxy tile [128, 256] : !mk.tensor<[2, 8192, 8192], bf16, symmetric>
+// SCHED-NEXT: mk.signal @[[NODES:ready[0-9]]][{{.*}}] at node %[[PEER]] via rdma_proxy
+// SCHED: mk.role inter_reduce ctas [[INTER:[0-9]+]] {
+// SCHED: mk.wait @[[NODES]][{{.*}}] count 2
+// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[2, 8192, 8192], bf16, symmetric>
+// SCHED: mk.put {{.*}} at gpu %{{.*}} via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, replicated>
+
+// CUDA level: one persistent kernel, role branches by CTA index, calls of the device library.
+// CUDA: #include "mk/device/kernel.cuh"
+// CUDA: extern "C" __global__ __launch_bounds__(MK_CTA_THREADS, 1) void gemm_allreduce(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
+// CUDA: size_t [[CTA:v[0-9]+]] = mk::cta();
+// CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
+// CUDA: mk::signal_gpu([[ARGS]],
+// CUDA: mk::signal_node([[ARGS]],
+// CUDA: mk::Tile<float, 128, 256> {{v[0-9]+}} = mk::matmul<128, 256, 64, false, false, mk::bf16>(
+// CUDA: mk::wait_arrivals([[ARGS]], {{.*}}, 5);
+// CUDA: mk::store_tile(
+// CUDA: mk::accumulate_tiles<mk::Reduce::sum, mk::bf16, 128, 256>(
+// CUDA: mk::remote_put([[ARGS]],
+// CUDA: extern "C" __device__ const int gemm_allreduce_grid = 132;
+
+// CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

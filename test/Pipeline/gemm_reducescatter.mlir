@@ -1,0 +1,39 @@
+// The whole pipeline on lib/gemm_reducescatter.mlir for 2 nodes x 4 GPUs: the scheduled IR, the
+// CUDA C++, and sm_90a cubins for 1x2, 2x1 and 2x4 without spills.
+
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+
+// Scheduled level: every rank computes a partial of every tile and puts it in the slot of the GPU
+// of its node that is rail-aligned with the tile's owner; that GPU sums the 4 partials and sends
+// the node partial to the owner's node only when it is another; the owner sums 2 node partials
+// into its shard.
+// SCHED: mk.program @gemm_reducescatter {{.*}} mesh <2x4> ({{.*}}) grid 132 {
+// SCHED: mk.role compute ctas {{[0-9]+}} {
+// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] order <swizzle 8>
+// SCHED: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%{{.*}}, %{{.*}}] tile [128, 256] : !mk.tensor<[8192, 8192], bf16, shard 0 over world>
+// SCHED: mk.put {{.*}} at gpu %[[OWNER]] via nvlink_store
+// SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
+// SCHED: mk.role intra_reduce ctas {{[0-9]+}} {
+// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] distribute gpus
+// SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
+// SCHED: %[[ONODE:.+]], %{{.*}} = mk.owner
+// SCHED: scf.if
+// SCHED-NEXT: mk.copy {{.*}} at node %[[ONODE]] via rdma_proxy tile [128, 256]
+// SCHED-NEXT: mk.signal @[[NODES:ready[0-9]]][{{.*}}] at node %[[ONODE]] via rdma_proxy
+// SCHED: mk.role inter_reduce ctas {{[0-9]+}} {
+// SCHED: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] :
+// SCHED: mk.wait @[[NODES]][{{.*}}] count 2
+// SCHED: mk.store {{.*}} : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, shard 0 over world>
+
+// CUDA: void gemm_reducescatter(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
+// CUDA: mk::matmul<128, 256, 64, false, false, mk::bf16>(
+// CUDA: mk::accumulate_tiles<mk::Reduce::sum, mk::bf16, 128, 256>(
+// CUDA: mk::remote_put([[ARGS]],
+// CUDA: mk::signal_node([[ARGS]],
+// CUDA: extern "C" __device__ const int gemm_reducescatter_dynamic_smem_bytes =
+
+// CUBIN: mkc: gemm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -1,0 +1,24 @@
+// MoE dispatch + GEMM + combine through every pass to the scheduled level on 2 nodes x 4 GPUs.
+// Its CUDA emission waits for the device library's routing and row gathers.
+
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s
+
+// Tokens and routing are gathered along rails and within nodes; a dispatch role selects the rows
+// of this rank's experts; the expert GEMMs wait for them, and the down projection waits for each
+// chunk of the SwiGLU output it reads; results are gathered back and a combine role sums each
+// token's.
+// CHECK: mk.program @moe_dispatch_gemm_combine {{.*}} mesh <2x4> ({{.*}}) grid 132 {
+// CHECK: mk.role compute ctas {{[0-9]+}} {
+// CHECK: mk.wait @{{ready[0-9]}}[%{{.*}}] count 1
+// CHECK-NEXT: mk.tile_grid {{.*}} rows
+// CHECK: mk.swiglu
+// CHECK: mk.store
+// CHECK-NEXT: mk.signal @[[HIDDEN:ready[0-9]]][
+// CHECK: scf.for
+// CHECK-NEXT: mk.wait @[[HIDDEN]][
+// CHECK: mk.role dispatch ctas {{[0-9]+}} {
+// CHECK: mk.single_cta
+// CHECK: mk.select_routed
+// CHECK: mk.role combine ctas {{[0-9]+}} {
+// CHECK: mk.combine_routed
+// CHECK-NOT: mk.dispatch {{.*}} by

@@ -1,0 +1,196 @@
+// RUN: mk-opt %s -split-input-file -mk-expand-collectives | FileCheck %s
+
+// mk-expand-collectives turns collective intents into hierarchical transfers in roles: NVLink
+// within the node first, then rail-aligned RDMA between the same GPU index of each node, then
+// back within the node. Waits and signals come later (mk-insert-signals).
+
+!A = !mk.tensor<[1024, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[1024, 1024], bf16, replicated>
+
+// All-reduce on 2 nodes x 4 GPUs: the compute role hands each tile to its owner GPU (round-robin)
+// in the slot of the sender; the owner sums the 4 slots, keeps the node partial in its node's
+// slot and sends it to the same GPU of the other node; there the 2 node partials are summed and
+// republished to every GPU of the node.
+// CHECK-LABEL: mk.program @all_reduce_2x4
+// CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 1024, 1024], bf16, symmetric>
+// CHECK-DAG: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 1024], bf16, symmetric>
+// CHECK: mk.role compute {
+// CHECK: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M:.+]], %[[N:.+]]] tile [128, 256]
+// CHECK: %{{.*}}, %[[ME:.+]] = mk.place
+// CHECK: mk.put %{{.*}}, %[[STAGE]][%[[ME]], %[[M]], %[[N]]] at gpu %[[OWNER]] via nvlink_store
+// CHECK: mk.role intra_reduce {
+// CHECK: mk.tile_grid {{.*}} distribute gpus
+// CHECK: mk.accumulate sum %[[STAGE]][:, %{{.*}}, %{{.*}}]
+// CHECK: mk.store %{{.*}}, %[[NODES]][%[[MYNODE:.+]], %{{.*}}, %{{.*}}]
+// CHECK: scf.for
+// CHECK: mk.copy %[[NODES]][%{{.*}}] -> %[[NODES]][%{{.*}}] at node %{{.*}} via rdma_proxy tile [128, 256]
+// CHECK: mk.role inter_reduce {
+// CHECK: mk.tile_grid {{.*}} distribute gpus
+// CHECK: mk.accumulate sum %[[NODES]][:, %{{.*}}, %{{.*}}]
+// CHECK: scf.for
+// CHECK: mk.put %{{.*}} at gpu %{{.*}} via nvlink_store
+// CHECK-NOT: mk.all_reduce
+mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[1024, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[1024, 1024], bf16, replicated>
+
+// One node: no network step; the owner republishes its sum directly.
+// CHECK-LABEL: mk.program @all_reduce_1x2
+// CHECK: mk.role compute
+// CHECK: mk.role intra_reduce
+// CHECK-NOT: rdma_proxy
+// CHECK-NOT: mk.role inter_reduce
+mk.program @all_reduce_1x2 [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[1024, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[1024, 1024], bf16, replicated>
+
+// One GPU per node: no NVLink step; the compute role sends its partial over the network itself,
+// and the sum is stored where it is made.
+// CHECK-LABEL: mk.program @all_reduce_2x1
+// CHECK: mk.role compute
+// CHECK: mk.copy {{.*}} at node %{{.*}} via rdma_proxy
+// CHECK-NOT: mk.role intra_reduce
+// CHECK: mk.role inter_reduce
+// CHECK: mk.store
+// CHECK-NOT: nvlink
+mk.program @all_reduce_2x1 [] mesh <2x1> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[1024, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+
+// Reduce-scatter: the node partial goes only to the owner's node (when it is another), which
+// stores the sum in its shard.
+// CHECK-LABEL: mk.program @reduce_scatter_2x4
+// CHECK: mk.role compute
+// CHECK: mk.tile_grid {{.*}} global tiles
+// CHECK: mk.put {{.*}} at gpu
+// CHECK: mk.role intra_reduce
+// CHECK: mk.tile_grid {{.*}} global tiles [128, 256] distribute gpus
+// CHECK: %[[ON:.+]], %{{.*}} = mk.owner
+// CHECK: scf.if
+// CHECK: mk.copy {{.*}} at node %[[ON]] via rdma_proxy
+// CHECK: mk.role inter_reduce
+// CHECK: mk.accumulate sum
+// CHECK: mk.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+mk.program @reduce_scatter_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c global tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.reduce_scatter sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[1024, 512], bf16, shard 0 over world>
+!G = !mk.tensor<[1024, 512], bf16, replicated>
+!B = !mk.tensor<[512, 1024], bf16, shard 1 over world>
+!C = !mk.tensor<[1024, 1024], bf16, shard 1 over world>
+
+// All-gather: each rank copies its own shard's chunks to every GPU of its node and to its rail
+// peer; what arrives over the rail is republished to the node's other GPUs. The consumer reads
+// the gathered buffer.
+// CHECK-LABEL: mk.program @all_gather_2x4
+// CHECK: %[[G:.+]] = mk.buffer : !mk.tensor<[1024, 512], bf16, symmetric>
+// CHECK: mk.role compute
+// CHECK: mk.matmul %[[G]][
+// CHECK: mk.role intra_transfer
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, :]
+// CHECK: mk.copy %{{.*}}[%{{.*}}, :] -> %[[G]][%{{.*}}, :] at gpu %{{.*}} via nvlink_bulk tile [128, 512]
+// CHECK: mk.copy %{{.*}}[%{{.*}}, :] -> %[[G]][%{{.*}}, :] at node %{{.*}} via rdma_proxy tile [128, 512]
+// CHECK: mk.role republish
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} held_by %{{.*}} tiles [128, :]
+// CHECK: mk.copy %[[G]][%{{.*}}, :] -> %[[G]][%{{.*}}, :] at gpu %{{.*}} via nvlink_bulk
+mk.program @all_gather_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
+  %g = mk.all_gather %a {chunk = array<i64: 128, 512>} : !A -> !G
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] order <swizzle 8, local_first> : !C {
+    %acc = mk.matmul %g[%m, :], %b[:, %n] {k_tile = 64} : !G, !B -> !mk.tile<[128, 128], f32>
+  }
+}
+
+// -----
+
+!K = !mk.tensor<[2, 4096, 128], bf16, shard 1 over world>
+
+// A ring shift gathers the shards like an all-gather, and the body becomes a loop over the
+// sources: this rank first, then its node, then the other nodes.
+// CHECK-LABEL: mk.program @ring_2x4
+// CHECK: %[[KALL:.+]] = mk.buffer : !mk.tensor<[2, 4096, 128], bf16, symmetric>
+// CHECK: scf.for %[[STEP:.+]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: mk.shard_range %{{.*}} tile 128 of
+// CHECK: mk.load %[[KALL]][
+// CHECK-NOT: mk.ring_shift
+mk.program @ring_2x4 [] mesh <2x4> (%k: !K) {
+  mk.tile_grid (%b, %i, %d) over %k tiles [1, 128, :] : !K {
+    %zero = arith.constant 0.0 : f32
+    %init = mk.splat %zero : f32 -> !mk.tile<[128, 128], f32>
+    %r = mk.ring_shift %k over world iter_args(%init : !mk.tile<[128, 128], f32>) : !K -> !mk.tile<[128, 128], f32> {
+    ^bb0(%src: index, %shard: !K, %acc: !mk.tile<[128, 128], f32>):
+      %lo, %hi = mk.shard_range %shard tile 128 of %src : !K
+      %t = mk.load %shard[%b, %lo, :] : !K -> !mk.tile<[128, 128], bf16>
+      %f = mk.convert %t : !mk.tile<[128, 128], bf16> -> !mk.tile<[128, 128], f32>
+      %s = mk.add %acc, %f : !mk.tile<[128, 128], f32>
+      mk.yield %s : !mk.tile<[128, 128], f32>
+    }
+  }
+}
+
+// -----
+
+!X = !mk.tensor<[1024, 256], bf16, shard 0 over world>
+!R = !mk.tensor<[1024, 2], i32, shard 0 over world>
+!W = !mk.tensor<[1024, 2], f32, shard 0 over world>
+!Xe = !mk.tensor<[16, 256, 256], bf16, shard 0 over world>
+!Cn = !mk.tensor<[16], i32, shard 0 over world>
+!O = !mk.tensor<[16, 256], i32, shard 0 over world>
+
+// Dispatch gathers tokens and routing; a dispatch role selects the rows of this rank's experts.
+// Combine keeps each rank's results, gathers them, and a combine role sums each token's.
+// CHECK-LABEL: mk.program @moe_2x4
+// CHECK: mk.role compute
+// CHECK: mk.store %{{.*}}, %[[RESULTS:.+]][
+// CHECK: mk.role dispatch
+// CHECK: mk.single_cta
+// CHECK: mk.select_routed
+// CHECK: mk.role combine
+// CHECK: mk.combine_routed
+// CHECK-NOT: mk.dispatch
+// CHECK-NOT: mk.combine {{.*}}routed
+mk.program @moe_2x4 [] mesh <2x4> (%x: !X, %r: !R, %w: !W, %y: !X) {
+  %xe, %count, %origin = mk.dispatch %x by %r : !X, !R -> !Xe, !Cn, !O
+  mk.tile_grid (%e, %t, %n) over %xe tiles [1, 128, 256] rows %count : !Xe, !Cn {
+    %rows = mk.load %xe[%e, %t, %n] : !Xe -> !mk.tile<[128, 256], bf16>
+    %f = mk.convert %rows : !mk.tile<[128, 256], bf16> -> !mk.tile<[128, 256], f32>
+    mk.combine %f from [%e, %t, %n] into %y routed %origin weighted %w : !mk.tile<[128, 256], f32>, !X, !O, !W
+  }
+}

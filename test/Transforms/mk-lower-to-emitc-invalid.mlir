@@ -1,0 +1,99 @@
+// RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc
+
+// What mk-lower-to-emitc rejects.
+
+// A program that was not scheduled.
+// expected-error @+1 {{@flat is not scheduled (run the mkc pipeline up to mk-insert-signals first)}}
+mk.program @flat [] mesh <1x2> () {
+}
+
+// -----
+
+// An op the device library has no call for yet.
+mk.program @attention [] mesh <1x1> () grid 132 {
+  mk.role compute ctas 132 {
+    %zero = arith.constant 0.0 : f32
+    %q = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
+    %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
+    // expected-error @+1 {{'mk.attention_block' op has no CUDA lowering in this version of mkc (the scheduled IR, --emit=mlir, is as far as it goes)}}
+    %a, %m, %l = mk.attention_block %q, %q, %q, %q, %s, %s : !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{has a tensor of 'f8E4M3FN', which has no CUDA lowering yet}}
+mk.program @fp8 [] mesh <1x1> (%a: !mk.tensor<[128, 128], f8E4M3FN, replicated>) grid 132 {
+  mk.role compute ctas 132 {
+  }
+}
+
+// -----
+
+!R = !mk.tensor<[4, 128, 64], bf16, replicated>
+!N = !mk.tensor<[4], i32, replicated>
+mk.program @row_counts [] mesh <1x1> (%r: !R, %n: !N) grid 132 {
+  mk.role compute ctas 132 {
+    // expected-error @+1 {{'mk.tile_grid' op is bounded by row counts, which have no CUDA lowering yet}}
+    mk.tile_grid (%e, %t, %c) over %r tiles [1, 64, 64] rows %n : !R, !N {
+    }
+  }
+}
+
+// -----
+
+!C = !mk.tensor<[1000, 64], bf16, shard 0 over world>
+mk.program @masked_shard [] mesh <1x2> (%c: !C) grid 132 {
+  mk.role compute ctas 132 {
+    // expected-error @+1 {{'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet}}
+    mk.tile_grid (%i, %j) over %c tiles [128, 64] masked : !C {
+    }
+  }
+}
+
+// -----
+
+!C = !mk.tensor<[1024, 64], bf16, shard 0 over gpus>
+mk.program @distribute_sharded [] mesh <2x2> (%c: !C) grid 132 {
+  mk.role compute ctas 132 {
+    // expected-error @+1 {{'mk.tile_grid' op distributes a sharded tensor in a way that has no CUDA lowering yet}}
+    mk.tile_grid (%i, %j) over %c global tiles [128, 64] distribute gpus : !C {
+    }
+  }
+}
+
+// -----
+
+!C = !mk.tensor<[1024, 64], bf16, replicated>
+mk.program @distribute_nodes [] mesh <2x2> (%c: !C) grid 132 {
+  mk.role compute ctas 132 {
+    // expected-error @+1 {{'mk.tile_grid' op distributes over nodes, which has no CUDA lowering yet}}
+    mk.tile_grid (%i, %j) over %c tiles [128, 64] distribute nodes : !C {
+    }
+  }
+}
+
+// -----
+
+!S = !mk.tensor<[2, 128, 128], bf16, symmetric>
+mk.program @put_across_nodes [] mesh <2x1> (%s: !S) grid 132 {
+  mk.role compute ctas 132 {
+    %i = arith.constant 0 : index
+    %zero = arith.constant 0.0 : bf16
+    %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+    // expected-error @+1 {{'mk.put' op puts a tile across nodes; the proxy copies memory, so store the tile and mk.copy it}}
+    mk.put %t, %s[%i, %i, %i] at node %i via rdma_proxy : !mk.tile<[128, 128], bf16>, !S
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[128, 128], bf16, replicated>
+mk.program @no_k_tile [] mesh <1x1> (%a: !A) grid 132 {
+  mk.role compute ctas 132 {
+    mk.tile_grid (%m, %n) over %a tiles [128, 128] : !A {
+      // expected-error @+1 {{'mk.matmul' op has no k_tile (run mk-tile-and-order first)}}
+      %acc = mk.matmul %a[%m, :], %a[:, %n] : !A, !A -> !mk.tile<[128, 128], f32>
+    }
+  }
+}

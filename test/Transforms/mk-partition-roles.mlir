@@ -1,0 +1,67 @@
+// RUN: mk-opt %s -split-input-file -mk-partition-roles | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-partition-roles="sm-split=compute=100,intra_reduce=20,republish=30" | FileCheck %s --check-prefix=OVERRIDE
+// RUN: mk-opt %s -split-input-file -mk-partition-roles="explain=true" 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
+
+// mk-partition-roles sets the grid to the SM count and splits it between the roles from a cost
+// model: compute from matmul FLOPs, transfers from bytes per CTA, capped by link bandwidth.
+
+!A = !mk.tensor<[8192, 4096], bf16, shard 1 over world>
+!B = !mk.tensor<[4096, 8192], bf16, shard 0 over world>
+!C = !mk.tensor<[8192, 8192], bf16, replicated>
+!S = !mk.tensor<[2, 8192, 8192], bf16, symmetric>
+
+// GEMM + all-reduce on 1 x 2: 2048 tiles of 2 x 128 x 256 x 4096 FLOP (275 GFLOP) at 600 TFLOP/s,
+// and reducing this GPU's 1024 tiles (2 slots read, the sum put to both GPUs: 403 MB through the
+// CTAs at 40 GB/s each) balance at 114 and 18 CTAs, both near 0.57 ms.
+// CHECK-LABEL: mk.program @gemm_allreduce
+// CHECK-SAME: grid 132
+// CHECK: mk.role compute ctas 114
+// CHECK: mk.role intra_reduce ctas 18
+// OVERRIDE-LABEL: mk.program @gemm_allreduce
+// OVERRIDE: mk.role compute ctas 100
+// OVERRIDE: mk.role intra_reduce ctas 20
+// EXPLAIN: remark: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
+// EXPLAIN-NEXT: compute 114 CTAs: {{.*}} ms for 274.9 GFLOP
+// EXPLAIN-NEXT: intra_reduce 18 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
+mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
+  %s = mk.buffer : !S
+  %c2 = arith.constant 2 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  mk.role compute {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+      %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+      %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      %node, %gpu = mk.owner %c[%m, %n] tile [128, 256] : !C
+      %me_node, %me = mk.place : index, index
+      mk.put %t, %s[%me, %m, %n] at gpu %gpu via nvlink_store : !mk.tile<[128, 256], bf16>, !S
+    }
+  }
+  mk.role intra_reduce {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] distribute gpus : !C {
+      %sum = mk.accumulate sum %s[:, %m, %n] : !S -> !mk.tile<[128, 256], f32>
+      %t = mk.convert %sum : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      %node, %gpu = mk.place : index, index
+      scf.for %o = %c1 to %c3 step %c1 {
+        %g = arith.remsi %o, %c2 : index
+        mk.put %t, %c[%m, %n] at gpu %g via nvlink_store : !mk.tile<[128, 256], bf16>, !C
+      }
+    }
+  }
+}
+
+// -----
+
+// An author's split, as an attribute of the program, wins over the cost model.
+// CHECK-LABEL: mk.program @author
+// CHECK: mk.role compute ctas 96
+// CHECK: mk.role republish ctas 36
+// OVERRIDE-LABEL: mk.program @author
+// OVERRIDE: mk.role compute ctas 100
+// OVERRIDE: mk.role republish ctas 30
+mk.program @author [] mesh <1x2> () attributes {mk.sm_split = {compute = 96, republish = 36}} {
+  mk.role compute {
+  }
+  mk.role republish {
+  }
+}

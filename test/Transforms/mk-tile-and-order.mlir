@@ -1,0 +1,65 @@
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s
+
+// mk-tile-and-order picks the main-loop depth of matmuls, the chunks of all-gathers and the
+// order of tile grids that do not have one.
+
+// A GEMM grid is swizzled in bands of 8 tile rows; 16-bit operands get k_tile 64 (128-byte rows).
+// CHECK-LABEL: mk.program @swizzle
+// CHECK: mk.tile_grid {{.*}} order <swizzle 8> :
+// CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
+mk.program @swizzle [] mesh <1x2> (%a: !mk.tensor<[4096, 4096], bf16, shard 1 over world>,
+                                   %b: !mk.tensor<[4096, 4096], bf16, shard 0 over world>,
+                                   %c: !mk.tensor<[4096, 4096], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[4096, 4096], bf16, replicated> {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[4096, 4096], bf16, shard 1 over world>, !mk.tensor<[4096, 4096], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+  }
+}
+
+// -----
+
+// With fewer tile rows than a band, the band is the whole grid; f32 operands get k_tile 32, and a
+// local contracted extent of 48 brings it down to 16.
+// CHECK-LABEL: mk.program @small
+// CHECK: mk.tile_grid {{.*}} order <swizzle 2> :
+// CHECK: mk.matmul {{.*}} {k_tile = 32 : i64}
+// CHECK: mk.matmul {{.*}} {k_tile = 16 : i64}
+mk.program @small [] mesh <1x2> (%a: !mk.tensor<[256, 64], f32, replicated>,
+                                 %b: !mk.tensor<[64, 256], f32, replicated>,
+                                 %a2: !mk.tensor<[256, 96], bf16, shard 1 over world>,
+                                 %b2: !mk.tensor<[96, 256], bf16, shard 0 over world>,
+                                 %c: !mk.tensor<[256, 256], f32, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], f32, replicated> {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[256, 64], f32, replicated>, !mk.tensor<[64, 256], f32, replicated> -> !mk.tile<[128, 128], f32>
+    %acc2 = mk.matmul %a2[%m, :], %b2[:, %n] : !mk.tensor<[256, 96], bf16, shard 1 over world>, !mk.tensor<[96, 256], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+  }
+}
+
+// -----
+
+// A grid reading what an all-gather brings in produces its local rows first; the gather is
+// tracked in chunks of the consumer's tile rows by the whole contracted dim.
+// CHECK-LABEL: mk.program @gathered
+// CHECK: mk.all_gather %{{.*}} {chunk = array<i64: 128, 1024>}
+// CHECK: mk.tile_grid {{.*}} order <swizzle 8, local_first> :
+mk.program @gathered [] mesh <1x2> (%a: !mk.tensor<[2048, 1024], bf16, shard 0 over world>,
+                                    %b: !mk.tensor<[1024, 512], bf16, shard 1 over world>,
+                                    %c: !mk.tensor<[2048, 512], bf16, shard 1 over world>) {
+  %g = mk.all_gather %a : !mk.tensor<[2048, 1024], bf16, shard 0 over world> -> !mk.tensor<[2048, 1024], bf16, replicated>
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[2048, 512], bf16, shard 1 over world> {
+    %acc = mk.matmul %g[%m, :], %b[:, %n] : !mk.tensor<[2048, 1024], bf16, replicated>, !mk.tensor<[1024, 512], bf16, shard 1 over world> -> !mk.tile<[128, 256], f32>
+  }
+}
+
+// -----
+
+// A grid without matmuls is row-major; an order the author gave is kept.
+// CHECK-LABEL: mk.program @kept
+// CHECK: mk.tile_grid {{.*}} order <row_major> :
+// CHECK: mk.tile_grid {{.*}} order <column_major> :
+mk.program @kept [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {
+  }
+  mk.tile_grid (%m, %n) over %c tiles [128, 128] order <column_major> : !mk.tensor<[256, 256], bf16, replicated> {
+  }
+}
+

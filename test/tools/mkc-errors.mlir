@@ -1,0 +1,46 @@
+// mkc answers bad input and bad flags with a clear message and exit status 1, never a crash
+// (`not` fails on a crash).
+
+// RUN: split-file %s %t
+
+// Malformed IR, located.
+// RUN: not mkc %t/malformed.mlir --topology 1x2 --emit=mlir 2>&1 | FileCheck %s --check-prefix=MALFORMED
+// MALFORMED: malformed.mlir:2:3: error: custom op 'mk.tile' is unknown
+
+// A topology that is not NODESxGPUS with both at least 1.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 0x4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2by4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
+// TOPOLOGY: mkc: error: --topology={{.*}} is not NODESxGPUS with both at least 1, e.g. 2x4
+
+// An unknown --emit.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
+// EMIT: Cannot find option named 'sass'!
+
+// A shape the program rejects: a contracted dim of 1004 cannot be split over 8 ranks.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=1024,N=1024,K=1004 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
+// SHAPE: gemm_allreduce.mlir:{{[0-9]+}}:1: error: 'mk.program' op places '!mk.tensor<[1024, 1004], bf16, shard 1 over world>' on #mk.mesh<2x4>, but dim 1 (extent 1004) does not split evenly over world (8 ranks)
+
+// A shape that breaks a tile size: 1000 rows in tiles of 128, not masked.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1000,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE
+// TILE: gemm_allreduce.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.tile_grid' op tile size 128 does not divide dim 0 (extent 1000); declare 'masked' to allow a partial last tile
+
+// A shape symbol left unbound, and one the program does not have.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=UNBOUND
+// UNBOUND: error: shape symbol 'K' of @gemm_allreduce is not bound; give shapes=K=VALUE
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024,Q=3 --emit=mlir 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// UNKNOWN: error: 'Q' is not a shape symbol of @gemm_allreduce (it declares [M, N, K])
+
+// A cubin to the terminal, a missing input.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=cubin 2>&1 | FileCheck %s --check-prefix=CUBIN
+// CUBIN: mkc: error: --emit=cubin writes a binary; give an output file with -o
+// RUN: not mkc %t/missing.mlir --emit=mlir 2>&1 | FileCheck %s --check-prefix=MISSING
+// MISSING: mkc: error: cannot open input file '{{.*}}missing.mlir': No such file or directory
+
+// An op the CUDA lowering does not handle yet, when CUDA is asked for.
+// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1024,D=128 --emit=cuda 2>&1 | FileCheck %s --check-prefix=LOWERING
+// LOWERING: ring_attention.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.shard_range' op has no CUDA lowering in this version of mkc
+
+//--- malformed.mlir
+mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, replicated>) {
+  mk.tile %a : !mk.tensor<[M], bf16, replicated>
+}
