@@ -75,8 +75,10 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     - `mk.ring_shift`: the shards are gathered the same way and the body visits the sources in
       arrival order: this rank, the rest of its node, then the other nodes.
     - `mk.dispatch` / `mk.combine`: tokens and their routing are gathered along rails and within
-      nodes; each rank selects the rows routed to its experts; results travel back to the rail
-      peer of the token's rank, which forwards them within its node for the weighted sum.
+      nodes, and a `dispatch` role selects the rows routed to this rank's experts; each rank keeps
+      its experts' results, which are gathered the same way, and a `combine` role sums each of its
+      tokens' results. Gathering every result moves world-size times the bytes that routing each
+      row to its token would: the first version, to be replaced by point-to-point routing.
 
     One node or one GPU per node degenerate to the steps that remain. Waits and signals are left
     to mk-insert-signals; CTA counts to mk-partition-roles.

@@ -366,13 +366,16 @@ def Mk_AllGatherOp : Mk_Op<"all_gather"> {
 
 def Mk_RingShiftOp : Mk_Op<"ring_shift", [RecursiveMemoryEffects, AttrSizedOperandSegments,
     SingleBlockImplicitTerminator<"YieldOp">]> {
-  let summary = "Visit every rank's shard, each passed one neighbour along a ring per step";
+  let summary = "Visit every rank's shard while the shards travel between neighbours";
   let description = [{
-    At step s of the n = size(axis) steps, the body sees the shards that rank (r - s) mod n holds
-    (its index along the axis is the first block argument), while the shards of the next step are
-    already on their way from the neighbour. Only neighbours exchange data. The remaining block
-    arguments are the shards, then the loop-carried values, which `mk.yield` passes to the next step
-    and, after the last step, to the results.
+    The body runs once for each of the n = size(axis) ranks of the axis, with the shards that
+    rank holds; its index along the axis is the first block argument. The first visit is this
+    rank's own shards; the order of the others is the compiler's (the order in which their shards
+    arrive while the next ones are on their way), so the loop-carried values must combine in an
+    order-independent way up to rounding, as online softmax does. Shards only move between
+    neighbours: around a ring, or along the hierarchy of NVLink and rails. The remaining block
+    arguments are the shards, then the loop-carried values, which `mk.yield` passes to the next
+    visit and, after the last, to the results.
 
     ```mlir
     %o:3 = mk.ring_shift %K, %V over world iter_args(%acc0, %m0, %l0 : ...)
