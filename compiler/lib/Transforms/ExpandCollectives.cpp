@@ -29,6 +29,15 @@ struct Access {
   SmallVector<Value> indices;
   SmallVector<int64_t> wholeDims;
 
+  /// The tile of `tensor` at a grid's coordinates: indexed where the access is, whole elsewhere.
+  static Access at(Value tensor, ArrayRef<int64_t> wholeDims, ValueRange coords) {
+    Access access{tensor, {}, llvm::to_vector(wholeDims)};
+    for (auto [d, coord] : llvm::enumerate(coords))
+      if (!llvm::is_contained(wholeDims, static_cast<int64_t>(d)))
+        access.indices.push_back(coord);
+    return access;
+  }
+
   /// The same tile one leading dim up: `%T[slot, ...]`, or `%T[:, ...]` for a null slot.
   Access inSlot(Value stage, Value slot) const {
     Access staged{stage, {}, {}};
@@ -316,16 +325,12 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
     tileGrid(rb, loc, dest.tensor, sizes, global, MeshAxis::gpus, Value(),
              [&](OpBuilder &gb, ValueRange coords) {
-               Access at = dest;
-               at.indices.clear();
-               for (auto [d, coord] : llvm::enumerate(coords))
-                 if (!llvm::is_contained(dest.wholeDims, static_cast<int64_t>(d)))
-                   at.indices.push_back(coord);
-               Value partial = reduceSlots(gb, loc, stage, at);
+               Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
+               Value partial = reduceSlots(gb, loc, stage, tileAt);
                if (interStep)
-                 sendNodePartial(gb, loc, partial, at);
+                 sendNodePartial(gb, loc, partial, tileAt);
                else
-                 finish(gb, loc, partial, at);
+                 finish(gb, loc, partial, tileAt);
              });
   }
 
@@ -337,12 +342,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
       distribute = MeshAxis::gpus;
     tileGrid(rb, loc, dest.tensor, sizes, /*global=*/false, distribute, Value(),
              [&](OpBuilder &gb, ValueRange coords) {
-               Access at = dest;
-               at.indices.clear();
-               for (auto [d, coord] : llvm::enumerate(coords))
-                 if (!llvm::is_contained(dest.wholeDims, static_cast<int64_t>(d)))
-                   at.indices.push_back(coord);
-               finish(gb, loc, reduceSlots(gb, loc, nodePartials, at), at);
+               Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
+               finish(gb, loc, reduceSlots(gb, loc, nodePartials, tileAt), tileAt);
              });
   }
   op.erase();
@@ -379,11 +380,7 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
   }
   SmallVector<int64_t> extents = tileExtents(sourceType, sizes);
   auto chunkAt = [&](Value tensor, ValueRange coords) {
-    Access at{tensor, {}, wholeDims};
-    for (auto [d, coord] : llvm::enumerate(coords))
-      if (!llvm::is_contained(wholeDims, static_cast<int64_t>(d)))
-        at.indices.push_back(coord);
-    return at;
+    return Access::at(tensor, wholeDims, coords);
   };
   bool acrossGpus = axis != MeshAxis::nodes && gpus > 1;
   bool acrossNodes = axis != MeshAxis::gpus && nodes > 1;

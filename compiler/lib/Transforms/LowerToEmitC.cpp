@@ -732,7 +732,6 @@ struct AccumulateLowering : LoweringPattern<AccumulateOp> {
     // The first slot's address; the others follow `stride` elements apart.
     SmallVector<Value> indices;
     SmallVector<int64_t> wholeDims(op.getWholeDims().drop_front());
-    SmallVector<int64_t> adjusted;
     Value node = layout.node, gpu = layout.gpu;
     for (int64_t d = 0, i = 0; d < type.getRank(); ++d) {
       if (d == slotDim) {
