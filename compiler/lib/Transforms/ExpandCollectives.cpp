@@ -281,14 +281,11 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     }
   };
 
-  // The final tile: stored where this rank keeps it, and for an all-reduce republished to every
-  // GPU of the node.
+  // The final tile: stored where this rank keeps it, and for an all-reduce that spans the GPUs of
+  // a node republished to each of them.
+  bool republish = !scatter && axis != MeshAxis::nodes && gpus > 1;
   auto finish = [&](OpBuilder &b, Location l, Value total, const Access &tileAt) {
-    if (scatter || !intraStep && axis != MeshAxis::gpus) {
-      StoreOp::create(b, l, total, tileAt.tensor, tileAt.indices, tileAt.wholeDims);
-      return;
-    }
-    if (gpus == 1) {
+    if (!republish) {
       StoreOp::create(b, l, total, tileAt.tensor, tileAt.indices, tileAt.wholeDims);
       return;
     }

@@ -440,7 +440,6 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
                         b, loc, arith::SubIOp::create(b, loc, c(total + stride - 1), strideOffset),
                         c(stride));
   auto loop = scf::ForOp::create(b, loc, roleCta, iterations, c(ctas));
-  OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
   b.setInsertionPointToStart(loop.getBody());
   Value position = loop.getInductionVar();
   if (stride != 1)

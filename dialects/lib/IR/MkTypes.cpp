@@ -44,7 +44,7 @@ std::string mlir::mk::formatDim(Dim dim) {
 static ParseResult parseDims(AsmParser &parser, SmallVectorImpl<int64_t> &shape,
                              SmallVectorImpl<StringAttr> &symbols) {
   return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
-    int64_t extent;
+    int64_t extent = 0;
     OptionalParseResult integer = parser.parseOptionalInteger(extent);
     if (integer.has_value()) {
       if (failed(*integer))
