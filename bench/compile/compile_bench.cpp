@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
   };
   llvm::outs() << llvm::formatv("mkc compile times on topology {0}, NVRTC {1} (targets: passes "
                                 "and emission < 100 ms, NVRTC < 5000 ms)\n",
-                                topology, mk::nvrtc::version());
+                                topology, mkc::nvrtc::version());
   llvm::outs() << llvm::formatv("{0,-28} {1,12} {2,14} {3,12} {4,10}\n", "program",
                                 "cold (ms)", "median (ms)", "NVRTC (ms)", "cubin (KB)");
   int failures = 0;
@@ -104,8 +104,8 @@ int main(int argc, char **argv) {
     double median = warm.empty() ? cold : warm[warm.size() / 2];
     std::string nvrtcMs = "-", cubinKb = "-";
     if (program.cuda) {
-      mk::nvrtc::Result compiled =
-          mk::nvrtc::compile(source, std::string(program.name) + ".cu", {}, mk::deviceHeaders());
+      mkc::nvrtc::Result compiled =
+          mkc::nvrtc::compile(source, std::string(program.name) + ".cu", {}, mkc::deviceHeaders());
       if (!compiled.ok) {
         llvm::errs() << program.name << ": NVRTC failed\n" << compiled.log;
         ++failures;

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-namespace mk::cuda {
+namespace mkc::cuda {
 
 namespace {
 // cuGetProcAddress as of CUDA 12 (the symbol cuda.h's cuGetProcAddress macro names).
@@ -95,4 +95,4 @@ PrimaryContext::~PrimaryContext() {
   driver_.cuDevicePrimaryCtxRelease(device_);
 }
 
-} // namespace mk::cuda
+} // namespace mkc::cuda

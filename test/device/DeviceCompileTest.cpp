@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-using namespace mk;
+using namespace mkc;
 
 namespace {
 

@@ -28,7 +28,7 @@
 
 namespace {
 
-using mk::cuda::Driver;
+using mkc::cuda::Driver;
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 
@@ -116,7 +116,7 @@ private:
 class Module {
 public:
   explicit Module(const char *file) {
-    const mk::nvrtc::Result result = mk::test::compileKernels(file);
+    const mkc::nvrtc::Result result = mkc::test::compileKernels(file);
     if (!result.ok)
       throw std::runtime_error(std::string("NVRTC failed on ") + file + ":\n" + result.log);
     std::printf("compiled %s in %.2f s\n", file, result.seconds);
@@ -588,7 +588,7 @@ void measureMatmul(const Module &module) {
 
 void runAll() {
   const Driver &cu = Driver::get();
-  mk::cuda::PrimaryContext context(cu);
+  mkc::cuda::PrimaryContext context(cu);
   char name[256] = {};
   CU(cuDeviceGetName(name, sizeof name, context.device()));
   int version = 0;

@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-namespace mk::test {
+namespace mkc::test {
 
 std::span<const nvrtc::Header> kernelSources() {
   static const nvrtc::Header sources[] = {
@@ -22,4 +22,4 @@ nvrtc::Result compileKernels(std::string_view file) {
   throw std::invalid_argument("no test kernel file " + std::string(file));
 }
 
-} // namespace mk::test
+} // namespace mkc::test

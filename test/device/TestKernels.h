@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-namespace mk::test {
+namespace mkc::test {
 
 /// The kernel sources of test/device/kernels, by file name: "matmul.cu", "tile.cu", "comm.cu".
 std::span<const nvrtc::Header> kernelSources();
@@ -15,6 +15,6 @@ std::span<const nvrtc::Header> kernelSources();
 /// Compiles one of them for sm_90a against the embedded device headers, with the ptxas report.
 nvrtc::Result compileKernels(std::string_view file);
 
-} // namespace mk::test
+} // namespace mkc::test
 
 #endif // MK_TEST_DEVICE_TESTKERNELS_H

@@ -50,14 +50,14 @@ std::string compile(const Case &c) {
   llvm::raw_string_ostream os(source);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::mk::printCuda(*module, os)))
     return {};
-  mk::nvrtc::Result result =
-      mk::nvrtc::compile(source, std::string(c.program) + ".cu", {}, mk::deviceHeaders());
+  mkc::nvrtc::Result result =
+      mkc::nvrtc::compile(source, std::string(c.program) + ".cu", {}, mkc::deviceHeaders());
   if (!result.ok)
     std::fprintf(stderr, "%s", result.log.c_str());
   return result.cubin;
 }
 
-int readGlobal(const mk::cuda::Driver &cu, CUmodule module, const std::string &name) {
+int readGlobal(const mkc::cuda::Driver &cu, CUmodule module, const std::string &name) {
   CUdeviceptr address;
   size_t bytes;
   cu.check(cu.cuModuleGetGlobal(&address, &bytes, module, name.c_str()), name.c_str());
@@ -69,12 +69,12 @@ int readGlobal(const mk::cuda::Driver &cu, CUmodule module, const std::string &n
 } // namespace
 
 int main() {
-  const mk::cuda::Driver &cu = mk::cuda::Driver::get();
+  const mkc::cuda::Driver &cu = mkc::cuda::Driver::get();
   if (!cu.available()) {
     std::printf("SKIP: no usable CUDA driver: %s\n", cu.unavailableReason().c_str());
     return 0;
   }
-  mk::cuda::PrimaryContext context(cu);
+  mkc::cuda::PrimaryContext context(cu);
   int optinSmem = 0;
   cu.check(cu.cuDeviceGetAttribute(&optinSmem,
                                    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -115,7 +115,7 @@ int main() {
                   registers, localBytes);
       failures += !ok;
       cu.check(cu.cuModuleUnload(module), "cuModuleUnload");
-    } catch (const mk::cuda::Error &error) {
+    } catch (const mkc::cuda::Error &error) {
       std::printf("FAIL %s %s: %s\n", c.program, c.topology, error.what());
       ++failures;
     }

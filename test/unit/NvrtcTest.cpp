@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-using namespace mk;
+using namespace mkc;
 
 TEST_CASE("NVRTC compiles a kernel against the embedded ABI header to an sm_90a cubin", "[nvrtc]") {
   const char *source = R"(

@@ -143,13 +143,13 @@ int run() {
     return 0;
   }
 
-  ::mk::nvrtc::Options nvrtcOptions;
+  mkc::nvrtc::Options nvrtcOptions;
   nvrtcOptions.arch = arch;
   if (!cudaInclude.empty())
     nvrtcOptions.includeDirs.assign(cudaInclude.begin(), cudaInclude.end());
   std::string name = (llvm::sys::path::stem(inputFile) + ".cu").str();
-  ::mk::nvrtc::Result compiled =
-      ::mk::nvrtc::compile(source, name, nvrtcOptions, ::mk::deviceHeaders());
+  mkc::nvrtc::Result compiled =
+      mkc::nvrtc::compile(source, name, nvrtcOptions, mkc::deviceHeaders());
   if (!compiled.ok) {
     llvm::errs() << "mkc: error: NVRTC could not compile the CUDA C++ generated from "
                  << inputFile << " (rerun with --emit=cuda to see all of it):\n"
@@ -157,7 +157,7 @@ int run() {
     return 1;
   }
   if (ptxasReport)
-    for (const ::mk::nvrtc::KernelResources &kernel : compiled.kernels)
+    for (const mkc::nvrtc::KernelResources &kernel : compiled.kernels)
       llvm::errs() << "mkc: " << kernel.name << ": " << kernel.registers << " registers, "
                    << kernel.stackFrameBytes << " bytes stack frame, " << kernel.spillStoreBytes
                    << " bytes spill stores, " << kernel.spillLoadBytes << " bytes spill loads\n";

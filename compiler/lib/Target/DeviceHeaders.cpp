@@ -2,7 +2,7 @@
 
 #include "mk/Target/DeviceHeaders.h"
 
-std::span<const mk::nvrtc::Header> mk::deviceHeaders() {
+std::span<const mkc::nvrtc::Header> mkc::deviceHeaders() {
   static const nvrtc::Header headers[] = {
 #include "DeviceHeaders.inc"
   };

@@ -9,7 +9,7 @@
 #include <regex>
 #include <sstream>
 
-namespace mk::nvrtc {
+namespace mkc::nvrtc {
 
 std::vector<std::string> Options::cudaIncludeDirs() {
   std::vector<std::string> dirs;
@@ -168,4 +168,4 @@ Result compile(std::string_view source, std::string_view fileName, const Options
   return result;
 }
 
-} // namespace mk::nvrtc
+} // namespace mkc::nvrtc

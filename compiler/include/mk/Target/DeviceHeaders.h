@@ -5,12 +5,12 @@
 
 #include "mk/Target/Nvrtc.h"
 
-namespace mk {
+namespace mkc {
 
 /// The headers of runtime/device (mk/abi.h, mk/device/...), embedded at build time, by the path
 /// generated kernels include them with.
 std::span<const nvrtc::Header> deviceHeaders();
 
-} // namespace mk
+} // namespace mkc
 
 #endif // MK_TARGET_DEVICEHEADERS_H

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mk::nvrtc {
+namespace mkc::nvrtc {
 
 /// A header NVRTC finds by `name` without touching the file system.
 struct Header {
@@ -69,6 +69,6 @@ std::vector<KernelResources> parsePtxasReport(std::string_view log);
 /// Follows each `FILE(LINE): ...` diagnostic of `log` about `fileName` with that line of `source`.
 std::string annotateLog(std::string_view log, std::string_view source, std::string_view fileName);
 
-} // namespace mk::nvrtc
+} // namespace mkc::nvrtc
 
 #endif // MK_TARGET_NVRTC_H

@@ -5,10 +5,10 @@
 // and its entry points resolved with cuGetProcAddress, each in the version that cuda.h declares;
 // `available()` says whether that worked and, if not, why.
 //
-//   const mk::cuda::Driver &cu = mk::cuda::Driver::get();
+//   const mkc::cuda::Driver &cu = mkc::cuda::Driver::get();
 //   if (!cu.available()) { skip(cu.unavailableReason()); }
 //   CUdeviceptr p;
-//   MK_CU_CHECK(cu, cuMemAlloc(&p, bytes));  // throws mk::cuda::Error naming the call and error
+//   MK_CU_CHECK(cu, cuMemAlloc(&p, bytes));  // throws mkc::cuda::Error naming the call and error
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,7 +21,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace mk::cuda {
+namespace mkc::cuda {
 
 // The entry points this project uses, each with the API version (cudaTypedefs.h's PFN_name_vN)
 // whose signature cuda.h declares: cuGetProcAddress returns the newest version up to the one
@@ -124,10 +124,10 @@ private:
   CUcontext context_ = nullptr;
 };
 
-} // namespace mk::cuda
+} // namespace mkc::cuda
 
 /// Calls `call` (a driver function name and its arguments) through `driver`; throws
-/// mk::cuda::Error naming the call on failure.
+/// mkc::cuda::Error naming the call on failure.
 #define MK_CU_CHECK(driver, call) (driver).check((driver).call, #call)
 
 #endif // MK_RUNTIME_CUDADRIVER_H
