@@ -88,6 +88,16 @@ std::string annotateLog(std::string_view log, std::string_view source, std::stri
   return out.str();
 }
 
+std::vector<std::string> flags(const Options &options) {
+  std::vector<std::string> flags = {"--gpu-architecture=" + options.arch, "-std=c++17"};
+  for (const std::string &dir : options.includeDirs)
+    flags.push_back("-I" + dir);
+  if (options.ptxasReport)
+    flags.push_back("-Xptxas=-v");
+  flags.insert(flags.end(), options.extraOptions.begin(), options.extraOptions.end());
+  return flags;
+}
+
 namespace {
 /// Destroys the program however compile() returns.
 struct Program {
@@ -127,14 +137,9 @@ Result compile(std::string_view source, std::string_view fileName, const Options
     return result;
   }
 
-  std::vector<std::string> flags = {"--gpu-architecture=" + options.arch, "-std=c++17"};
-  for (const std::string &dir : options.includeDirs)
-    flags.push_back("-I" + dir);
-  if (options.ptxasReport)
-    flags.push_back("-Xptxas=-v");
-  flags.insert(flags.end(), options.extraOptions.begin(), options.extraOptions.end());
+  std::vector<std::string> commandLine = flags(options);
   std::vector<const char *> flagPointers;
-  for (const std::string &flag : flags)
+  for (const std::string &flag : commandLine)
     flagPointers.push_back(flag.c_str());
 
   nvrtcResult compiled = nvrtcCompileProgram(program.handle, static_cast<int>(flagPointers.size()),

@@ -56,6 +56,9 @@ struct Result {
   double seconds = 0;
 };
 
+/// The flags compile() passes to NVRTC for `options`.
+std::vector<std::string> flags(const Options &options);
+
 /// Compiles `source`, named `fileName` in diagnostics, with in-memory `headers`.
 Result compile(std::string_view source, std::string_view fileName, const Options &options,
                std::span<const Header> headers = {});

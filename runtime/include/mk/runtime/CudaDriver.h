@@ -42,6 +42,10 @@ namespace mkc::cuda {
   X(cuCtxSetCurrent, 4000)                                                                         \
   X(cuCtxSynchronize, 2000)                                                                        \
   X(cuCtxGetDevice, 2000)                                                                          \
+  X(cuCtxGetCurrent, 4000)                                                                         \
+  X(cuCtxPushCurrent, 4000)                                                                        \
+  X(cuCtxPopCurrent, 4000)                                                                         \
+  X(cuCtxGetId, 12000)                                                                             \
   X(cuModuleLoadData, 2000)                                                                        \
   X(cuModuleUnload, 2000)                                                                          \
   X(cuModuleGetFunction, 2000)                                                                     \
