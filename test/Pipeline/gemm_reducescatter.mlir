@@ -18,14 +18,14 @@
 // SCHED: mk.put {{.*}} at gpu %[[OWNER]] via nvlink_store
 // SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
 // SCHED: mk.role intra_reduce ctas {{[0-9]+}} {
-// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] distribute gpus
+// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] masked distribute gpus
 // SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
 // SCHED: %[[ONODE:.+]], %{{.*}} = mk.owner
 // SCHED: scf.if
 // SCHED-NEXT: mk.copy {{.*}} at node %[[ONODE]] via rdma_proxy tile [128, 256]
 // SCHED-NEXT: mk.signal @[[NODES:ready[0-9]]][{{.*}}] at node %[[ONODE]] via rdma_proxy
 // SCHED: mk.role inter_reduce ctas {{[0-9]+}} {
-// SCHED: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] :
+// SCHED: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] masked :
 // SCHED: mk.wait @[[NODES]][{{.*}}] count 2
 // SCHED: mk.store {{.*}} : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, shard 0 over world>
 

@@ -24,9 +24,15 @@
 // The intra-node reduction role.
 // CHECK: call_opaque "mk::accumulate_tiles"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::sum">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"128">, #emitc.opaque<"256">]
 // CHECK: {{^ +}}return
-// CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_grid = 132;
-// CHECK-SAME: gemm_allreduce_flag_words = 33;
+// CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
+// CHECK-SAME: gemm_allreduce_grid = 132;
 // CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(
+// CHECK-SAME: gemm_allreduce_flag_words = 33;
+// CHECK-SAME: gemm_allreduce_arguments = 3;
+// CHECK-SAME: gemm_allreduce_tensors = 4;
+// The output, which peers write, and the staging slots must be in symmetric memory.
+// CHECK-SAME: gemm_allreduce_symmetric_tensors = 12u;
+// CHECK-SAME: gemm_allreduce_tensor_bytes[] = {1048576, 1048576, 2097152, 4194304};
 // CHECK-NOT: mk.
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index

@@ -21,8 +21,8 @@
 // SHAPE: gemm_allreduce.mlir:{{[0-9]+}}:1: error: 'mk.program' op places '!mk.tensor<[1024, 1004], bf16, shard 1 over world>' on #mk.mesh<2x4>, but dim 1 (extent 1004) does not split evenly over world (8 ranks)
 
 // A shape that breaks a tile size: 1000 rows in tiles of 128, not masked.
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1000,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE
-// TILE: gemm_allreduce.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.tile_grid' op tile size 128 does not divide dim 0 (extent 1000); declare 'masked' to allow a partial last tile
+// RUN: not mkc %t/unmasked.mlir --topology 1x2 --shape M=1000 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE
+// TILE: unmasked.mlir:2:3: error: 'mk.tile_grid' op tile size 128 does not divide dim 0 (extent 1000); declare 'masked' to allow a partial last tile
 
 // A shape symbol left unbound, and one the program does not have.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=UNBOUND
@@ -43,4 +43,10 @@
 //--- malformed.mlir
 mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, replicated>) {
   mk.tile %a : !mk.tensor<[M], bf16, replicated>
+}
+
+//--- unmasked.mlir
+mk.program @p [M] mesh <?x?> (%c: !mk.tensor<[M, 256], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[M, 256], bf16, replicated> {
+  }
 }

@@ -87,9 +87,15 @@ private:
   Value buffer(Location loc, DistTensorType type);
   RoleOp role(Location loc, RoleKind kind);
   std::pair<Value, Value> place(OpBuilder &b, Location loc);
-  void tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes, bool global,
-                std::optional<MeshAxis> distribute, Value holder,
-                function_ref<void(OpBuilder &, ValueRange)> body);
+  /// The clauses of a tile grid the expansion builds.
+  struct Grid {
+    bool global = false;
+    bool masked = false;
+    std::optional<MeshAxis> distribute;
+    Value holder;
+  };
+  void tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes,
+                const Grid &clauses, function_ref<void(OpBuilder &, ValueRange)> body);
   /// Runs `body` for every GPU of the node (this one last), or every other one.
   void forEachGpu(OpBuilder &b, Location loc, bool includeSelf,
                   function_ref<void(OpBuilder &, Value)> body);
@@ -150,12 +156,12 @@ std::pair<Value, Value> Expander::place(OpBuilder &b, Location loc) {
 }
 
 void Expander::tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes,
-                        bool global, std::optional<MeshAxis> distribute, Value holder,
-                        function_ref<void(OpBuilder &, ValueRange)> body) {
+                        const Grid &clauses, function_ref<void(OpBuilder &, ValueRange)> body) {
+  auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto grid = TileGridOp::create(
-      b, loc, target, holder, /*row_counts=*/Value(), b.getDenseI64ArrayAttr(sizes),
-      global ? b.getUnitAttr() : UnitAttr(), /*masked=*/UnitAttr(), /*order=*/TileOrderAttr(),
-      distribute ? MeshAxisAttr::get(context, *distribute) : MeshAxisAttr());
+      b, loc, target, clauses.holder, /*row_counts=*/Value(), b.getDenseI64ArrayAttr(sizes),
+      unit(clauses.global), unit(clauses.masked), /*order=*/TileOrderAttr(),
+      clauses.distribute ? MeshAxisAttr::get(context, *clauses.distribute) : MeshAxisAttr());
   SmallVector<Type> types(sizes.size(), b.getIndexType());
   SmallVector<Location> locs(sizes.size(), loc);
   OpBuilder::InsertionGuard guard(b);
@@ -317,10 +323,11 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   }
 
   // The owner GPU combines the node's partials.
-  bool global = producer.getGlobal();
+  bool masked = producer.getMasked();
   if (intraStep) {
     OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
-    tileGrid(rb, loc, dest.tensor, sizes, global, MeshAxis::gpus, Value(),
+    tileGrid(rb, loc, dest.tensor, sizes,
+             Grid{.global = producer.getGlobal(), .masked = masked, .distribute = MeshAxis::gpus},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
                Value partial = reduceSlots(gb, loc, stage, tileAt);
@@ -337,7 +344,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     std::optional<MeshAxis> distribute;
     if (!scatter && intraStep)
       distribute = MeshAxis::gpus;
-    tileGrid(rb, loc, dest.tensor, sizes, /*global=*/false, distribute, Value(),
+    tileGrid(rb, loc, dest.tensor, sizes, Grid{.masked = masked, .distribute = distribute},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
                finish(gb, loc, reduceSlots(gb, loc, nodePartials, tileAt), tileAt);
@@ -376,6 +383,10 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
       wholeDims.push_back(d);
   }
   SmallVector<int64_t> extents = tileExtents(sourceType, sizes);
+  bool masked = llvm::any_of(llvm::enumerate(sizes), [&](auto size) {
+    return !ShapedType::isDynamic(size.value()) &&
+           sourceType.getLocalExtent(size.index(), mesh) % size.value() != 0;
+  });
   auto chunkAt = [&](Value tensor, ValueRange coords) {
     return Access::at(tensor, wholeDims, coords);
   };
@@ -384,7 +395,7 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
 
   // Every rank sends its own shard to the GPUs of its node and to its rail peers.
   OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_transfer).getBody().front());
-  tileGrid(rb, loc, source, sizes, /*global=*/false, std::nullopt, Value(),
+  tileGrid(rb, loc, source, sizes, Grid{.masked = masked},
            [&](OpBuilder &b, ValueRange coords) {
              Access from = chunkAt(source, coords), to = chunkAt(gathered, coords);
              if (acrossGpus)
@@ -406,7 +417,7 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
       auto [myNode, myGpu] = place(b, loc);
       Value base = arith::MulIOp::create(b, loc, node, constant(gpus));
       Value holder = arith::AddIOp::create(b, loc, base, myGpu);
-      tileGrid(b, loc, source, sizes, /*global=*/false, std::nullopt, holder,
+      tileGrid(b, loc, source, sizes, Grid{.masked = masked, .holder = holder},
                [&](OpBuilder &gb, ValueRange coords) {
                  Access chunkHere = chunkAt(gathered, coords);
                  forEachGpu(gb, loc, /*includeSelf=*/false, [&](OpBuilder &nb, Value gpu) {
@@ -562,7 +573,7 @@ LogicalResult Expander::expandCombine(CombineOp op) {
   Value gathered = gather(loc, results, {1, extents[0], extents[1]});
 
   OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::combine).getBody().front());
-  tileGrid(rb, loc, op.getDest(), extents, /*global=*/false, std::nullopt, Value(),
+  tileGrid(rb, loc, op.getDest(), extents, Grid{},
            [&](OpBuilder &gb, ValueRange coords) {
              CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(),
                                      coords, extents);

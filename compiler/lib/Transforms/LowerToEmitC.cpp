@@ -49,6 +49,11 @@ struct KernelLayout {
   std::vector<std::string> smemNeeds;
   /// This CTA's index and this rank's node and GPU (size_t), computed once on entry.
   Value cta, node, gpu;
+  /// What the runtime must provide: the arguments, then the buffers it allocates, each with the
+  /// bytes one rank holds; the tensors peers write or the network reads must be symmetric.
+  int64_t arguments = 0;
+  SmallVector<int64_t> tensorBytes;
+  uint32_t symmetricTensors = 0;
 };
 
 std::string elementName(Type type) {
@@ -238,8 +243,13 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   if (tensors.size() > 16)
     return program.emitError() << "uses " << tensors.size()
                                << " tensors, more than a kernel can take (16, MK_MAX_TENSORS)";
+  layout.arguments = body.getNumArguments();
   for (auto [index, tensor] : llvm::enumerate(tensors)) {
     auto type = cast<DistTensorType>(tensor.getType());
+    int64_t bytes = llvm::divideCeil(type.getElementType().getIntOrFloatBitWidth(), 8);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      bytes *= type.getLocalExtent(d, mesh);
+    layout.tensorBytes.push_back(bytes);
     std::string element = elementName(type.getElementType());
     if (element.empty())
       return program.emitError() << "has a tensor of " << type.getElementType()
@@ -377,8 +387,11 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   PlacementAttr placement = target.getPlacement();
   if (grid.getRowCounts())
     return grid.emitOpError() << "is bounded by row counts, which have no CUDA lowering yet";
-  if (grid.getMasked() && placement.isSharded() && !grid.getGlobal())
-    return grid.emitOpError() << "masks the tiles of a shard, which has no CUDA lowering yet";
+  // A shard whose tiles do not fit it exactly would leave partial tiles inside the global tensor.
+  for (auto [d, size] : llvm::enumerate(grid.getTileSizes()))
+    if (placement.shardsDim(d) && !grid.getGlobal() && !ShapedType::isDynamic(size) &&
+        target.getLocalExtent(d, mesh) % size != 0)
+      return grid.emitOpError() << "masks the tiles of a shard, which has no CUDA lowering yet";
 
   OpBuilder b(grid);
   auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
@@ -500,6 +513,8 @@ public:
 
 protected:
   int64_t tensorIndex(Value tensor) const { return layout.tensorIndex.lookup(tensor); }
+  /// Records that `tensor` is reached through peer mappings or the network.
+  void needSymmetric(Value tensor) const { layout.symmetricTensors |= 1u << tensorIndex(tensor); }
 
   /// The address of `%T[indices]` (`:` at `wholeDims`) for a tile of `tile` (its trailing dims),
   /// in the memory of the rank at (node, gpu).
@@ -658,8 +673,10 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     Value node = this->layout.node, gpu = this->layout.gpu;
     Value peer;
     if constexpr (std::is_same_v<OpT, PutOp>) {
-      if (op.getScope() == PeerScope::gpu)
+      if (op.getScope() == PeerScope::gpu) {
         peer = gpu = adaptor.getPeer();
+        this->needSymmetric(op.getDest());
+      }
     }
     DistTensorType type = op.getDest().getType();
     Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
@@ -693,7 +710,10 @@ struct CopyLowering : LoweringPattern<CopyOp> {
                          destNode, destGpu);
     int64_t bytes = sourceType.getElementType().getIntOrFloatBitWidth() / 8;
 
+    if (op.getScope() != PeerScope::self)
+      needSymmetric(op.getDest());
     if (op.getScope() == PeerScope::node) {
+      needSymmetric(op.getSource());
       call(rewriter, loc, {}, "mk::remote_put",
            {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
             a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
@@ -902,20 +922,32 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();
       if (failed(func) || failed(convert(*func, layout)))
         return signalPassFailure();
-      // What the runtime needs to launch it, readable from the module (cuModuleGetGlobal).
+      // What the runtime needs to launch it, readable from the module (cuModuleGetGlobal): how
+      // much shared memory, how many flag words, which tensors and how large.
       std::string smem = "0";
       for (const std::string &need : layout.smemNeeds)
         smem = "mk::max_bytes(" + smem + ", " + need + ")";
+      std::string bytes;
+      llvm::raw_string_ostream bytesList(bytes);
+      llvm::interleaveComma(layout.tensorBytes, bytesList);
+      std::string manifest;
+      llvm::raw_string_ostream os(manifest);
+      auto constant = [&](StringRef type, StringRef field, const Twine &value) {
+        os << "extern \"C\" __device__ const " << type << " " << name << "_" << field << " = "
+           << value << ";\n";
+      };
+      constant("int", "abi_version", "MK_ABI_VERSION");
+      constant("int", "grid", Twine(grid));
+      constant("int", "dynamic_smem_bytes", smem);
+      constant("int", "flag_words", Twine(layout.flagWords));
+      constant("int", "arguments", Twine(layout.arguments));
+      constant("int", "tensors", Twine(layout.tensorBytes.size()));
+      constant("unsigned", "symmetric_tensors", Twine(layout.symmetricTensors) + "u");
+      constant("long long", "tensor_bytes[]", "{" + bytes + "}");
+      manifest.pop_back();
       OpBuilder after(context);
       after.setInsertionPointAfter(*func);
-      emitc::VerbatimOp::create(
-          after, loc,
-          "extern \"C\" __device__ const int " + name + "_grid = " + std::to_string(grid) +
-              ";\nextern \"C\" __device__ const int " + name +
-              "_flag_words = " + std::to_string(layout.flagWords) +
-              ";\nextern \"C\" __device__ const int " + name + "_dynamic_smem_bytes = " + smem +
-              ";\nextern \"C\" __device__ const int " + name +
-              "_abi_version = MK_ABI_VERSION;");
+      emitc::VerbatimOp::create(after, loc, manifest);
     }
   }
 
