@@ -923,7 +923,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       if (failed(func) || failed(convert(*func, layout)))
         return signalPassFailure();
       // What the runtime needs to launch it, readable from the module (cuModuleGetGlobal): how
-      // much shared memory, how many flag words, which tensors and how large.
+      // much shared memory, how many flag words, which tensors and how large; and the kernel
+      // that moves the epoch on after each launch.
       std::string smem = "0";
       for (const std::string &need : layout.smemNeeds)
         smem = "mk::max_bytes(" + smem + ", " + need + ")";
@@ -944,7 +945,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       constant("int", "tensors", Twine(layout.tensorBytes.size()));
       constant("unsigned", "symmetric_tensors", Twine(layout.symmetricTensors) + "u");
       constant("long long", "tensor_bytes[]", "{" + bytes + "}");
-      manifest.pop_back();
+      os << "extern \"C\" __global__ void " << name
+         << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
       OpBuilder after(context);
       after.setInsertionPointAfter(*func);
       emitc::VerbatimOp::create(after, loc, manifest);

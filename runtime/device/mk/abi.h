@@ -10,7 +10,7 @@
 #ifndef MK_ABI_H
 #define MK_ABI_H
 
-#define MK_ABI_VERSION 1
+#define MK_ABI_VERSION 2
 
 /* Threads of every CTA of a generated persistent kernel. */
 #define MK_CTA_THREADS 256
@@ -78,10 +78,14 @@ typedef struct mk_kernel_args {
   mk_u32 *flags;                             /* this rank's flag region */
   mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE];  /* the flag regions of the GPUs of this node */
   mk_proxy_queue queue;
-  mk_u32 epoch; /* 1 for the first launch, then +1 per launch: flags are never reset */
-  mk_u32 node;  /* this rank's node and GPU index */
+  /* The launch's epoch, in device memory: 1 for the first launch, then +1 per launch (flags are
+   * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
+   * after every launch, so a captured CUDA graph replays with fresh epochs. */
+  const mk_u32 *epoch;
+  mk_u32 node; /* this rank's node and GPU index */
   mk_u32 gpu;
   mk_u32 abi_version;
+  mk_u32 reserved;
 } mk_kernel_args;
 
 #ifdef __cplusplus
@@ -90,7 +94,7 @@ static_assert(sizeof(void *) == 8, "64-bit only");
 static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_proxy_command) == 64, "mk_proxy_command layout");
 static_assert(sizeof(mk_proxy_queue) == 32, "mk_proxy_queue layout");
-static_assert(sizeof(mk_kernel_args) == 72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 16,
+static_assert(sizeof(mk_kernel_args) == 72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 24,
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");
 #endif

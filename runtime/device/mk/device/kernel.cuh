@@ -59,8 +59,11 @@ __device__ __forceinline__ void signal_gpu(const mk_kernel_args &args, int64_t g
 /// after e launches a flag that gets `count` arrivals per launch holds e * count.
 __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,
                                               int64_t count) {
-  wait(args.flags + offset, args.epoch * static_cast<mk_u32>(count));
+  wait(args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
 }
+
+/// The next launch's epoch; the runtime runs it with one thread after each launch.
+__device__ __forceinline__ void advance_epoch(mk_u32 *epoch) { *epoch += 1; }
 
 /// Asks the proxy to copy `rows` rows of `row_bytes` to the same GPU index of node `node` and then
 /// (with `flag` != MK_NO_FLAG) to add an arrival to that flag there. Offsets and pitches in bytes.
