@@ -37,6 +37,7 @@ namespace mkc::cuda {
   X(cuDeviceGet, 2000)                                                                             \
   X(cuDeviceGetName, 2000)                                                                         \
   X(cuDeviceGetAttribute, 2000)                                                                    \
+  X(cuDeviceCanAccessPeer, 4000)                                                                   \
   X(cuDevicePrimaryCtxRetain, 7000)                                                                \
   X(cuDevicePrimaryCtxRelease, 11000)                                                              \
   X(cuCtxSetCurrent, 4000)                                                                         \
@@ -62,6 +63,16 @@ namespace mkc::cuda {
   X(cuMemHostAlloc, 2020)                                                                          \
   X(cuMemHostGetDevicePointer, 3020)                                                               \
   X(cuMemFreeHost, 2000)                                                                           \
+  X(cuMemGetAllocationGranularity, 10020)                                                          \
+  X(cuMemCreate, 10020)                                                                            \
+  X(cuMemRelease, 10020)                                                                           \
+  X(cuMemExportToShareableHandle, 10020)                                                           \
+  X(cuMemImportFromShareableHandle, 10020)                                                         \
+  X(cuMemAddressReserve, 10020)                                                                    \
+  X(cuMemAddressFree, 10020)                                                                       \
+  X(cuMemMap, 10020)                                                                               \
+  X(cuMemUnmap, 10020)                                                                             \
+  X(cuMemSetAccess, 10020)                                                                         \
   X(cuStreamCreate, 2000)                                                                          \
   X(cuStreamDestroy, 4000)                                                                         \
   X(cuStreamSynchronize, 2000)                                                                     \
