@@ -27,8 +27,8 @@ Level readThreshold() {
     if (name == levelNames[level])
       return static_cast<Level>(level);
   write(Level::warning,
-        fmt::format("MKC_LOG_LEVEL={} is not one of error, warning, info, debug; using {}",
-                    setting, levelNames[static_cast<size_t>(defaultLevel)]));
+        fmt::format("MKC_LOG_LEVEL={} is not one of error, warning, info, debug; using {}", setting,
+                    levelNames[static_cast<size_t>(defaultLevel)]));
   return defaultLevel;
 }
 } // namespace
@@ -39,8 +39,8 @@ Level threshold() {
 }
 
 void write(Level level, std::string_view message) {
-  std::string line = fmt::format("mkc[{}] {}: {}\n", getpid(),
-                                 levelNames[static_cast<size_t>(level)], message);
+  std::string line =
+      fmt::format("mkc[{}] {}: {}\n", getpid(), levelNames[static_cast<size_t>(level)], message);
   // One write(2) per line; a short write (a full pipe, a signal) continues where it stopped.
   for (std::string_view rest = line; !rest.empty();) {
     ssize_t written = ::write(STDERR_FILENO, rest.data(), rest.size());
