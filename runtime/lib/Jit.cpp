@@ -399,13 +399,22 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
   try {
     driver_.check(driver_.cuModuleGetFunction(&function_, module_, kernel.c_str()),
                   ("cuModuleGetFunction(" + kernel + ")").c_str());
-    if (int abi = readParameter(kernel, "abi_version"); abi != MK_ABI_VERSION)
+    if (int abi = readInt(kernel, "abi_version"); abi != MK_ABI_VERSION)
       throw JitError(kernel + " was generated for ABI version " + std::to_string(abi) +
                      ", this runtime implements version " + std::to_string(MK_ABI_VERSION) +
                      " (mk/abi.h): recompile it with this runtime's mkc");
-    launch_.grid = readParameter(kernel, "grid");
-    launch_.flagWords = readParameter(kernel, "flag_words");
-    launch_.dynamicSmemBytes = readParameter(kernel, "dynamic_smem_bytes");
+    launch_.grid = readInt(kernel, "grid");
+    launch_.flagWords = readInt(kernel, "flag_words");
+    launch_.dynamicSmemBytes = readInt(kernel, "dynamic_smem_bytes");
+    launch_.arguments = readInt(kernel, "arguments");
+    launch_.tensorBytes.resize(readInt(kernel, "tensors"));
+    readParameter(kernel, "tensor_bytes", launch_.tensorBytes.data(),
+                  launch_.tensorBytes.size() * sizeof(long long));
+    readParameter(kernel, "symmetric_tensors", &launch_.symmetricTensors,
+                  sizeof launch_.symmetricTensors);
+    std::string advance = kernel + "_advance_epoch";
+    driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
+                  ("cuModuleGetFunction(" + advance + ")").c_str());
 
     CUdevice device;
     int optin = 0;
@@ -437,17 +446,22 @@ LoadedKernel::~LoadedKernel() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
-int LoadedKernel::readParameter(const std::string &kernel, const char *field) const {
+void LoadedKernel::readParameter(const std::string &kernel, const char *field, void *value,
+                                 size_t bytes) const {
   std::string symbol = kernel + "_" + field;
   CUdeviceptr address;
-  size_t bytes = 0;
-  driver_.check(driver_.cuModuleGetGlobal(&address, &bytes, module_, symbol.c_str()),
+  size_t size = 0;
+  driver_.check(driver_.cuModuleGetGlobal(&address, &size, module_, symbol.c_str()),
                 ("cuModuleGetGlobal(" + symbol + ")").c_str());
+  if (size != bytes)
+    throw JitError(symbol + " has " + std::to_string(size) + " bytes, not the " +
+                   std::to_string(bytes) + " this runtime reads");
+  MK_CU_CHECK(driver_, cuMemcpyDtoH(value, address, bytes));
+}
+
+int LoadedKernel::readInt(const std::string &kernel, const char *field) const {
   int value = 0;
-  if (bytes != sizeof value)
-    throw JitError(symbol + " has " + std::to_string(bytes) + " bytes, not an int's " +
-                   std::to_string(sizeof value));
-  MK_CU_CHECK(driver_, cuMemcpyDtoH(&value, address, sizeof value));
+  readParameter(kernel, field, &value, sizeof value);
   return value;
 }
 

@@ -279,6 +279,16 @@ SymmetricBuffer SymmetricHeap::allocateFlags(std::size_t words) {
   return heap.buffer(offset, words * sizeof(mk_u32));
 }
 
+std::optional<SymmetricBuffer> SymmetricHeap::find(const void *local, std::size_t bytes) const {
+  const State &heap = state();
+  const auto address = reinterpret_cast<CUdeviceptr>(local);
+  const CUdeviceptr block = heap.blockAddress(heap.node.localRank());
+  if (address < block + heap.buffersBegin || address > block + heap.nextBufferOffset ||
+      bytes > block + heap.nextBufferOffset - address)
+    return std::nullopt;
+  return heap.buffer(address - block, bytes);
+}
+
 void SymmetricHeap::barrier() { state().node.barrier(); }
 
 std::size_t SymmetricHeap::capacity() const {

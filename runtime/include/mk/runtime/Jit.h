@@ -52,6 +52,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace mkc {
 
@@ -105,6 +106,13 @@ struct LaunchParameters {
   int flagWords = 0;
   /// Dynamic shared memory per CTA, already allowed with cuFuncSetAttribute.
   int dynamicSmemBytes = 0;
+  /// The program's arguments: the first of mk_kernel_args::tensors; the others are buffers the
+  /// program keeps, which the runtime allocates.
+  int arguments = 0;
+  /// Bytes each tensor takes on one rank, arguments first.
+  std::vector<long long> tensorBytes;
+  /// Bit i: tensor i is written by peers or read by the network, so it must be symmetric.
+  unsigned symmetricTensors = 0;
 };
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded
@@ -122,16 +130,21 @@ public:
   CUcontext context() const { return context_; }
   CUmodule module() const { return module_; }
   CUfunction function() const { return function_; }
+  /// `<kernel>_advance_epoch(mk_u32 *epoch)`, run with one thread after each launch.
+  CUfunction advanceEpoch() const { return advanceEpoch_; }
   const LaunchParameters &launch() const { return launch_; }
 
 private:
-  /// The value of the module's `int <kernel>_<field>`.
-  int readParameter(const std::string &kernel, const char *field) const;
+  /// The value of the module's `<kernel>_<field>`, of `bytes` bytes.
+  void readParameter(const std::string &kernel, const char *field, void *value,
+                     size_t bytes) const;
+  int readInt(const std::string &kernel, const char *field) const;
 
   const cuda::Driver &driver_;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
+  CUfunction advanceEpoch_ = nullptr;
   LaunchParameters launch_;
 };
 

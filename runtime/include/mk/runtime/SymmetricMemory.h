@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace mkc {
@@ -70,6 +71,9 @@ public:
   SymmetricBuffer allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment);
   /// The next `words` flags (mk_u32, zero until kernels signal them), for mk_kernel_args::flags.
   SymmetricBuffer allocateFlags(std::size_t words);
+  /// The `bytes` at `local` as a buffer of the heap, if they lie inside this rank's buffers:
+  /// callers hand the runtime plain pointers into buffers they allocated.
+  std::optional<SymmetricBuffer> find(const void *local, std::size_t bytes) const;
 
   /// Returns once every rank of the node has called barrier() as often as this one. Host-side
   /// only: synchronise the streams whose work the peers must see first.
