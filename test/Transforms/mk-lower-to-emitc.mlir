@@ -33,6 +33,8 @@
 // The output, which peers write, and the staging slots must be in symmetric memory.
 // CHECK-SAME: gemm_allreduce_symmetric_tensors = 12u;
 // CHECK-SAME: gemm_allreduce_tensor_bytes[] = {1048576, 1048576, 2097152, 4194304};
+// Each rank holds half of K.
+// CHECK-SAME: gemm_allreduce_argument_types[] = \22bf16[1024,512] bf16[512,1024] bf16[1024,1024]\22;
 // CHECK-NOT: mk.
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index

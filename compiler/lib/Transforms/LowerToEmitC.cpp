@@ -53,6 +53,9 @@ struct KernelLayout {
   /// bytes one rank holds; the tensors peers write or the network reads must be symmetric.
   int64_t arguments = 0;
   SmallVector<int64_t> tensorBytes;
+  /// Each argument's element type and extents on one rank ("bf16[128,64]"), space-separated: the
+  /// runtime checks what callers pass against it.
+  std::string argumentTypes;
   uint32_t symmetricTensors = 0;
 };
 
@@ -250,6 +253,13 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     for (int64_t d = 0; d < type.getRank(); ++d)
       bytes *= type.getLocalExtent(d, mesh);
     layout.tensorBytes.push_back(bytes);
+    if (index < body.getNumArguments()) {
+      llvm::raw_string_ostream os(layout.argumentTypes);
+      os << (index ? " " : "") << type.getElementType() << "[";
+      for (int64_t d = 0; d < type.getRank(); ++d)
+        os << (d ? "," : "") << type.getLocalExtent(d, mesh);
+      os << "]";
+    }
     std::string element = elementName(type.getElementType());
     if (element.empty())
       return program.emitError() << "has a tensor of " << type.getElementType()
@@ -945,6 +955,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       constant("int", "tensors", Twine(layout.tensorBytes.size()));
       constant("unsigned", "symmetric_tensors", Twine(layout.symmetricTensors) + "u");
       constant("long long", "tensor_bytes[]", "{" + bytes + "}");
+      constant("char", "argument_types[]", "\"" + layout.argumentTypes + "\"");
       os << "extern \"C\" __global__ void " << name
          << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
       OpBuilder after(context);
