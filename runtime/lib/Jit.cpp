@@ -23,6 +23,7 @@
 
 #include <array>
 #include <bit>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -399,19 +400,22 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
   try {
     driver_.check(driver_.cuModuleGetFunction(&function_, module_, kernel.c_str()),
                   ("cuModuleGetFunction(" + kernel + ")").c_str());
-    if (int abi = readInt(kernel, "abi_version"); abi != MK_ABI_VERSION)
+    if (int abi = readScalar<int>(kernel, "abi_version"); abi != MK_ABI_VERSION)
       throw JitError(kernel + " was generated for ABI version " + std::to_string(abi) +
                      ", this runtime implements version " + std::to_string(MK_ABI_VERSION) +
                      " (mk/abi.h): recompile it with this runtime's mkc");
-    launch_.grid = readInt(kernel, "grid");
-    launch_.flagWords = readInt(kernel, "flag_words");
-    launch_.dynamicSmemBytes = readInt(kernel, "dynamic_smem_bytes");
-    launch_.arguments = readInt(kernel, "arguments");
-    launch_.tensorBytes.resize(readInt(kernel, "tensors"));
-    readParameter(kernel, "tensor_bytes", launch_.tensorBytes.data(),
-                  launch_.tensorBytes.size() * sizeof(long long));
-    readParameter(kernel, "symmetric_tensors", &launch_.symmetricTensors,
-                  sizeof launch_.symmetricTensors);
+    launch_.grid = readScalar<int>(kernel, "grid");
+    launch_.flagWords = readScalar<int>(kernel, "flag_words");
+    launch_.dynamicSmemBytes = readScalar<int>(kernel, "dynamic_smem_bytes");
+    launch_.arguments = readScalar<int>(kernel, "arguments");
+    launch_.tensorBytes = readArray<long long>(kernel, "tensor_bytes");
+    if (launch_.tensorBytes.size() != static_cast<size_t>(readScalar<int>(kernel, "tensors")))
+      throw JitError(kernel + "_tensor_bytes does not list every tensor");
+    launch_.symmetricTensors = readScalar<unsigned>(kernel, "symmetric_tensors");
+    std::string types = readGlobal(kernel, "argument_types");
+    launch_.argumentTypes = parseArgumentTypes(types.substr(0, types.find('\0')));
+    if (launch_.argumentTypes.size() != static_cast<size_t>(launch_.arguments))
+      throw JitError(kernel + "_argument_types does not describe every argument");
     std::string advance = kernel + "_advance_epoch";
     driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
                   ("cuModuleGetFunction(" + advance + ")").c_str());
@@ -446,23 +450,65 @@ LoadedKernel::~LoadedKernel() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
-void LoadedKernel::readParameter(const std::string &kernel, const char *field, void *value,
-                                 size_t bytes) const {
+std::string LoadedKernel::readGlobal(const std::string &kernel, const char *field) const {
   std::string symbol = kernel + "_" + field;
   CUdeviceptr address;
   size_t size = 0;
   driver_.check(driver_.cuModuleGetGlobal(&address, &size, module_, symbol.c_str()),
                 ("cuModuleGetGlobal(" + symbol + ")").c_str());
-  if (size != bytes)
-    throw JitError(symbol + " has " + std::to_string(size) + " bytes, not the " +
-                   std::to_string(bytes) + " this runtime reads");
-  MK_CU_CHECK(driver_, cuMemcpyDtoH(value, address, bytes));
+  std::string bytes(size, '\0');
+  MK_CU_CHECK(driver_, cuMemcpyDtoH(bytes.data(), address, size));
+  return bytes;
 }
 
-int LoadedKernel::readInt(const std::string &kernel, const char *field) const {
-  int value = 0;
-  readParameter(kernel, field, &value, sizeof value);
-  return value;
+template <typename T>
+std::vector<T> LoadedKernel::readArray(const std::string &kernel, const char *field) const {
+  std::string bytes = readGlobal(kernel, field);
+  if (bytes.size() % sizeof(T))
+    throw JitError(kernel + "_" + field + " has " + std::to_string(bytes.size()) +
+                   " bytes, not a whole number of the " + std::to_string(sizeof(T)) +
+                   "-byte values this runtime reads");
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+template <typename T>
+T LoadedKernel::readScalar(const std::string &kernel, const char *field) const {
+  std::vector<T> values = readArray<T>(kernel, field);
+  if (values.size() != 1)
+    throw JitError(kernel + "_" + field + " holds " + std::to_string(values.size()) +
+                   " values, not the one this runtime reads");
+  return values.front();
+}
+
+std::vector<TensorType> parseArgumentTypes(std::string_view text) {
+  auto malformed = [&] {
+    return JitError("malformed argument types \"" + std::string(text) +
+                    "\": expected ELEMENT[EXTENT,...] separated by spaces");
+  };
+  std::vector<TensorType> types;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t open = text.find('[', at), close = text.find(']', at);
+    if (open == std::string_view::npos || close == std::string_view::npos || close < open ||
+        open == at)
+      throw malformed();
+    TensorType type{std::string(text.substr(at, open - at)), {}};
+    for (std::size_t from = open + 1, end = open; end != close; from = end + 1) {
+      end = std::min(text.find(',', from), close);
+      long long extent = 0;
+      auto [next, error] = std::from_chars(text.data() + from, text.data() + end, extent);
+      if (error != std::errc() || next != text.data() + end || extent <= 0)
+        throw malformed();
+      type.extents.push_back(extent);
+    }
+    types.push_back(std::move(type));
+    at = close + 1;
+    if (at < text.size() && (text[at++] != ' ' || at == text.size()))
+      throw malformed();
+  }
+  return types;
 }
 
 //===----------------------------------------------------------------------===//

@@ -335,3 +335,15 @@ TEST_CASE("jit: programs and options that cannot compile say why, and nothing is
   CHECK(jit.stats().nvrtcCompiles == 0);
   CHECK_FALSE(fs::exists(scratch.cache()));
 }
+
+TEST_CASE("jit: a kernel's argument types are read back, and malformed ones are refused") {
+  std::vector<mkc::TensorType> types = mkc::parseArgumentTypes("bf16[3000,2304] f32[7]");
+  REQUIRE(types.size() == 2);
+  CHECK(types[0].element == "bf16");
+  CHECK(types[0].extents == std::vector<long long>{3000, 2304});
+  CHECK(types[1].element == "f32");
+  CHECK(types[1].extents == std::vector<long long>{7});
+  CHECK(mkc::parseArgumentTypes("").empty());
+  for (const char *malformed : {"bf16", "[3]", "bf16[]", "bf16[0]", "bf16[3,]", "bf16[3]x", "bf16[3] "})
+    CHECK_THROWS_WITH(mkc::parseArgumentTypes(malformed), Catch::Contains("malformed argument"));
+}

@@ -51,6 +51,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -98,6 +99,17 @@ struct CompiledKernel {
   std::string cubin;
 };
 
+/// A tensor as one rank holds it: element type (`bf16`, `f16`, `f32`, as MLIR spells it) and
+/// extents, row-major and dense.
+struct TensorType {
+  std::string element;
+  std::vector<long long> extents;
+};
+
+/// Parses a kernel's `<kernel>_argument_types` ("bf16[3000,2304] bf16[2304,5000]"); throws
+/// JitError when it is malformed.
+std::vector<TensorType> parseArgumentTypes(std::string_view text);
+
 /// How a kernel is launched, as its module says.
 struct LaunchParameters {
   /// CTAs of the persistent grid; each has MK_CTA_THREADS threads.
@@ -113,6 +125,8 @@ struct LaunchParameters {
   std::vector<long long> tensorBytes;
   /// Bit i: tensor i is written by peers or read by the network, so it must be symmetric.
   unsigned symmetricTensors = 0;
+  /// What each argument must be.
+  std::vector<TensorType> argumentTypes;
 };
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded
@@ -135,10 +149,10 @@ public:
   const LaunchParameters &launch() const { return launch_; }
 
 private:
-  /// The value of the module's `<kernel>_<field>`, of `bytes` bytes.
-  void readParameter(const std::string &kernel, const char *field, void *value,
-                     size_t bytes) const;
-  int readInt(const std::string &kernel, const char *field) const;
+  /// The bytes of the module's `<kernel>_<field>`, read as they are or as values of T.
+  std::string readGlobal(const std::string &kernel, const char *field) const;
+  template <typename T> std::vector<T> readArray(const std::string &kernel, const char *field) const;
+  template <typename T> T readScalar(const std::string &kernel, const char *field) const;
 
   const cuda::Driver &driver_;
   CUcontext context_ = nullptr;
