@@ -8,9 +8,11 @@
 
 // All-reduce on 2 x 4: the staging slots and the node partials each get a flag per tile; the owner
 // waits for 4 partials, then for 2 node partials; signals follow puts within the node and RDMA
-// copies across nodes.
+// copies across nodes. The output, which peers put, gets a flag per tile too: the role that puts
+// waits, after its own tiles, for every tile of its rank.
 // CHECK-LABEL: mk.program @all_reduce_2x4
 // CHECK-DAG: mk.flags @launched [1]
+// CHECK-DAG: mk.flags @[[ARRIVED:arrived[0-9]+]] [8, 4]
 // CHECK-DAG: mk.flags @[[NODE_READY:ready[0-9]+]] [8, 4]
 // CHECK-DAG: mk.flags @[[STAGE_READY:ready[0-9]+]] [8, 4]
 // CHECK: mk.role compute ctas
@@ -31,6 +33,11 @@
 // CHECK: mk.role inter_reduce
 // CHECK: mk.wait @[[NODE_READY]][%{{.*}}, %{{.*}}] count 2
 // CHECK-NEXT: mk.accumulate sum
+// CHECK: mk.put %{{.*}}, %arg2[%arg3, %arg4] at gpu %[[GPU:.+]] via nvlink_store
+// CHECK-NEXT: mk.signal @[[ARRIVED]][%arg3, %arg4] at gpu %[[GPU]] via nvlink_store
+// CHECK: mk.tile_grid (%[[M:.+]], %[[N:.+]]) over %arg2 tiles [128, 256] :
+// CHECK-NEXT: mk.wait @[[ARRIVED]][%[[M]], %[[N]]] count 1
+// CHECK-NEXT: }
 
   mk.program @all_reduce_2x4 [] mesh <2x4> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c4 = arith.constant 4 : index

@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 
 namespace mlir::mk {
@@ -159,7 +160,7 @@ public:
     }
 
     for (Value tensor : transferred) {
-      FailureOr<FlagPlan> plan = planFlags(tensor, writes, readsByTensor[tensor]);
+      FailureOr<FlagPlan> plan = planFlags(tensor, writes, readsByTensor[tensor], "ready");
       if (failed(plan))
         return failure();
       for (const TileAccess &write : writes)
@@ -170,14 +171,18 @@ public:
           if (failed(waitBefore(read, *plan)))
             return failure();
     }
+    for (BlockArgument argument : program.getBodyBlock().getArguments())
+      if (failed(awaitOutput(argument, writes)))
+        return failure();
     if (nodes * gpus > 1)
       announceLaunch();
     return success();
   }
 
 private:
+  /// Flags named `prefix`N for the tiles of `tensor` that `writes` write and `reads` read.
   FailureOr<FlagPlan> planFlags(Value tensor, ArrayRef<TileAccess> writes,
-                                ArrayRef<TileAccess> reads) {
+                                ArrayRef<TileAccess> reads, StringRef prefix) {
     auto type = cast<DistTensorType>(tensor.getType());
     FlagPlan plan;
     const TileAccess *first = nullptr;
@@ -222,7 +227,7 @@ private:
         return failure();
 
     OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
-    std::string name = "ready" + std::to_string(flagCount++);
+    std::string name = (prefix + Twine(flagCount++)).str();
     flagShapes[name] = shape;
     FlagsOp::create(b, tensor.getLoc(), b.getStringAttr(name), b.getDenseI64ArrayAttr(shape));
     plan.flags = FlatSymbolRefAttr::get(b.getContext(), name);
@@ -340,6 +345,56 @@ private:
             }))
           return true;
     return false;
+  }
+
+  /// What peers put into an argument is output the caller reads once the launch completes, and a
+  /// rank's kernel may finish before the peers' last puts land. So each write into such an
+  /// argument signals a per-tile flag where it lands, and the role that puts waits, after its own
+  /// tiles, for every tile of its rank (each is written once per launch, by one rank).
+  LogicalResult awaitOutput(BlockArgument argument, ArrayRef<TileAccess> writes) {
+    const TileAccess *remote = nullptr;
+    for (const TileAccess &write : writes)
+      if (write.tensor == argument && isa<PutOp, CopyOp>(write.op))
+        remote = &write;
+    if (!remote)
+      return success();
+    if (cast<DistTensorType>(argument.getType()).getPlacement().getKind() !=
+        PlacementKind::replicated)
+      return remote->op->emitOpError()
+             << "writes into argument #" << argument.getArgNumber()
+             << " on other ranks, which is not replicated; mkc awaits the tiles peers write only "
+                "in replicated outputs, which every rank receives whole";
+    FailureOr<FlagPlan> plan = planFlags(argument, writes, {}, "arrived");
+    if (failed(plan))
+      return failure();
+    for (const TileAccess &write : writes)
+      if (write.tensor == argument)
+        signalAfter(write, *plan);
+
+    // The waits: a copy of the putting grid, over every tile rather than this rank's share.
+    auto grid = remote->op->getParentOfType<TileGridOp>();
+    IRMapping mapping;
+    OpBuilder b(grid);
+    b.setInsertionPointAfter(grid);
+    auto arrivals = cast<TileGridOp>(b.clone(*grid, mapping));
+    arrivals.removeDistributeAttr();
+    Block &body = arrivals.getBodyBlock();
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+      if (!op.hasTrait<OpTrait::IsTerminator>())
+        op.erase();
+    b.setInsertionPointToStart(&body);
+    SmallVector<Value> indices;
+    for (Value index : flagIndices(b, *remote, *plan)) {
+      Value mapped = mapping.lookupOrNull(index);
+      if (!mapped || mapped.getParentBlock() != &body)
+        return remote->op->emitOpError()
+               << "writes into argument #" << argument.getArgNumber()
+               << " at a tile computed inside its grid; mkc awaits the tiles peers write only "
+                  "where the grid's own coordinates name them";
+      indices.push_back(mapped);
+    }
+    WaitOp::create(b, remote->op->getLoc(), plan->flags, indices, b.getI64IntegerAttr(1));
+    return success();
   }
 
   /// Each launch starts with an announcement to the ranks this one exchanges data with (the GPUs

@@ -120,6 +120,9 @@ def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
     rank also announces each launch to the ranks it exchanges data with (its node and its rail)
     and waits for their announcement before its first write that they can see: no host
     synchronisation between launches, and CUDA-graph capturable.
+    A replicated argument that peers put into is output the caller reads when the launch
+    completes: its writes signal per-tile `arrived` flags, and the role that puts waits, after its
+    own tiles, for every tile of its rank, so that no kernel finishes before its output is whole.
   }];
 }
 
