@@ -83,6 +83,7 @@ void Driver::check(CUresult result, const char *what) const {
 
 PrimaryContext::PrimaryContext(const Driver &driver, int ordinal) : driver_(driver) {
   MK_CU_CHECK(driver_, cuDeviceGet(&device_, ordinal));
+  MK_CU_CHECK(driver_, cuCtxGetCurrent(&previous_));
   MK_CU_CHECK(driver_, cuDevicePrimaryCtxRetain(&context_, device_));
   if (CUresult result = driver_.cuCtxSetCurrent(context_); result != CUDA_SUCCESS) {
     driver_.cuDevicePrimaryCtxRelease(device_);
@@ -91,8 +92,19 @@ PrimaryContext::PrimaryContext(const Driver &driver, int ordinal) : driver_(driv
 }
 
 PrimaryContext::~PrimaryContext() {
-  driver_.cuCtxSetCurrent(nullptr);
+  CUcontext current = nullptr;
+  if (driver_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context_)
+    driver_.cuCtxSetCurrent(previous_);
   driver_.cuDevicePrimaryCtxRelease(device_);
+}
+
+ContextScope::ContextScope(const Driver &driver, CUcontext context) : driver_(driver) {
+  MK_CU_CHECK(driver_, cuCtxPushCurrent(context));
+}
+
+ContextScope::~ContextScope() {
+  CUcontext popped;
+  driver_.cuCtxPopCurrent(&popped);
 }
 
 } // namespace mkc::cuda

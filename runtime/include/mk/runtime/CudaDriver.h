@@ -37,6 +37,7 @@ namespace mkc::cuda {
   X(cuDeviceGet, 2000)                                                                             \
   X(cuDeviceGetName, 2000)                                                                         \
   X(cuDeviceGetAttribute, 2000)                                                                    \
+  X(cuDeviceGetPCIBusId, 4010)                                                                     \
   X(cuDeviceCanAccessPeer, 4000)                                                                   \
   X(cuDevicePrimaryCtxRetain, 7000)                                                                \
   X(cuDevicePrimaryCtxRelease, 11000)                                                              \
@@ -54,12 +55,21 @@ namespace mkc::cuda {
   X(cuFuncSetAttribute, 9000)                                                                      \
   X(cuFuncGetAttribute, 2020)                                                                      \
   X(cuLaunchKernel, 4000)                                                                          \
+  X(cuLaunchKernelEx, 11060)                                                                       \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                             \
+  X(cuPointerGetAttribute, 4000)                                                                   \
+  X(cuMemGetInfo, 3020)                                                                            \
   X(cuMemAlloc, 3020)                                                                              \
   X(cuMemFree, 3020)                                                                               \
   X(cuMemcpyHtoD, 3020)                                                                            \
   X(cuMemcpyDtoH, 3020)                                                                            \
   X(cuMemsetD8, 3020)                                                                              \
   X(cuMemsetD32, 3020)                                                                             \
+  X(cuMemcpyHtoDAsync, 3020)                                                                       \
+  X(cuMemcpyDtoHAsync, 3020)                                                                       \
+  X(cuMemcpyDtoDAsync, 3020)                                                                       \
+  X(cuMemsetD16Async, 3020)                                                                        \
+  X(cuMemsetD32Async, 3020)                                                                        \
   X(cuMemHostAlloc, 2020)                                                                          \
   X(cuMemHostGetDevicePointer, 3020)                                                               \
   X(cuMemFreeHost, 2000)                                                                           \
@@ -76,6 +86,12 @@ namespace mkc::cuda {
   X(cuStreamCreate, 2000)                                                                          \
   X(cuStreamDestroy, 4000)                                                                         \
   X(cuStreamSynchronize, 2000)                                                                     \
+  X(cuStreamBeginCapture, 10010)                                                                   \
+  X(cuStreamEndCapture, 10000)                                                                     \
+  X(cuGraphInstantiateWithFlags, 11040)                                                            \
+  X(cuGraphLaunch, 10000)                                                                          \
+  X(cuGraphExecDestroy, 10000)                                                                     \
+  X(cuGraphDestroy, 10000)                                                                         \
   X(cuEventCreate, 2000)                                                                           \
   X(cuEventDestroy, 4000)                                                                          \
   X(cuEventRecord, 2000)                                                                           \
@@ -122,7 +138,9 @@ private:
   std::string reason_;
 };
 
-/// A device's primary context, retained and made current on this thread for the object's life.
+/// A device's primary context (the one the CUDA runtime, and so PyTorch, uses), retained and made
+/// current on the constructing thread for the object's life; what was current before is current
+/// again afterwards.
 class PrimaryContext {
 public:
   explicit PrimaryContext(const Driver &driver, int ordinal = 0);
@@ -137,6 +155,20 @@ private:
   const Driver &driver_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
+  CUcontext previous_ = nullptr;
+};
+
+/// Makes `context` current on this thread for the scope's life, whatever the thread had current:
+/// entry points of an embedded runtime run on the caller's threads.
+class ContextScope {
+public:
+  ContextScope(const Driver &driver, CUcontext context);
+  ~ContextScope();
+  ContextScope(const ContextScope &) = delete;
+  ContextScope &operator=(const ContextScope &) = delete;
+
+private:
+  const Driver &driver_;
 };
 
 } // namespace mkc::cuda
