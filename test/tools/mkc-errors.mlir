@@ -20,6 +20,10 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=1024,N=1024,K=1004 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
 // SHAPE: gemm_allreduce.mlir:{{[0-9]+}}:1: error: 'mk.program' op places '!mk.tensor<[1024, 1004], bf16, shard 1 over world>' on #mk.mesh<2x4>, but dim 1 (extent 1004) does not split evenly over world (8 ranks)
 
+// Rows the device library cannot move: 300 bf16 are 600 bytes, not a multiple of 16.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=257,N=300,K=512 --emit=cuda 2>&1 | FileCheck %s --check-prefix=ROWS
+// ROWS: gemm_allreduce.mlir:9:5: error: a tensor with rows of 300 bf16 elements (600 bytes) on each rank: the device library moves rows in 16-byte pieces, so rows must be a multiple of 16 bytes
+
 // A shape that breaks a tile size: 1000 rows in tiles of 128, not masked.
 // RUN: not mkc %t/unmasked.mlir --topology 1x2 --shape M=1000 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE
 // TILE: unmasked.mlir:2:3: error: 'mk.tile_grid' op tile size 128 does not divide dim 0 (extent 1000); declare 'masked' to allow a partial last tile
