@@ -86,6 +86,10 @@ TEST_CASE("communication functions compile without spills: copy_region(_bulk), s
   CHECK(contains(result.ptx, "st.release.sys.u32"));
 }
 
+TEST_CASE("the fused-op tests' references compile without spills", "[device]") {
+  requireClean("reference.cu", {"fill_bf16", "gemm_f32", "sum_squares", "compare_bf16"});
+}
+
 TEST_CASE("each public device header compiles on its own", "[device]") {
   for (const char *header :
        {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {

@@ -1,0 +1,132 @@
+//===- mk/runtime/Runtime.h - the runtime an application embeds ---*- C++ -*-===//
+//
+// One Runtime per process, that is per rank. It joins the job's process group from what the
+// launcher set (torchrun, srun, mpirun, mkc-launch: mk/runtime/Bootstrap.h), takes its GPU's
+// primary context (the one PyTorch and every other CUDA runtime user of the process shares),
+// creates the node's symmetric heap and owns the JIT. A FusedOp is a tile program compiled for
+// this job's topology and this rank, with the buffers and flags it keeps, launched on a caller's
+// stream.
+//
+//   mkc::Runtime runtime;
+//   mkc::FusedOp op = runtime.compile(mkc::TileProgram::fromFile("lib/gemm_allreduce.mlir"),
+//                                     {"M=8192", "N=8192", "K=8192"});
+//   mkc::SymmetricBuffer c = runtime.allocate(op.arguments()[2].bytes);
+//   op.launch(stream, {a, b, c.local});   // a, b: device memory of this rank's GPU
+//
+// Collective calls, which every rank makes in the same order: the constructor, allocate(),
+// compile() and barrier(); the runtime's state is torn down (collectively) when the Runtime and
+// every FusedOp it made are gone. Launches of one op follow each other on one stream on every
+// rank; an op's flags count launches (epochs), so a captured CUDA graph of launches replays too.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_RUNTIME_RUNTIME_H
+#define MK_RUNTIME_RUNTIME_H
+
+#include "mk/runtime/Bootstrap.h"
+#include "mk/runtime/Jit.h"
+#include "mk/runtime/SymmetricMemory.h"
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mkc {
+
+/// A call the runtime refuses: a wrong argument, a tensor of the wrong kind, ranks that disagree.
+class RuntimeError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RuntimeOptions {
+  /// Bytes of symmetric memory per rank, taken from the GPU up front.
+  std::size_t symmetricBytes = std::size_t(1) << 30;
+  /// Flag words per rank, shared out among the ops.
+  std::size_t flagWords = std::size_t(1) << 20;
+  /// The CUDA device of this rank; unset: the local rank, or 0 if the process sees one GPU.
+  std::optional<int> device;
+  std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
+
+  /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
+  /// MKC_FLAG_WORDS and MKC_DEVICE; throws RuntimeError naming a malformed variable.
+  static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
+};
+
+/// What a fused op takes: each argument as this rank holds it.
+struct Argument {
+  TensorType type;
+  std::size_t bytes = 0;
+  /// Written by peers or read by the network: it must lie in symmetric memory.
+  bool symmetric = false;
+};
+
+class FusedOp;
+
+class Runtime {
+public:
+  /// Joins the job the launcher describes (detectLaunchEnvironment) on the options' GPU.
+  explicit Runtime(const RuntimeOptions &options = RuntimeOptions::fromEnvironment());
+  Runtime(const LaunchEnvironment &launch, const RuntimeOptions &options);
+  ~Runtime();
+  Runtime(const Runtime &) = delete;
+  Runtime &operator=(const Runtime &) = delete;
+
+  ProcessGroup &communicator();
+  int rank() const;
+  int worldSize() const;
+  int device() const;
+  CUcontext context() const;
+
+  /// `bytes` of symmetric memory, at the same offset on every rank. Collective; every rank must
+  /// ask for the same size, or all throw.
+  SymmetricBuffer allocate(std::size_t bytes);
+
+  /// `program` specialised for `shapes` ("M=8192"...), this job's topology (nodes x GPUs per
+  /// node) and this rank, compiled through the JIT and loaded, with the buffers and flags it
+  /// keeps allocated. Collective; if it fails on any rank, or ranks ask for different things,
+  /// every rank throws the same error, naming the rank.
+  FusedOp compile(const TileProgram &program, const std::vector<std::string> &shapes,
+                  const std::string &smSplit = "");
+
+  /// Returns once every rank has called it as often as this one (host side only).
+  void barrier();
+
+  Jit &jit();
+
+  struct State;
+
+private:
+  std::shared_ptr<State> state_;
+};
+
+class FusedOp {
+public:
+  const std::string &name() const;
+  const std::vector<Argument> &arguments() const;
+  /// The loaded kernel, with its launch parameters.
+  const LoadedKernel &kernel() const;
+
+  /// Enqueues the op on `stream` (a stream of this rank's context, or null for the legacy
+  /// default stream) with `arguments` (device addresses on this rank's GPU, one per argument).
+  /// Throws RuntimeError, naming the argument, when one is missing, not memory of this GPU or
+  /// outside the symmetric heap where it must be inside.
+  void launch(CUstream stream, std::span<void *const> arguments) const;
+
+  struct State;
+  explicit FusedOp(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+private:
+  std::shared_ptr<State> state_;
+};
+
+} // namespace mkc
+
+#endif // MK_RUNTIME_RUNTIME_H

@@ -1,0 +1,429 @@
+//===- Runtime.cpp - the runtime an application embeds ----------------------===//
+
+#include "mk/runtime/Runtime.h"
+
+#include "mk/runtime/Log.h"
+
+#include "mk/abi.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <cstring>
+#include <mutex>
+
+namespace mkc {
+
+namespace {
+
+std::size_t parseSize(const std::string &variable, const std::string &text) {
+  std::size_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  std::string_view suffix(end, text.data() + text.size() - end);
+  int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  if (error != std::errc() || end == text.data() || shift < 0 || value == 0 ||
+      value > (~std::size_t(0) >> shift))
+    throw RuntimeError(fmt::format("{}={} is not a positive count (digits, optionally followed by "
+                                   "K, M or G)",
+                                   variable, text));
+  return value << shift;
+}
+
+/// `blob` split at its NUL bytes.
+std::vector<std::string> fields(const std::vector<std::byte> &blob) {
+  std::vector<std::string> result(1);
+  for (std::byte b : blob) {
+    if (b == std::byte(0))
+      result.emplace_back();
+    else
+      result.back().push_back(static_cast<char>(b));
+  }
+  return result;
+}
+
+std::vector<std::byte> blobOf(const std::vector<std::string> &fields) {
+  std::vector<std::byte> blob;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i)
+      blob.push_back(std::byte(0));
+    for (char c : fields[i])
+      blob.push_back(static_cast<std::byte>(c));
+  }
+  return blob;
+}
+
+/// Every rank's `request` (fields naming what each asks for) and `failure` (empty if its part
+/// went well), compared: throws the same RuntimeError on every rank if one failed or asked for
+/// something else than rank 0. `names` label the request's fields in the message.
+void agree(ProcessGroup &group, const std::string &what, const std::vector<std::string> &names,
+           std::vector<std::string> request, const std::string &failure) {
+  request.push_back(failure);
+  std::vector<std::vector<std::byte>> blobs = group.store().allGather(blobOf(request));
+  std::vector<std::vector<std::string>> answers;
+  for (const auto &blob : blobs)
+    answers.push_back(fields(blob));
+  for (int rank = 0; rank < group.worldSize(); ++rank) {
+    if (answers[rank].size() != request.size())
+      throw RuntimeError(fmt::format("{}: rank {} sent a malformed answer", what, rank));
+    if (const std::string &error = answers[rank].back(); !error.empty())
+      throw RuntimeError(rank == group.rank()
+                             ? fmt::format("{}: {}", what, error)
+                             : fmt::format("{} failed on rank {}: {}", what, rank, error));
+  }
+  for (int rank = 1; rank < group.worldSize(); ++rank)
+    for (std::size_t field = 0; field < names.size(); ++field)
+      if (answers[rank][field] != answers[0][field])
+        throw RuntimeError(fmt::format("{}: rank {} asks for {} \"{}\", rank 0 for \"{}\": every "
+                                       "rank must make the same collective calls",
+                                       what, rank, names[field], answers[rank][field],
+                                       answers[0][field]));
+}
+
+int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute attribute) {
+  int value = 0;
+  MK_CU_CHECK(cu, cuDeviceGetAttribute(&value, attribute, device));
+  return value;
+}
+
+/// `launch`, once the driver is known to work: a rank without one should not join the job.
+const LaunchEnvironment &withDriver(const LaunchEnvironment &launch) {
+  const cuda::Driver &cu = cuda::Driver::get();
+  if (!cu.available())
+    throw RuntimeError("no usable CUDA driver: " + cu.unavailableReason());
+  return launch;
+}
+
+/// The CUDA device of a rank that did not choose one.
+int defaultDevice(const cuda::Driver &cu, const ProcessGroup &group) {
+  int devices = 0;
+  MK_CU_CHECK(cu, cuDeviceGetCount(&devices));
+  if (devices == 1)
+    return 0; // the launcher gave each rank its own GPU (CUDA_VISIBLE_DEVICES)
+  if (group.localRank() >= devices)
+    throw RuntimeError(fmt::format("local rank {} has no GPU of its own: this process sees {} "
+                                   "GPUs; set MKC_DEVICE or CUDA_VISIBLE_DEVICES",
+                                   group.localRank(), devices));
+  return group.localRank();
+}
+
+} // namespace
+
+RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
+  RuntimeOptions options;
+  auto variable = [&](const char *name) -> const std::string * {
+    auto found = environment.find(name);
+    return found == environment.end() ? nullptr : &found->second;
+  };
+  if (const std::string *value = variable("MKC_SYMMETRIC_BYTES"))
+    options.symmetricBytes = parseSize("MKC_SYMMETRIC_BYTES", *value);
+  if (const std::string *value = variable("MKC_FLAG_WORDS"))
+    options.flagWords = parseSize("MKC_FLAG_WORDS", *value);
+  if (const std::string *value = variable("MKC_DEVICE")) {
+    int device = -1;
+    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), device);
+    if (error != std::errc() || end != value->data() + value->size() || device < 0)
+      throw RuntimeError("MKC_DEVICE=" + *value + " is not a device ordinal");
+    options.device = device;
+  }
+  if (const std::string *value = variable("MKC_CACHE_DIR"); value && !value->empty())
+    options.cacheDirectory = *value;
+  return options;
+}
+
+//===----------------------------------------------------------------------===//
+// Runtime
+//===----------------------------------------------------------------------===//
+
+struct Runtime::State {
+  State(const LaunchEnvironment &launch, const RuntimeOptions &options);
+  ~State();
+
+  const cuda::Driver &driver = cuda::Driver::get();
+  // Members are destroyed in reverse: the heap (closed in ~State), then the JIT's modules, the
+  // context, and last the process group, whose store the others no longer need.
+  ProcessGroup group;
+  int device;
+  cuda::PrimaryContext context;
+  int smCount;
+  std::string arch;
+  Jit jit;
+  std::optional<SymmetricHeap> heap;
+};
+
+Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
+    : group(withDriver(launch)),
+      device(options.device ? *options.device : defaultDevice(driver, group)),
+      context(driver, device),
+      smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
+      jit(options.cacheDirectory) {
+  int major = deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  int minor = deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  // Hopper's wgmma and TMA, and their successors, exist only in the arch-specific targets.
+  arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
+
+  // Two ranks of a node on one GPU would each wait for the other's persistent kernel forever.
+  char busId[32] = {};
+  MK_CU_CHECK(driver, cuDeviceGetPCIBusId(busId, sizeof busId, context.device()));
+  std::string topology = fmt::format("{}x{}", group.nodeCount(), group.localWorldSize());
+  std::vector<std::byte> mine = blobOf({topology, busId});
+  std::vector<std::vector<std::byte>> everyone = group.store().allGather(mine);
+  for (int peer : group.nodeRanks()) {
+    std::vector<std::string> theirs = fields(everyone[peer]);
+    if (peer != group.rank() && theirs[1] == busId)
+      throw RuntimeError(fmt::format("ranks {} and {} both use the GPU at {}: give each rank of a "
+                                     "node its own GPU (MKC_DEVICE, CUDA_VISIBLE_DEVICES)",
+                                     std::min(peer, group.rank()), std::max(peer, group.rank()),
+                                     busId));
+  }
+  for (int rank = 0; rank < group.worldSize(); ++rank)
+    if (fields(everyone[rank])[0] != topology)
+      throw RuntimeError(fmt::format("rank {} sees the job as {} (nodes x ranks per node), rank {} "
+                                     "as {}: every node needs as many ranks",
+                                     rank, fields(everyone[rank])[0], group.rank(), topology));
+
+  NodePlace place;
+  place.localRank = group.localRank();
+  place.localWorldSize = group.localWorldSize();
+  place.device = device;
+  place.jobToken = launch.rendezvous.jobToken + "/node" + std::to_string(group.nodeIndex());
+  place.timeout = launch.rendezvous.timeout;
+  heap.emplace(place, options.symmetricBytes, options.flagWords);
+  log::info("runtime: rank {} of {} (node {} of {}, local rank {} of {}) on GPU {} ({}, {}, {} "
+            "SMs); {} MiB of symmetric memory",
+            group.rank(), group.worldSize(), group.nodeIndex(), group.nodeCount(),
+            group.localRank(), group.localWorldSize(), device, busId, arch, smCount,
+            heap->capacity() >> 20);
+}
+
+Runtime::State::~State() {
+  try {
+    cuda::ContextScope scope(driver, context.context());
+    heap->close();
+  } catch (const std::exception &error) {
+    log::error("runtime: closing the symmetric heap: {}", error.what());
+  }
+}
+
+Runtime::Runtime(const RuntimeOptions &options)
+    : Runtime(detectLaunchEnvironment(), options) {}
+
+Runtime::Runtime(const LaunchEnvironment &launch, const RuntimeOptions &options)
+    : state_(std::make_shared<State>(launch, options)) {}
+
+Runtime::~Runtime() = default;
+
+ProcessGroup &Runtime::communicator() { return state_->group; }
+int Runtime::rank() const { return state_->group.rank(); }
+int Runtime::worldSize() const { return state_->group.worldSize(); }
+int Runtime::device() const { return state_->device; }
+CUcontext Runtime::context() const { return state_->context.context(); }
+Jit &Runtime::jit() { return state_->jit; }
+void Runtime::barrier() { state_->group.store().barrier(); }
+
+SymmetricBuffer Runtime::allocate(std::size_t bytes) {
+  State &state = *state_;
+  agree(state.group, "allocate", {"bytes"}, {std::to_string(bytes)},
+        bytes ? "" : "cannot allocate 0 bytes");
+  cuda::ContextScope scope(state.driver, state.context.context());
+  return state.heap->allocate(bytes);
+}
+
+//===----------------------------------------------------------------------===//
+// FusedOp
+//===----------------------------------------------------------------------===//
+
+struct FusedOp::State {
+  ~State();
+
+  std::shared_ptr<Runtime::State> runtime;
+  std::shared_ptr<const LoadedKernel> kernel;
+  std::string name;
+  std::vector<Argument> arguments;
+  /// The launch's parameter with everything but the arguments filled in.
+  mk_kernel_args parameter{};
+  /// The launch's epoch (mk_kernel_args::epoch), and buffers of this rank only.
+  CUdeviceptr epoch = 0;
+  std::vector<CUdeviceptr> privateBuffers;
+
+  /// The arguments of the last launch and their references: launches usually repeat them, and
+  /// then skip the driver queries that check them.
+  mutable std::mutex checkedMutex;
+  mutable std::vector<void *> checkedPointers;
+  mutable std::vector<mk_tensor_ref> checkedReferences;
+
+  mk_tensor_ref reference(int index, void *pointer) const;
+};
+
+FusedOp::State::~State() {
+  const cuda::Driver &cu = runtime->driver;
+  try {
+    cuda::ContextScope scope(cu, runtime->context.context());
+    for (CUdeviceptr buffer : privateBuffers)
+      cu.cuMemFree(buffer);
+    if (epoch)
+      cu.cuMemFree(epoch);
+  } catch (const std::exception &error) {
+    log::error("runtime: freeing the buffers of {}: {}", name, error.what());
+  }
+}
+
+mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
+  const Argument &argument = arguments[index];
+  auto describe = [&] {
+    return fmt::format("argument {} of {} ({}[{}], {} bytes on this rank)", index, name,
+                       argument.type.element, fmt::join(argument.type.extents, ","),
+                       argument.bytes);
+  };
+  if (!pointer)
+    throw RuntimeError(describe() + " is null");
+  if (argument.symmetric) {
+    std::optional<SymmetricBuffer> buffer = runtime->heap->find(pointer, argument.bytes);
+    if (!buffer)
+      throw RuntimeError(describe() + " must lie in symmetric memory, where peers write it: "
+                                      "allocate it with the runtime (Runtime::allocate)");
+    return tensorRef(*buffer);
+  }
+  const cuda::Driver &cu = runtime->driver;
+  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
+  int ordinal = -1;
+  if (CUresult result =
+          cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+      result != CUDA_SUCCESS)
+    throw RuntimeError(describe() + " is not memory the CUDA driver knows: " +
+                       cu.describe(result));
+  if (ordinal != runtime->device)
+    throw RuntimeError(fmt::format("{} is memory of GPU {}; this rank runs on GPU {}", describe(),
+                                   ordinal, runtime->device));
+  // Allocations of the VMM API (PyTorch's expandable segments) have no range to check.
+  CUdeviceptr start = 0;
+  std::size_t size = 0;
+  if (cu.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) ==
+          CUDA_SUCCESS &&
+      cu.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS &&
+      size && address + argument.bytes > start + size)
+    throw RuntimeError(fmt::format("{} overruns its allocation, which ends {} bytes after it",
+                                   describe(), start + size - address));
+  mk_tensor_ref ref{};
+  ref.local = pointer;
+  return ref;
+}
+
+FusedOp Runtime::compile(const TileProgram &program, const std::vector<std::string> &shapes,
+                         const std::string &smSplit) {
+  State &runtime = *state_;
+  const cuda::Driver &cu = runtime.driver;
+  ProcessGroup &group = runtime.group;
+  JitOptions options;
+  options.pipeline.topology = fmt::format("{}x{}", group.nodeCount(), group.localWorldSize());
+  options.pipeline.rank = group.rank();
+  options.pipeline.shapes = shapes;
+  options.pipeline.smSplit = smSplit;
+  options.pipeline.smCount = runtime.smCount;
+  options.nvrtc.arch = runtime.arch;
+
+  cuda::ContextScope scope(cu, runtime.context.context());
+  std::shared_ptr<const LoadedKernel> kernel;
+  std::string failure;
+  try {
+    if (group.nodeCount() > 1)
+      throw RuntimeError(fmt::format("the job spans {} nodes; launches across nodes need the "
+                                     "network proxy, which this runtime does not have yet",
+                                     group.nodeCount()));
+    std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
+    kernel = runtime.jit.load(*compiled);
+    const LaunchParameters &launch = kernel->launch();
+    int perSm = 0;
+    MK_CU_CHECK(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &perSm, kernel->function(), MK_CTA_THREADS, launch.dynamicSmemBytes));
+    if (perSm * runtime.smCount < launch.grid)
+      throw RuntimeError(fmt::format("{} needs its {} CTAs resident at once; this GPU holds {} ({} "
+                                     "per SM)",
+                                     compiled->source.kernel, launch.grid,
+                                     perSm * runtime.smCount, perSm));
+  } catch (const std::exception &error) {
+    failure = error.what();
+  }
+  agree(group, "compiling " + program.name, {"the program", "shapes", "the SM split"},
+        {program.text, fmt::format("{}", fmt::join(shapes, ",")), smSplit}, failure);
+
+  auto op = std::make_shared<FusedOp::State>();
+  op->runtime = state_;
+  op->kernel = kernel;
+  op->name = kernel->name();
+  const LaunchParameters &launch = kernel->launch();
+  for (int i = 0; i < launch.arguments; ++i)
+    op->arguments.push_back({launch.argumentTypes[i], static_cast<std::size_t>(launch.tensorBytes[i]),
+                             bool(launch.symmetricTensors >> i & 1)});
+  // The buffers the program keeps: symmetric ones in the same order on every rank.
+  mk_kernel_args &parameter = op->parameter;
+  for (std::size_t i = launch.arguments; i < launch.tensorBytes.size(); ++i) {
+    const auto bytes = static_cast<std::size_t>(launch.tensorBytes[i]);
+    if (launch.symmetricTensors >> i & 1) {
+      parameter.tensors[i] = tensorRef(runtime.heap->allocate(bytes));
+    } else {
+      CUdeviceptr buffer;
+      MK_CU_CHECK(cu, cuMemAlloc(&buffer, bytes));
+      op->privateBuffers.push_back(buffer);
+      parameter.tensors[i].local = reinterpret_cast<void *>(buffer);
+    }
+  }
+  bindFlags(parameter, runtime.heap->allocateFlags(std::max(launch.flagWords, 1)));
+  MK_CU_CHECK(cu, cuMemAlloc(&op->epoch, sizeof(mk_u32)));
+  MK_CU_CHECK(cu, cuMemsetD32(op->epoch, 1, 1)); // the first launch's epoch
+  parameter.epoch = reinterpret_cast<const mk_u32 *>(op->epoch);
+  parameter.node = static_cast<mk_u32>(group.nodeIndex());
+  parameter.gpu = static_cast<mk_u32>(group.localRank());
+  parameter.abi_version = MK_ABI_VERSION;
+  return FusedOp(std::move(op));
+}
+
+const std::string &FusedOp::name() const { return state_->name; }
+const std::vector<Argument> &FusedOp::arguments() const { return state_->arguments; }
+const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
+
+void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
+  const State &op = *state_;
+  const cuda::Driver &cu = op.runtime->driver;
+  if (pointers.size() != op.arguments.size())
+    throw RuntimeError(fmt::format("{} takes {} arguments, not {}", op.name, op.arguments.size(),
+                                   pointers.size()));
+  cuda::ContextScope scope(cu, op.runtime->context.context());
+  mk_kernel_args parameter = op.parameter;
+  {
+    std::lock_guard lock(op.checkedMutex);
+    if (!std::equal(pointers.begin(), pointers.end(), op.checkedPointers.begin(),
+                    op.checkedPointers.end())) {
+      std::vector<mk_tensor_ref> references;
+      for (std::size_t i = 0; i < pointers.size(); ++i)
+        references.push_back(op.reference(static_cast<int>(i), pointers[i]));
+      op.checkedPointers.assign(pointers.begin(), pointers.end());
+      op.checkedReferences = std::move(references);
+    }
+    std::copy(op.checkedReferences.begin(), op.checkedReferences.end(), parameter.tensors);
+  }
+
+  const LaunchParameters &launch = op.kernel->launch();
+  // Cooperative: the driver refuses the launch unless every CTA is resident at once, which the
+  // CTAs' waits on each other need.
+  CUlaunchAttribute cooperative{};
+  cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  cooperative.value.cooperative = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(launch.grid);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = MK_CTA_THREADS;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = static_cast<unsigned>(launch.dynamicSmemBytes);
+  config.hStream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  void *kernelParameters[] = {&parameter};
+  MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
+  CUdeviceptr epoch = op.epoch;
+  void *advanceParameters[] = {&epoch};
+  MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
+                                 advanceParameters, nullptr));
+}
+
+} // namespace mkc
