@@ -393,7 +393,7 @@ CUcontext currentContext(const cuda::Driver &driver, const std::string &kernel) 
 
 LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
                            const std::string &kernel)
-    : driver_(driver), context_(currentContext(driver, kernel)) {
+    : driver_(driver), name_(kernel), context_(currentContext(driver, kernel)) {
   Clock::time_point start = Clock::now();
   driver_.check(driver_.cuModuleLoadData(&module_, cubin.data()),
                 ("cuModuleLoadData(" + kernel + ")").c_str());

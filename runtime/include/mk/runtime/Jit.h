@@ -141,6 +141,7 @@ public:
   LoadedKernel(const LoadedKernel &) = delete;
   LoadedKernel &operator=(const LoadedKernel &) = delete;
 
+  const std::string &name() const { return name_; }
   CUcontext context() const { return context_; }
   CUmodule module() const { return module_; }
   CUfunction function() const { return function_; }
@@ -155,6 +156,7 @@ private:
   template <typename T> T readScalar(const std::string &kernel, const char *field) const;
 
   const cuda::Driver &driver_;
+  std::string name_;
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
