@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""GEMM+AllReduce on 2 GPUs through the Python package, with PyTorch tensors, checked against
+PyTorch's f32 GEMM.
+
+Rank r holds A_r = A[:, K_r] and B_r = B[K_r, :] (bf16, random from a seed every rank shares, so
+each can compute the whole product for reference); lib/gemm_allreduce.mlir compiled by
+mkc.Runtime leaves C = A B, in symmetric memory (runtime.empty), on every rank. Also checked: a
+launch on another stream, and tensors the op refuses (a wrong dtype: ValueError; C outside
+symmetric memory: mkc.Error).
+
+Run it as is: without RANK in the environment it starts itself under torch.distributed.run, one
+process per GPU, or prints "SKIP: <why>" and exits 77 without torch or 2 GPUs. Each rank prints
+PASS/FAIL lines; the exit status is non-zero if a check failed.
+"""
+
+import os
+import subprocess
+import sys
+
+import support  # noqa: F401 (puts mkc on the path)
+
+SKIPPED = 77
+RANKS = 2
+M, N, K = 1024, 2048, 4096
+SEED = 1234
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(f"{'PASS' if ok else 'FAIL'}: {what}", flush=True)
+    failures += not ok
+
+
+def check_raises(error_type, expected, call, what):
+    """Whether call() raises `error_type` with `expected` in its message."""
+    try:
+        call()
+    except error_type as error:
+        check(expected in str(error), f"{what}: {error}")
+        return
+    check(False, f"{what}: no {error_type.__name__}")
+
+
+def launch():
+    """Starts the ranks under torch.distributed.run; returns their exit status."""
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: torch is not installed")
+        return SKIPPED
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < RANKS:
+        print(f"SKIP: needs {RANKS} GPUs, this machine has {gpus}")
+        return SKIPPED
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={RANKS}", __file__]).returncode
+
+
+def close_to(result, reference, label):
+    """Checks `result` against `reference` within 2^-7 relative plus rms/64 absolute."""
+    error = (result.float() - reference).abs()
+    tolerance = reference.abs() * 2**-7 + reference.pow(2).mean().sqrt() / 64
+    check(bool((error <= tolerance).all()),  # NaN, the poison, fails
+          f"{label} (max error {error.max().item():.3g}, tolerance at least "
+          f"{tolerance.min().item():.3g})")
+
+
+def rank_main():
+    import torch
+
+    import mkc
+
+    runtime = mkc.Runtime()
+    torch.cuda.set_device(runtime.device)
+    rank, world = runtime.rank, runtime.world_size
+    op = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K)
+    check(op.arguments[2].symmetric, f"rank {rank}: {op!r}")
+
+    generator = torch.Generator(device="cuda").manual_seed(SEED)
+    a_full = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
+    b_full = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
+    shard = slice(rank * K // world, (rank + 1) * K // world)
+    a, b = a_full[:, shard].contiguous(), b_full[shard].contiguous()
+    reference = a_full.float() @ b_full.float()
+
+    c = runtime.empty((M, N), torch.bfloat16)
+    c_view = c.torch()
+    check(c_view.dtype == torch.bfloat16 and c_view.data_ptr() == c.data_ptr()
+          and tuple(c_view.shape) == (M, N), f"rank {rank}: c.torch() views the symmetric memory")
+    c_view.fill_(float("nan"))
+    torch.cuda.synchronize()
+    runtime.barrier()  # no rank's C is poisoned after a peer wrote it
+
+    op(a, b, c)
+    torch.cuda.synchronize()
+    close_to(c_view, reference, f"rank {rank}: C = A B")
+
+    # 2 B is exact in bf16, so C is 2 A B.
+    side = torch.cuda.Stream()
+    b_twice = b * 2
+    side.wait_stream(torch.cuda.current_stream())
+    op(a, b_twice, c, stream=side)
+    side.synchronize()
+    close_to(c_view, 2 * reference, f"rank {rank}: C = A (2 B), launched on another stream")
+
+    check_raises(ValueError, "gemm_allreduce argument 0: expected bf16[1024,2048], got float32",
+                 lambda: op(a.float(), b, c), f"rank {rank}: a wrong dtype")
+    check_raises(mkc.Error, "symmetric memory", lambda: op(a, b, torch.empty_like(c_view)),
+                 f"rank {rank}: C outside symmetric memory")
+
+    torch.cuda.synchronize()
+    runtime.close()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main() if "RANK" in os.environ else launch())
