@@ -54,10 +54,11 @@ std::vector<std::byte> blobOf(const std::vector<std::string> &fields) {
 }
 
 /// Every rank's `request` (fields naming what each asks for) and `failure` (empty if its part
-/// went well), compared: throws the same RuntimeError on every rank if one failed or asked for
-/// something else than rank 0. `names` label the request's fields in the message.
-void agree(ProcessGroup &group, const std::string &what, const std::vector<std::string> &names,
-           std::vector<std::string> request, const std::string &failure) {
+/// went well), compared: the same message on every rank if one failed or asked for something
+/// else than rank 0, naming it; none if all agree. `names` label the request's fields.
+std::optional<std::string> agree(ProcessGroup &group, const std::string &what,
+                                 const std::vector<std::string> &names,
+                                 std::vector<std::string> request, const std::string &failure) {
   request.push_back(failure);
   std::vector<std::vector<std::byte>> blobs = group.store().allGather(blobOf(request));
   std::vector<std::vector<std::string>> answers;
@@ -65,19 +66,18 @@ void agree(ProcessGroup &group, const std::string &what, const std::vector<std::
     answers.push_back(fields(blob));
   for (int rank = 0; rank < group.worldSize(); ++rank) {
     if (answers[rank].size() != request.size())
-      throw RuntimeError(fmt::format("{}: rank {} sent a malformed answer", what, rank));
+      return fmt::format("{}: rank {} sent a malformed answer", what, rank);
     if (const std::string &error = answers[rank].back(); !error.empty())
-      throw RuntimeError(rank == group.rank()
-                             ? fmt::format("{}: {}", what, error)
-                             : fmt::format("{} failed on rank {}: {}", what, rank, error));
+      return rank == group.rank() ? fmt::format("{}: {}", what, error)
+                                  : fmt::format("{} failed on rank {}: {}", what, rank, error);
   }
   for (int rank = 1; rank < group.worldSize(); ++rank)
     for (std::size_t field = 0; field < names.size(); ++field)
       if (answers[rank][field] != answers[0][field])
-        throw RuntimeError(fmt::format("{}: rank {} asks for {} \"{}\", rank 0 for \"{}\": every "
-                                       "rank must make the same collective calls",
-                                       what, rank, names[field], answers[rank][field],
-                                       answers[0][field]));
+        return fmt::format("{}: rank {} asks for {} \"{}\", rank 0 for \"{}\": every rank must "
+                           "make the same collective calls",
+                           what, rank, names[field], answers[rank][field], answers[0][field]);
+  return std::nullopt;
 }
 
 int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute attribute) {
@@ -86,12 +86,22 @@ int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute 
   return value;
 }
 
-/// `launch`, once the driver is known to work: a rank without one should not join the job.
-const LaunchEnvironment &withDriver(const LaunchEnvironment &launch) {
+void requireDriver() {
   const cuda::Driver &cu = cuda::Driver::get();
   if (!cu.available())
-    throw RuntimeError("no usable CUDA driver: " + cu.unavailableReason());
+    throw NoDeviceError("no usable CUDA driver: " + cu.unavailableReason());
+}
+
+/// `launch`, once the driver is known to work: a rank without one should not join the job.
+const LaunchEnvironment &withDriver(const LaunchEnvironment &launch) {
+  requireDriver();
   return launch;
+}
+
+/// The launcher's job, once the driver is known to work: without a GPU, that is what to say.
+LaunchEnvironment detectWithDriver() {
+  requireDriver();
+  return detectLaunchEnvironment();
 }
 
 /// The CUDA device of a rank that did not choose one.
@@ -101,7 +111,7 @@ int defaultDevice(const cuda::Driver &cu, const ProcessGroup &group) {
   if (devices == 1)
     return 0; // the launcher gave each rank its own GPU (CUDA_VISIBLE_DEVICES)
   if (group.localRank() >= devices)
-    throw RuntimeError(fmt::format("local rank {} has no GPU of its own: this process sees {} "
+    throw NoDeviceError(fmt::format("local rank {} has no GPU of its own: this process sees {} "
                                    "GPUs; set MKC_DEVICE or CUDA_VISIBLE_DEVICES",
                                    group.localRank(), devices));
   return group.localRank();
@@ -205,8 +215,7 @@ Runtime::State::~State() {
   }
 }
 
-Runtime::Runtime(const RuntimeOptions &options)
-    : Runtime(detectLaunchEnvironment(), options) {}
+Runtime::Runtime(const RuntimeOptions &options) : Runtime(detectWithDriver(), options) {}
 
 Runtime::Runtime(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : state_(std::make_shared<State>(launch, options)) {}
@@ -223,8 +232,9 @@ void Runtime::barrier() { state_->group.store().barrier(); }
 
 SymmetricBuffer Runtime::allocate(std::size_t bytes) {
   State &state = *state_;
-  agree(state.group, "allocate", {"bytes"}, {std::to_string(bytes)},
-        bytes ? "" : "cannot allocate 0 bytes");
+  if (auto error = agree(state.group, "allocate", {"bytes"}, {std::to_string(bytes)},
+                         bytes ? "" : "cannot allocate 0 bytes"))
+    throw RuntimeError(*error);
   cuda::ContextScope scope(state.driver, state.context.context());
   return state.heap->allocate(bytes);
 }
@@ -281,7 +291,8 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
     std::optional<SymmetricBuffer> buffer = runtime->heap->find(pointer, argument.bytes);
     if (!buffer)
       throw RuntimeError(describe() + " must lie in symmetric memory, where peers write it: "
-                                      "allocate it with the runtime (Runtime::allocate)");
+                                      "allocate it from the runtime (Runtime::allocate, "
+                                      "mkc_symmetric_alloc, mkc.Runtime.empty)");
     return tensorRef(*buffer);
   }
   const cuda::Driver &cu = runtime->driver;
@@ -311,6 +322,16 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
 
 FusedOp Runtime::compile(const TileProgram &program, const std::vector<std::string> &shapes,
                          const std::string &smSplit) {
+  return compile([&] { return program; }, program.name, shapes, smSplit);
+}
+
+FusedOp Runtime::compileFile(const std::filesystem::path &path,
+                             const std::vector<std::string> &shapes, const std::string &smSplit) {
+  return compile([&] { return TileProgram::fromFile(path); }, path.string(), shapes, smSplit);
+}
+
+FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::string &name,
+                         const std::vector<std::string> &shapes, const std::string &smSplit) {
   State &runtime = *state_;
   const cuda::Driver &cu = runtime.driver;
   ProcessGroup &group = runtime.group;
@@ -324,8 +345,10 @@ FusedOp Runtime::compile(const TileProgram &program, const std::vector<std::stri
 
   cuda::ContextScope scope(cu, runtime.context.context());
   std::shared_ptr<const LoadedKernel> kernel;
+  TileProgram program;
   std::string failure;
   try {
+    program = read();
     if (group.nodeCount() > 1)
       throw RuntimeError(fmt::format("the job spans {} nodes; launches across nodes need the "
                                      "network proxy, which this runtime does not have yet",
@@ -344,8 +367,10 @@ FusedOp Runtime::compile(const TileProgram &program, const std::vector<std::stri
   } catch (const std::exception &error) {
     failure = error.what();
   }
-  agree(group, "compiling " + program.name, {"the program", "shapes", "the SM split"},
-        {program.text, fmt::format("{}", fmt::join(shapes, ",")), smSplit}, failure);
+  if (auto error =
+          agree(group, "compiling " + name, {"the program", "shapes", "the SM split"},
+                {program.text, fmt::format("{}", fmt::join(shapes, ",")), smSplit}, failure))
+    throw JitError(*error);
 
   auto op = std::make_shared<FusedOp::State>();
   op->runtime = state_;

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,6 +45,12 @@ namespace mkc {
 class RuntimeError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+/// No usable CUDA driver or GPU for this rank.
+class NoDeviceError : public RuntimeError {
+public:
+  using RuntimeError::RuntimeError;
 };
 
 struct RuntimeOptions {
@@ -92,9 +99,12 @@ public:
   /// `program` specialised for `shapes` ("M=8192"...), this job's topology (nodes x GPUs per
   /// node) and this rank, compiled through the JIT and loaded, with the buffers and flags it
   /// keeps allocated. Collective; if it fails on any rank, or ranks ask for different things,
-  /// every rank throws the same error, naming the rank.
+  /// every rank throws the same JitError, naming the rank.
   FusedOp compile(const TileProgram &program, const std::vector<std::string> &shapes,
                   const std::string &smSplit = "");
+  /// The same for the program in the file at `path`; a rank that cannot read it fails them all.
+  FusedOp compileFile(const std::filesystem::path &path, const std::vector<std::string> &shapes,
+                      const std::string &smSplit = "");
 
   /// Returns once every rank has called it as often as this one (host side only).
   void barrier();
@@ -104,6 +114,9 @@ public:
   struct State;
 
 private:
+  FusedOp compile(const std::function<TileProgram()> &read, const std::string &name,
+                  const std::vector<std::string> &shapes, const std::string &smSplit);
+
   std::shared_ptr<State> state_;
 };
 
