@@ -22,15 +22,26 @@ def library_program(name):
     return path
 
 
-def program_source(program):
-    """(text, name for diagnostics or None) of `program`: the text of a tile program (a str
-    containing "mk.program"), or the path (str or PathLike) of a .mlir file."""
-    if isinstance(program, str) and "mk.program" in program:
-        return program, None
+def is_program_text(program):
+    """Whether `program` is the text of a tile program (a str containing "mk.program") rather
+    than the path of a .mlir file."""
+    return isinstance(program, str) and "mk.program" in program
+
+
+def path(program):
+    """`program` (a str or PathLike) as a path string."""
     if isinstance(program, (str, os.PathLike)):
-        return pathlib.Path(program).read_text(encoding="utf-8"), os.fspath(program)
+        return os.fspath(program)
     raise TypeError(f"program must be a tile program's text or the path of a .mlir file, not "
                     f"{type(program).__name__}")
+
+
+def program_source(program):
+    """(text, name for diagnostics or None) of `program`: the text of a tile program, or the
+    path (str or PathLike) of a .mlir file."""
+    if is_program_text(program):
+        return program, None
+    return pathlib.Path(path(program)).read_text(encoding="utf-8"), path(program)
 
 
 def bindings(what, mapping, keywords=None):

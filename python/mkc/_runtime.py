@@ -140,12 +140,17 @@ class Runtime:
         on some rank, or if ranks ask for different things.
         """
         handle = self._live_handle()
-        text, name = _programs.program_source(program)
+        shapes = _programs.encode(_programs.bindings("shapes", shapes, shape_values))
+        split = _programs.encode(_programs.bindings("sm_split", sm_split))
         op = ctypes.POINTER(_capi.mkc_op)()
-        _capi.library().mkc_op_compile(
-            handle, _programs.encode(text), _programs.encode(name),
-            _programs.encode(_programs.bindings("shapes", shapes, shape_values)),
-            _programs.encode(_programs.bindings("sm_split", sm_split)), ctypes.byref(op))
+        if _programs.is_program_text(program):
+            _capi.library().mkc_op_compile(handle, _programs.encode(program), None, shapes, split,
+                                           ctypes.byref(op))
+        else:
+            # The runtime reads the file, so that a rank that cannot fails every rank, not only
+            # itself while the others wait for it.
+            _capi.library().mkc_op_compile_file(handle, _programs.encode(_programs.path(program)),
+                                                shapes, split, ctypes.byref(op))
         return FusedOp(self, op)
 
     def __repr__(self):
