@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""GEMM + AllReduce on one node, side by side: mkc's fused kernel against cuBLAS and NCCL.
+
+The row-parallel linear of tensor parallelism: rank r holds A_r = A[:, K_r] and B_r = B[K_r, :]
+(bf16) and every rank ends with C = sum_r A_r B_r. Timed in the same processes, the same way:
+
+  mkc         lib/gemm_allreduce.mlir, one persistent kernel, compiled by mkc's runtime
+  sequential  torch.matmul (cuBLAS), then torch.distributed.all_reduce (NCCL)
+  overlap     the GEMM in row chunks, each chunk's all-reduce on a second stream as soon as it
+              is computed; the fastest of 2, 4 and 8 chunks
+  gemm, allreduce  each alone, for the bound max(gemm, allreduce) that overlap can reach
+
+Each variant runs `--warmup` times, then `--iters` times back to back, each iteration between
+two CUDA events; the time is the median, taken on the slowest rank. Inputs rotate among as many
+sets as make 3x the L2 cache. The fused result is checked against the sequential one first.
+
+    python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--out DIR]
+
+starts itself under torch.distributed.run, one rank per GPU (--gpus), and writes
+gemm_allreduce.csv and gemm_allreduce.png to --out (default bench/results).
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+
+# NVLink multicast (NVLS) stays off on the shared GPU machines.
+for variable in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+    os.environ.setdefault(variable, "0" if variable == "NCCL_NVLS_ENABLE" else "1")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="2048,4096,8192,16384", help="values of M")
+    parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--k", type=int, default=8192, help="K over all ranks")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
+    parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    return parser.parse_args()
+
+
+def launch(arguments):
+    """Runs this script under torch.distributed.run, one rank per GPU."""
+    import torch
+
+    gpus = arguments.gpus or torch.cuda.device_count()
+    if gpus < 2:
+        sys.exit(f"gemm_allreduce: needs 2 or more GPUs, this machine has {gpus}")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={gpus}", __file__] + sys.argv[1:]
+    return subprocess.run(command).returncode
+
+
+class Bench:
+    """The timing shared by every variant, on this rank's current stream."""
+
+    def __init__(self, torch, dist, warmup, iters):
+        self.torch, self.dist = torch, dist
+        self.warmup, self.iters = warmup, iters
+
+    def median_ms(self, step):
+        """The median over ranks' slowest of `step(i)`'s time, iteration i back to back."""
+        torch = self.torch
+        for i in range(self.warmup):
+            step(i)
+        torch.cuda.synchronize()
+        self.dist.barrier()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.iters)]
+        for i, (start, stop) in enumerate(events):
+            start.record()
+            step(i)
+            stop.record()
+        torch.cuda.synchronize()
+        median = torch.tensor([statistics.median(s.elapsed_time(e) for s, e in events)],
+                              device="cuda")
+        self.dist.all_reduce(median, op=self.dist.ReduceOp.MAX)
+        return median.item()
+
+
+def rank_main(arguments):
+    import torch
+    import torch.distributed as dist
+
+    import mkc
+
+    runtime = mkc.Runtime(symmetric_bytes=8 << 30)
+    torch.cuda.set_device(runtime.device)
+    device = torch.device("cuda", runtime.device)
+    dist.init_process_group("nccl", device_id=device)
+    rank, world = runtime.rank, runtime.world_size
+    bench = Bench(torch, dist, arguments.warmup, arguments.iters)
+    properties = torch.cuda.get_device_properties(device)
+    n, k = arguments.n, arguments.k
+    k_rank = k // world
+    rows = []
+    for m in (int(size) for size in arguments.sizes.split(",")):
+        set_bytes = (m * k_rank + k_rank * n) * 2
+        sets = max(2, -(-3 * properties.L2_cache_size // set_bytes))
+        generator = torch.Generator(device=device).manual_seed(1000 * rank + m)
+        inputs = [(torch.randn(m, k_rank, device=device, dtype=torch.bfloat16,
+                               generator=generator),
+                   torch.randn(k_rank, n, device=device, dtype=torch.bfloat16,
+                               generator=generator)) for _ in range(sets)]
+        op = runtime.compile(mkc.library_program("gemm_allreduce"), M=m, N=n, K=k)
+        fused_c = runtime.empty((m, n), torch.bfloat16)
+        c = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+        stream = torch.cuda.current_stream()
+        communication = torch.cuda.Stream(device=device)
+
+        def fused(i):
+            a, b = inputs[i % sets]
+            op(a, b, fused_c, stream=stream)
+
+        def gemm(i):
+            a, b = inputs[i % sets]
+            torch.matmul(a, b, out=c)
+
+        def allreduce(i):
+            dist.all_reduce(c)
+
+        def sequential(i):
+            gemm(i)
+            dist.all_reduce(c)
+
+        def overlap(chunks):
+            def step(i):
+                a, b = inputs[i % sets]
+                # The chunks' all-reduces queue on the second stream, each after its GEMM.
+                for j in range(chunks):
+                    lo, hi = m * j // chunks, m * (j + 1) // chunks
+                    torch.matmul(a[lo:hi], b, out=c[lo:hi])
+                    communication.wait_stream(stream)
+                    with torch.cuda.stream(communication):
+                        dist.all_reduce(c[lo:hi])
+                stream.wait_stream(communication)
+            return step
+
+        # Correctness first: the fused result against cuBLAS + NCCL on the same inputs.
+        torch.cuda.synchronize()
+        fused(0)
+        sequential(0)
+        torch.cuda.synchronize()
+        result = fused_c.torch().float()
+        error = ((result - c.float()).norm() / c.float().norm()).item()
+        if not error < 1e-2:
+            raise SystemExit(f"rank {rank}: M={m}: the fused result is off by {error:.3g} "
+                             f"(relative to cuBLAS + NCCL)")
+
+        times = {"mkc": bench.median_ms(fused), "sequential": bench.median_ms(sequential),
+                 "gemm": bench.median_ms(gemm), "allreduce": bench.median_ms(allreduce)}
+        for chunks in (2, 4, 8):
+            times[f"overlap{chunks}"] = bench.median_ms(overlap(chunks))
+        best_chunks = min((2, 4, 8), key=lambda chunks: times[f"overlap{chunks}"])
+        times["overlap"] = times[f"overlap{best_chunks}"]
+        rows.append({"M": m, "N": n, "K": k, "ranks": world, "error": error,
+                     "overlap_chunks": best_chunks, **times})
+        if rank == 0:
+            print(f"M={m}: mkc {times['mkc']:.3f} ms, sequential {times['sequential']:.3f} ms, "
+                  f"overlap({best_chunks}) {times['overlap']:.3f} ms", flush=True)
+        op.close()
+        del inputs
+    if rank == 0:
+        report(rows, arguments.out, properties.name, world)
+    dist.barrier()
+    dist.destroy_process_group()
+    runtime.close()
+
+
+def report(rows, out, gpu, world):
+    """Writes the CSV and the plot, and prints the table with the ratios."""
+    os.makedirs(out, exist_ok=True)
+    columns = ["M", "N", "K", "ranks", "mkc", "sequential", "overlap", "overlap_chunks", "gemm",
+               "allreduce", "error"]
+    path = os.path.join(out, "gemm_allreduce.csv")
+    with open(path, "w", newline="") as file:
+        file.write(f"# {datetime.date.today()} {world} x {gpu}; times in ms (median)\n")
+        writer = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    print(f"\nGEMM+AllReduce, {world} x {gpu}, N={rows[0]['N']}, K={rows[0]['K']} (ms; "
+          f"ratio = baseline / mkc, > 1: mkc is faster)")
+    header = (f"{'M':>6} {'mkc':>8} {'seq':>8} {'overlap':>8} {'gemm':>8} {'AR':>8} "
+              f"{'seq/mkc':>8} {'ovl/mkc':>8} {'bound/mkc':>9} {'mkc TF/s':>9}")
+    print(header)
+    for row in rows:
+        bound = max(row["gemm"], row["allreduce"])
+        flops = 2 * row["M"] * row["N"] * row["K"] / row["ranks"]
+        print(f"{row['M']:>6} {row['mkc']:>8.3f} {row['sequential']:>8.3f} "
+              f"{row['overlap']:>8.3f} {row['gemm']:>8.3f} {row['allreduce']:>8.3f} "
+              f"{row['sequential'] / row['mkc']:>8.2f} {row['overlap'] / row['mkc']:>8.2f} "
+              f"{bound / row['mkc']:>9.2f} {flops / row['mkc'] / 1e9:>9.1f}")
+    print(f"\nwrote {path}")
+    plot(rows, os.path.join(out, "gemm_allreduce.png"), gpu, world)
+
+
+def plot(rows, path, gpu, world):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [row["M"] for row in rows]
+    figure, (times, ratios) = plt.subplots(1, 2, figsize=(11, 4))
+    for variant in ("mkc", "sequential", "overlap", "gemm", "allreduce"):
+        times.plot(sizes, [row[variant] for row in rows], marker="o", label=variant)
+    times.set(yscale="log", xlabel="M", ylabel="ms (median)",
+              title=f"GEMM+AllReduce, {world} x {gpu}")
+    for baseline in ("sequential", "overlap"):
+        ratios.plot(sizes, [row[baseline] / row["mkc"] for row in rows], marker="o",
+                    label=f"{baseline} / mkc")
+    ratios.axhline(1.0, color="gray", linewidth=0.8)
+    ratios.set(xlabel="M", ylabel="speed-up of mkc", title="> 1: mkc is faster")
+    for axes in (times, ratios):
+        axes.set_xscale("log", base=2)
+        axes.minorticks_off()
+        axes.set_xticks(sizes, [str(size) for size in sizes])
+        axes.legend()
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    arguments = parse_arguments()
+    sys.exit(rank_main(arguments) if "RANK" in os.environ else launch(arguments))
