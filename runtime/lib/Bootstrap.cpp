@@ -3,6 +3,7 @@
 #include "mk/runtime/Bootstrap.h"
 
 #include "mk/runtime/Log.h"
+#include "mk/runtime/UniqueFd.h"
 
 #include <fmt/format.h>
 
@@ -47,19 +48,6 @@ std::uint64_t fnv1a(std::string_view text) {
 
 std::string formatDuration(Timeout timeout) {
   return fmt::format("{:g} s", static_cast<double>(timeout.count()) / 1000);
-}
-
-/// "rank 3", "ranks 0-2, 5" for ascending ranks.
-std::string formatRanks(const std::vector<int> &ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t begin = 0, end; begin < ranks.size(); begin = end) {
-    for (end = begin + 1; end < ranks.size() && ranks[end] == ranks[end - 1] + 1; ++end) {
-    }
-    text += begin ? ", " : "";
-    text += end - begin == 1 ? std::to_string(ranks[begin])
-                             : fmt::format("{}-{}", ranks[begin], ranks[end - 1]);
-  }
-  return text;
 }
 
 //===----------------------------------------------------------------------===//
@@ -289,6 +277,18 @@ Environment processEnvironment() {
   return environment;
 }
 
+std::string formatRanks(std::span<const int> ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t begin = 0, end; begin < ranks.size(); begin = end) {
+    for (end = begin + 1; end < ranks.size() && ranks[end] == ranks[end - 1] + 1; ++end) {
+    }
+    text += begin ? ", " : "";
+    text += end - begin == 1 ? std::to_string(ranks[begin])
+                             : fmt::format("{}-{}", ranks[begin], ranks[end - 1]);
+  }
+  return text;
+}
+
 std::string_view launcherName(Launcher launcher) {
   switch (launcher) {
   case Launcher::Explicit:
@@ -491,28 +491,6 @@ Bytes reply(Admission admission, std::string_view reason) {
       .take();
 }
 
-/// A descriptor this object owns and closes.
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd &operator=(Fd &&other) noexcept {
-    Fd(std::move(other)).swap(*this);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
-private:
-  void swap(Fd &other) noexcept { std::swap(fd_, other.fd_); }
-  int fd_ = -1;
-};
-
 void setNoDelay(int socket) {
   int on = 1; // the protocol's messages are small and each waits for an answer
   ::setsockopt(socket, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
@@ -597,14 +575,14 @@ std::string peerName(const sockaddr_storage &address, socklen_t length) {
                                        : fmt::format("{}:{}", host, service);
 }
 
-Fd listenAt(const Rendezvous &rendezvous) {
+UniqueFd listenAt(const Rendezvous &rendezvous) {
   std::string problem;
   AddressList addresses = resolve(rendezvous.address, rendezvous.port, problem);
   if (!addresses)
     throw BootstrapError(fmt::format("rank 0 cannot listen for the store: {}", problem));
   int error = 0;
   for (const addrinfo *address = addresses.get(); address; address = address->ai_next) {
-    Fd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    UniqueFd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                        address->ai_protocol));
     if (!socket) {
       error = errno;
@@ -628,10 +606,10 @@ Fd listenAt(const Rendezvous &rendezvous) {
 
 /// One attempt at each of the master's addresses: a connected socket, or null with `problem`
 /// saying why none answered.
-Fd connectOnce(const Rendezvous &rendezvous, Deadline deadline, std::string &problem) {
+UniqueFd connectOnce(const Rendezvous &rendezvous, Deadline deadline, std::string &problem) {
   AddressList addresses = resolve(rendezvous.address, rendezvous.port, problem);
   for (const addrinfo *address = addresses.get(); address; address = address->ai_next) {
-    Fd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    UniqueFd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                        address->ai_protocol));
     if (!socket) {
       problem = errorText(errno);
@@ -658,7 +636,7 @@ Fd connectOnce(const Rendezvous &rendezvous, Deadline deadline, std::string &pro
     setNoDelay(socket.get());
     return socket;
   }
-  return Fd();
+  return UniqueFd();
 }
 
 } // namespace
@@ -693,7 +671,7 @@ private:
   enum class RankState { Absent, Joined, Left, Dead };
 
   struct Connection {
-    Fd socket;
+    UniqueFd socket;
     std::string peer;
     Deadline helloDeadline;
     std::optional<int> rank; // once admitted
@@ -723,7 +701,7 @@ private:
       // Closing every connection tells the ranks now, rather than at their timeouts.
       log::error("store: the service thread failed: {}", error.what());
       connections_.clear();
-      listener_ = Fd();
+      listener_ = UniqueFd();
     }
   }
 
@@ -778,7 +756,7 @@ private:
     for (;;) {
       sockaddr_storage address{};
       socklen_t length = sizeof address;
-      Fd socket(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&address), &length,
+      UniqueFd socket(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&address), &length,
                           SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!socket) {
         if (errno == EINTR || errno == ECONNABORTED)
@@ -1088,8 +1066,8 @@ private:
   const int worldSize_;
   const std::uint64_t tokenHash_;
   const Timeout flushTimeout_;
-  Fd listener_;
-  Fd wakeup_;
+  UniqueFd listener_;
+  UniqueFd wakeup_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<RankState> ranks_;
   std::vector<Connection *> rankConnections_; // null while a rank is not connected
@@ -1246,7 +1224,7 @@ private:
   const int rank_;
   const int worldSize_;
   const std::string endpoint_;
-  Fd socket_;
+  UniqueFd socket_;
   std::uint64_t nextSequence_ = 0;
   std::optional<std::string> failure_;
 };

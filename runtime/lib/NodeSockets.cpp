@@ -20,20 +20,6 @@
 
 namespace mkc {
 
-UniqueFd &UniqueFd::operator=(UniqueFd &&other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0)
-    ::close(fd_);
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -24,6 +24,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mk/runtime/Bootstrap.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,6 +57,7 @@ extern char **environ;
 
 namespace {
 
+using mkc::formatRanks;
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
@@ -146,19 +149,6 @@ template <typename... Args>
 std::string signalName(int signal) {
   const char *abbreviation = sigabbrev_np(signal);
   return abbreviation ? fmt::format("SIG{}", abbreviation) : fmt::format("signal {}", signal);
-}
-
-/// "rank 3", "ranks 0-2, 5" for ascending ranks.
-std::string formatRanks(const std::vector<int> &ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t begin = 0, end; begin < ranks.size(); begin = end) {
-    for (end = begin + 1; end < ranks.size() && ranks[end] == ranks[end - 1] + 1; ++end) {
-    }
-    text += begin ? ", " : "";
-    text += end - begin == 1 ? std::to_string(ranks[begin])
-                             : fmt::format("{}-{}", ranks[begin], ranks[end - 1]);
-  }
-  return text;
 }
 
 //===----------------------------------------------------------------------===//

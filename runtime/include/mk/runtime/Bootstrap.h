@@ -62,6 +62,9 @@ enum class Launcher { Explicit, Torchrun, Slurm, OpenMpi };
 /// "MKC_* variables", "torchrun", "srun", "mpirun (Open MPI)".
 std::string_view launcherName(Launcher launcher);
 
+/// "rank 3", "ranks 0-2, 5" for ascending ranks: how errors name them.
+std::string formatRanks(std::span<const int> ranks);
+
 using Timeout = std::chrono::milliseconds;
 
 /// Where and how the ranks of a job meet.

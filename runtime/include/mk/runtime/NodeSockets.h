@@ -20,6 +20,8 @@
 #ifndef MK_RUNTIME_NODESOCKETS_H
 #define MK_RUNTIME_NODESOCKETS_H
 
+#include "mk/runtime/UniqueFd.h"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -28,24 +30,6 @@
 #include <vector>
 
 namespace mkc {
-
-/// A file descriptor this object owns and closes.
-class UniqueFd {
-public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd &&other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd &operator=(UniqueFd &&other) noexcept;
-  ~UniqueFd();
-  UniqueFd(const UniqueFd &) = delete;
-  UniqueFd &operator=(const UniqueFd &) = delete;
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
-private:
-  int fd_ = -1;
-};
 
 /// What a rank sent in NodeSockets::exchangeFds: its descriptor and the size of what it refers to.
 struct PeerFd {
