@@ -136,8 +136,6 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
       throw RuntimeError("MKC_DEVICE=" + *value + " is not a device ordinal");
     options.device = device;
   }
-  if (const std::string *value = variable("MKC_CACHE_DIR"); value && !value->empty())
-    options.cacheDirectory = *value;
   return options;
 }
 

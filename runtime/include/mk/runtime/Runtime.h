@@ -60,6 +60,7 @@ struct RuntimeOptions {
   std::size_t flagWords = std::size_t(1) << 20;
   /// The CUDA device of this rank; unset: the local rank, or 0 if the process sees one GPU.
   std::optional<int> device;
+  /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
