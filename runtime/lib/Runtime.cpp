@@ -86,21 +86,17 @@ int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute 
   return value;
 }
 
-void requireDriver() {
+/// The driver, if it works: a rank without one has nothing to say but that.
+const cuda::Driver &availableDriver() {
   const cuda::Driver &cu = cuda::Driver::get();
   if (!cu.available())
     throw NoDeviceError("no usable CUDA driver: " + cu.unavailableReason());
+  return cu;
 }
 
-/// `launch`, once the driver is known to work: a rank without one should not join the job.
-const LaunchEnvironment &withDriver(const LaunchEnvironment &launch) {
-  requireDriver();
-  return launch;
-}
-
-/// The launcher's job, once the driver is known to work: without a GPU, that is what to say.
+/// The launcher's job, once the driver is known to work.
 LaunchEnvironment detectWithDriver() {
-  requireDriver();
+  availableDriver();
   return detectLaunchEnvironment();
 }
 
@@ -147,7 +143,7 @@ struct Runtime::State {
   State(const LaunchEnvironment &launch, const RuntimeOptions &options);
   ~State();
 
-  const cuda::Driver &driver = cuda::Driver::get();
+  const cuda::Driver &driver = availableDriver(); // before joining the job
   // Members are destroyed in reverse: the heap (closed in ~State), then the JIT's modules, the
   // context, and last the process group, whose store the others no longer need.
   ProcessGroup group;
@@ -160,7 +156,7 @@ struct Runtime::State {
 };
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
-    : group(withDriver(launch)),
+    : group(launch),
       device(options.device ? *options.device : defaultDevice(driver, group)),
       context(driver, device),
       smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
