@@ -147,7 +147,7 @@ struct Grid {
   unsigned x = 1, y = 1;
 };
 
-/// Launches `kernel` with MK_CTA_THREADS threads per CTA and the dynamic shared memory its
+/// Launches `kernel` with MK_TEAM_THREADS threads per CTA and the dynamic shared memory its
 /// `<kernel>_smem` constant names (or `smem`), on the default stream, without waiting.
 template <typename... Args>
 void launchAsync(const Module &module, const std::string &kernel, Grid grid, int smem,
@@ -155,7 +155,7 @@ void launchAsync(const Module &module, const std::string &kernel, Grid grid, int
   CUfunction function = module.function(kernel);
   CU(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
   void *params[] = {static_cast<void *>(&args)...};
-  CU(cuLaunchKernel(function, grid.x, grid.y, 1, MK_CTA_THREADS, 1, 1, smem, nullptr, params,
+  CU(cuLaunchKernel(function, grid.x, grid.y, 1, MK_TEAM_THREADS, 1, 1, smem, nullptr, params,
                     nullptr));
 }
 

@@ -321,6 +321,10 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   Value inRole = arith::AndIOp::create(
       b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
+  // The tile library's collectives run on a team of MK_TEAM_THREADS threads; the rest of the
+  // CTA only has work under the GEMM engine (lowerEngineRole).
+  inRole = arith::AndIOp::create(
+      b, loc, inRole, call(b, loc, b.getI1Type(), "mk::team_member", {}).getResult(0));
   auto branch = scf::IfOp::create(b, loc, inRole, /*withElseRegion=*/false);
   Block *then = branch.thenBlock();
   then->getOperations().splice(then->begin(), role.getBody().front().getOperations());

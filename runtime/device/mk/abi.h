@@ -10,14 +10,20 @@
 #ifndef MK_ABI_H
 #define MK_ABI_H
 
-#define MK_ABI_VERSION 2
+#define MK_ABI_VERSION 3
 
-/* Threads of every CTA of a generated persistent kernel. */
-#define MK_CTA_THREADS 256
+/* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
+ * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
+#define MK_CTA_THREADS 384
+/* Threads that run the tile library's collectives together (its "team"): the engine's consumers,
+ * or threads 0-255 of a CTA without an engine. */
+#define MK_TEAM_THREADS 256
 /* GPUs of one node a kernel can address through peer mappings. */
 #define MK_MAX_GPUS_PER_NODE 8
 /* Tensors a program can use: its arguments, then its mk.buffer allocations, in program order. */
 #define MK_MAX_TENSORS 16
+/* TMA tensor maps one kernel can take. */
+#define MK_MAX_TENSOR_MAPS 12
 
 typedef unsigned int mk_u32;
 typedef unsigned long long mk_u64;
@@ -72,8 +78,37 @@ typedef struct mk_proxy_queue {
   mk_u32 reserved;
 } mk_proxy_queue;
 
+/* A TMA tensor map (CUtensorMap, built by cuTensorMapEncodeTiled): opaque, 128 bytes, 64-byte
+ * aligned. Kernels take them by value in their __grid_constant__ parameter, as TMA requires. */
+typedef struct mk_tensor_map {
+#ifdef __cplusplus
+  alignas(64)
+#else
+  _Alignas(64)
+#endif
+      mk_u64 opaque[16];
+} mk_tensor_map;
+
+/* What the runtime builds tensor map i of a kernel from: the generated module lists them as
+ * `<kernel>_tensor_maps[]`. The map covers tensor `tensor` of this rank (gpu == MK_MAP_LOCAL) or
+ * of GPU `gpu` of this node, whose extents, innermost (contiguous) first, are dims[0..rank); a
+ * copy moves a box[0..rank) block through shared memory swizzled in `swizzle_bytes` (0, 32, 64
+ * or 128) rows. Elements beyond the extents read as zeros and are never written. */
+#define MK_MAP_LOCAL 0xffffffffu
+#define MK_MAP_MAX_RANK 5
+typedef struct mk_tensor_map_spec {
+  mk_u32 tensor;
+  mk_u32 gpu;
+  mk_u32 element_bytes;
+  mk_u32 rank;
+  mk_u64 dims[MK_MAP_MAX_RANK];
+  mk_u32 box[MK_MAP_MAX_RANK];
+  mk_u32 swizzle_bytes;
+} mk_tensor_map_spec;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
+  mk_tensor_map maps[MK_MAX_TENSOR_MAPS];   /* first: their alignment is the struct's */
   mk_tensor_ref tensors[MK_MAX_TENSORS];
   mk_u32 *flags;                             /* this rank's flag region */
   mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE];  /* the flag regions of the GPUs of this node */
@@ -94,7 +129,11 @@ static_assert(sizeof(void *) == 8, "64-bit only");
 static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_proxy_command) == 64, "mk_proxy_command layout");
 static_assert(sizeof(mk_proxy_queue) == 32, "mk_proxy_queue layout");
-static_assert(sizeof(mk_kernel_args) == 72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 24,
+static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
+static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
+static_assert(sizeof(mk_kernel_args) ==
+                  128 * MK_MAX_TENSOR_MAPS +
+                      ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 24 + 63) / 64 * 64),
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");
 #endif

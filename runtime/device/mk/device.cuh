@@ -8,7 +8,8 @@
 //
 //   mk/device/tile.cuh   register tiles: splat, convert, arithmetic, activations, load, store,
 //                        accumulate
-//   mk/device/gemm.cuh   matmul: one output tile on the tensor cores
+//   mk/device/gemm.cuh   matmul: one output tile on the tensor cores (mma.sync, any layout)
+//   mk/device/gemm_engine.cuh  the warp-specialized TMA + wgmma engine (sm_90a)
 //   mk/device/comm.cuh   copies to peers, signal / wait on flags, the host proxy queue
 //
 //===----------------------------------------------------------------------------------===//
@@ -19,6 +20,7 @@
 #include "mk/abi.h"
 #include "mk/device/comm.cuh"
 #include "mk/device/gemm.cuh"
+#include "mk/device/gemm_engine.cuh"
 #include "mk/device/tile.cuh"
 
 #endif // MK_DEVICE_CUH

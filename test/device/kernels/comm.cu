@@ -3,7 +3,7 @@
 
 extern __shared__ __align__(128) unsigned char mk_smem[];
 
-#define MK_KERNEL extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)
+#define MK_KERNEL extern "C" __global__ void __launch_bounds__(MK_TEAM_THREADS, 1)
 
 // The dynamic shared memory of copy_region_bulk, for the host to read with cuModuleGetGlobal.
 extern "C" __constant__ int copy_region_bulk_smem = mk::copy_region_bulk_smem_bytes();
@@ -28,12 +28,12 @@ MK_KERNEL signal_wait(float *data, int count, mk_u32 *flag, mk_u32 epoch, float 
   if (blockIdx.x == producer) {
     for (int i = 0; i < 100; ++i)
       __nanosleep(1000);
-    for (int i = threadIdx.x; i < count; i += MK_CTA_THREADS)
+    for (int i = threadIdx.x; i < count; i += MK_TEAM_THREADS)
       data[i] = float(i) + float(epoch);
     mk::signal(flag);
   } else {
     mk::wait(flag, epoch);
-    for (int i = threadIdx.x; i < count; i += MK_CTA_THREADS)
+    for (int i = threadIdx.x; i < count; i += MK_TEAM_THREADS)
       out[i] = data[i];
   }
 }

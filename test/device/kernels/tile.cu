@@ -4,7 +4,7 @@
 
 extern __shared__ __align__(128) unsigned char mk_smem[];
 
-#define MK_KERNEL extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)
+#define MK_KERNEL extern "C" __global__ void __launch_bounds__(MK_TEAM_THREADS, 1)
 // The dynamic shared memory kernel `name` needs, for the host to read with cuModuleGetGlobal.
 #define MK_SMEM(name, ...) extern "C" __constant__ int name##_smem = __VA_ARGS__;
 

@@ -57,6 +57,7 @@ namespace mkc::cuda {
   X(cuLaunchKernel, 4000)                                                                          \
   X(cuLaunchKernelEx, 11060)                                                                       \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                             \
+  X(cuTensorMapEncodeTiled, 12000)                                                                 \
   X(cuPointerGetAttribute, 4000)                                                                   \
   X(cuMemGetInfo, 3020)                                                                            \
   X(cuMemAlloc, 3020)                                                                              \

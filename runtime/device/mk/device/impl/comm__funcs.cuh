@@ -18,12 +18,12 @@ __device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *d
   const bool aligned = detail::vector_aligned(src, src_ld) && detail::vector_aligned(dst, dst_ld);
   const int row_chunks = (cols + Vector::kSize - 1) / Vector::kSize;
   const int chunks = rows * row_chunks;
-  for (int first = threadIdx.x; first < chunks; first += kUnroll * MK_CTA_THREADS) {
+  for (int first = team_thread(); first < chunks; first += kUnroll * MK_TEAM_THREADS) {
     int row[kUnroll], col[kUnroll];
     Vector v[kUnroll];
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
-      const int index = first + i * MK_CTA_THREADS;
+      const int index = first + i * MK_TEAM_THREADS;
       row[i] = index / row_chunks;
       col[i] = (index - row[i] * row_chunks) * Vector::kSize;
       if (index < chunks)
@@ -32,7 +32,7 @@ __device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *d
     }
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i)
-      if (first + i * MK_CTA_THREADS < chunks)
+      if (first + i * MK_TEAM_THREADS < chunks)
         detail::store_chunk(dst + row[i] * dst_ld + col[i], v[i], min(cols - col[i], Vector::kSize),
                             aligned);
   }
@@ -78,16 +78,16 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
   // Every thread's earlier ordinary accesses (to this shared memory, to the source) come before
   // the bulk-copy engine's.
   ptx::fence_proxy_async();
-  if (threadIdx.x == 0) {
+  if (team_thread() == 0) {
     for (int s = 0; s < Staging::kSlots; ++s)
       ptx::mbarrier_init(barrier(s), 1);
     ptx::fence_mbarrier_init();
   }
-  __syncthreads();
+  team_sync();
 
   // One warp drives the engine; its lanes issue the per-row copies of a batch.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
+  if (team_thread() < 32) {
+    const int lane = team_thread();
     const auto load = [&](int b) {
       const detail::BulkBatch batch = batch_at(b);
       if (lane == 0)
@@ -126,31 +126,35 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
       for (int s = 0; s < Staging::kSlots; ++s)
         ptx::mbarrier_inval(barrier(s));
   }
-  __syncthreads();
+  team_sync();
 }
 
 __device__ __forceinline__ void signal(mk_u32 *flag) {
   // The barrier orders every thread's writes before thread 0's release, and release is
   // cumulative: a waiter that acquires the new count sees them all.
-  __syncthreads();
-  if (threadIdx.x == 0)
+  // The engine's tile stores are bulk copies issued by team thread 0: they complete first.
+  team_sync();
+  if (team_thread() == 0) {
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
     ptx::red_add_release_sys(flag, 1);
+  }
 }
 
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
-  if (threadIdx.x == 0) {
+  if (team_thread() == 0) {
     detail::Backoff backoff;
     // Counters never reset and may wrap: compare the signed distance.
     while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
       backoff.pause();
   }
-  __syncthreads();
+  team_sync();
 }
 
 __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
                                           const mk_proxy_command &command) {
-  __syncthreads();
-  if (threadIdx.x != 0)
+  team_sync();
+  if (team_thread() != 0)
     return;
   const mk_u64 slot = atomicAdd(q.head, 1ull);
   // The proxy hands slots back in order; ours is free once the one capacity before it is.

@@ -41,7 +41,7 @@ template <typename Op, bool kForB>
 __device__ __forceinline__ void load_operand_fragment(mk_u32 (&fragment)[4], mk_u32 stage, int mn0,
                                                       int k0) {
   // Lane l addresses row l % 8 of matrix l / 8.
-  const int lane = threadIdx.x % 32, matrix = lane / 8;
+  const int lane = team_thread() % 32, matrix = lane / 8;
   const int mn_half = kForB ? matrix / 2 : matrix % 2, k_half = kForB ? matrix % 2 : matrix / 2;
   if constexpr (Op::kKContiguous)
     ptx::ldmatrix_x4(fragment,
@@ -56,7 +56,7 @@ template <typename OpA, typename OpB, int BM, int BN>
 __device__ __forceinline__ void multiply_stage(Tile<float, BM, BN> &acc, mk_u32 a_stage,
                                                mk_u32 b_stage) {
   using Layout = TileLayout<BM, BN>;
-  const int warp = threadIdx.x / 32;
+  const int warp = team_thread() / 32;
   const int warp_m0 = warp / Layout::kWarpsN * Layout::kWarpRows;
   const int warp_n0 = warp % Layout::kWarpsN * Layout::kWarpCols;
 #pragma unroll
@@ -119,14 +119,14 @@ __device__ __forceinline__ Tile<float, BM, BN> matmul(const T *A, long long lda,
     ptx::cp_async_wait<kStages - 2>();
     // Slice k_tile is visible to all warps, and all are done with the stage refilled next (the
     // one multiplied in the previous iteration).
-    __syncthreads();
+    team_sync();
     if (k_tile + kStages - 1 < k_tiles)
       load_slice(k_tile + kStages - 1);
     ptx::cp_async_commit();
     detail::multiply_stage<OpA, OpB>(acc, a_stage(k_tile % kStages), b_stage(k_tile % kStages));
   }
   ptx::cp_async_wait<0>();
-  __syncthreads();
+  team_sync();
   return acc;
 }
 

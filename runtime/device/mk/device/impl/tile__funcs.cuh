@@ -161,7 +161,7 @@ __device__ __forceinline__ void store_chunk(T *to, const Vector<T> &v, int valid
 template <int kChunks, int kRowChunks, typename F>
 __device__ __forceinline__ void for_each_chunk(F f) {
 #pragma unroll 1
-  for (int index = threadIdx.x; index < kChunks; index += MK_CTA_THREADS)
+  for (int index = team_thread(); index < kChunks; index += MK_TEAM_THREADS)
     f(index / kRowChunks, index % kRowChunks);
 }
 
@@ -173,8 +173,8 @@ __device__ __forceinline__ TileCopy<T, kRows, kCols> plan_tile_copy(const T *src
                                                                     int rows, int cols) {
   using Copy = TileCopy<T, kRows, kCols>;
   Copy copy;
-  copy.row0 = threadIdx.x / Copy::Smem::kRowChunks;
-  copy.chunk = threadIdx.x % Copy::Smem::kRowChunks;
+  copy.row0 = team_thread() / Copy::Smem::kRowChunks;
+  copy.chunk = team_thread() % Copy::Smem::kRowChunks;
   copy.src = src + copy.row0 * ld + copy.chunk * Vector<T>::kSize;
   copy.row_step = Copy::kRowStep * ld;
   copy.rows_left = rows - copy.row0;
@@ -275,9 +275,9 @@ __device__ __forceinline__ Tile<T, R, C> load_tile(const T *src, long long ld, i
                              detail::valid_in_chunk<T>(row, chunk, rows, cols), false);
     });
   }
-  __syncthreads();
+  team_sync();
   const Tile<T, R, C> t = detail::fragments_from_smem<T, R, C>(staging);
-  __syncthreads();
+  team_sync();
   return t;
 }
 
@@ -287,7 +287,7 @@ __device__ __forceinline__ void store_tile(const Tile<T, R, C> &t, T *dst, long 
   using Smem = detail::TileSmem<T, R, C>;
   unsigned char *staging = static_cast<unsigned char *>(smem);
   detail::fragments_to_smem(t, staging);
-  __syncthreads();
+  team_sync();
   const bool aligned = detail::vector_aligned(dst, ld);
   detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
     const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
@@ -297,7 +297,7 @@ __device__ __forceinline__ void store_tile(const Tile<T, R, C> &t, T *dst, long 
       detail::store_chunk(dst + row * ld + chunk * detail::Vector<T>::kSize, v, valid, aligned);
     }
   });
-  __syncthreads();
+  team_sync();
 }
 
 namespace detail {
@@ -323,7 +323,7 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
   // Chunks per thread per pass: enough loads in flight to cover memory latency, few enough
   // registers to accumulate them.
   constexpr int kPassChunks = 8;
-  constexpr int kThreadChunks = Source::kChunks / MK_CTA_THREADS;
+  constexpr int kThreadChunks = Source::kChunks / MK_TEAM_THREADS;
   static_assert(kThreadChunks % kPassChunks == 0 || kPassChunks % kThreadChunks == 0,
                 "whole passes");
   constexpr int kBatch = detail::min_of(kPassChunks, kThreadChunks);
@@ -336,7 +336,7 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
     float sum[kBatch][Vector::kSize];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int index = threadIdx.x + (pass * kBatch + i) * MK_CTA_THREADS;
+      const int index = team_thread() + (pass * kBatch + i) * MK_TEAM_THREADS;
       row[i] = index / Source::kRowChunks;
       col[i] = index % Source::kRowChunks * Vector::kSize;
       valid[i] = detail::valid_in_chunk<T>(row[i], col[i] / Vector::kSize, rows, cols);
@@ -362,9 +362,9 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
         *reinterpret_cast<float4 *>(staging + Staging::element(row[i], col[i] + e)) =
             make_float4(sum[i][e], sum[i][e + 1], sum[i][e + 2], sum[i][e + 3]);
   }
-  __syncthreads();
+  team_sync();
   const Tile<float, R, C> t = detail::fragments_from_smem<float, R, C>(staging);
-  __syncthreads();
+  team_sync();
   return t;
 }
 

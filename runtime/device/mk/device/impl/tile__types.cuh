@@ -4,6 +4,7 @@
 #define MK_DEVICE_IMPL_TILE_TYPES_CUH
 
 #include "mk/abi.h"
+#include "mk/device/impl/ptx__funcs.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,8 +18,8 @@ using f16 = __half;
 enum class Reduce { sum, max, min };
 
 /// Warps of a CTA; every collective function is written for exactly this many threads.
-constexpr int kCtaWarps = MK_CTA_THREADS / 32;
-static_assert(MK_CTA_THREADS % 32 == 0, "whole warps");
+constexpr int kTeamWarps = MK_TEAM_THREADS / 32;
+static_assert(MK_TEAM_THREADS % 32 == 0, "whole warps");
 
 /// Dynamic shared memory one CTA can have on sm_90 (227 KiB).
 constexpr int kMaxSmemBytes = 227 * 1024;
@@ -38,11 +39,11 @@ __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 /// tile in whole 16x16 blocks: the least shared-memory traffic per mma in matmul. 0: none fits.
 __host__ __device__ constexpr int warp_grid_rows(int rows, int cols) {
   int best = 0;
-  for (int warp_rows = 1; warp_rows <= kCtaWarps; warp_rows *= 2) {
-    const int warp_cols = kCtaWarps / warp_rows;
+  for (int warp_rows = 1; warp_rows <= kTeamWarps; warp_rows *= 2) {
+    const int warp_cols = kTeamWarps / warp_rows;
     if (rows % (16 * warp_rows) != 0 || cols % (16 * warp_cols) != 0)
       continue;
-    if (best == 0 || rows / warp_rows + cols / warp_cols < rows / best + cols / (kCtaWarps / best))
+    if (best == 0 || rows / warp_rows + cols / warp_cols < rows / best + cols / (kTeamWarps / best))
       best = warp_rows;
   }
   return best;
@@ -59,15 +60,15 @@ template <int R, int C> struct TileLayout {
   static constexpr int kWarpsM = detail::warp_grid_rows(R, C);
   static_assert(kWarpsM != 0, "a tile must split into 16x16 blocks over the CTA's 8 warps "
                               "(R and C multiples of 16, R * C >= 2048)");
-  static constexpr int kWarpsN = kCtaWarps / kWarpsM;
+  static constexpr int kWarpsN = kTeamWarps / kWarpsM;
   static constexpr int kWarpRows = R / kWarpsM;
   static constexpr int kWarpCols = C / kWarpsN;
   static constexpr int kFragmentRows = kWarpRows / 16; // m16 fragments per warp
   static constexpr int kFragmentCols = kWarpCols / 8;  // n8 fragments per warp
   static constexpr int kPairs = kFragmentRows * kFragmentCols * 2;
 
-  static __device__ __forceinline__ int warp() { return threadIdx.x / 32; }
-  static __device__ __forceinline__ int lane() { return threadIdx.x % 32; }
+  static __device__ __forceinline__ int warp() { return team_thread() / 32; }
+  static __device__ __forceinline__ int lane() { return team_thread() % 32; }
 
   /// Tile row of this thread's pair `p`.
   static __device__ __forceinline__ int row(int p) {
@@ -121,9 +122,9 @@ template <typename T, int kRows, int kCols> struct TileSmem {
 /// compare and one cp.async per chunk.
 template <typename T, int kRows, int kCols> struct TileCopy {
   using Smem = TileSmem<T, kRows, kCols>;
-  static_assert(MK_CTA_THREADS % Smem::kRowChunks == 0 && Smem::kChunks % MK_CTA_THREADS == 0,
+  static_assert(MK_TEAM_THREADS % Smem::kRowChunks == 0 && Smem::kChunks % MK_TEAM_THREADS == 0,
                 "rows of at most 4 KiB, tiles of at least 4 KiB, in powers of two");
-  static constexpr int kRowStep = MK_CTA_THREADS / Smem::kRowChunks;
+  static constexpr int kRowStep = MK_TEAM_THREADS / Smem::kRowChunks;
   static constexpr int kCount = kRows / kRowStep;
 
   const T *src;       // this thread's first chunk of the next tile

@@ -1,0 +1,340 @@
+//===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
+//
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--csv FILE] [--cubin FILE]
+//
+// For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
+// row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
+// heuristic choice run in this process on the same random inputs, timed with CUDA events (warm-up,
+// then the median of --repeat runs). Each engine result is first checked against an f32 GPU
+// reference with C poisoned. --check checks without timing (the gpu/gemm-engine test).
+//
+//===----------------------------------------------------------------------------------===//
+
+#include "TestKernels.h"
+
+#include "mk/abi.h"
+#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/TensorMap.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using mkc::cuda::Driver;
+
+namespace {
+
+#define CU(call) MK_CU_CHECK(Driver::get(), call)
+
+void checkLt(cublasStatus_t status, const char *what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(status));
+}
+#define LT(call) checkLt(call, #call)
+
+struct Shape {
+  long long m, n, k;
+};
+
+struct Config {
+  const char *kernel;
+  int bn;
+  bool bKMajor;
+};
+const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false},
+                           {"gemm_bf16_256x3_kn", 256, false},
+                           {"gemm_bf16_128x6_kn", 128, false},
+                           {"gemm_bf16_256x4_nk", 256, true}};
+
+class Module {
+public:
+  explicit Module(const char *file, const char *cubinPath = nullptr) {
+    const mkc::nvrtc::Result result = mkc::test::compileKernels(file);
+    if (!result.ok)
+      throw std::runtime_error(std::string("NVRTC failed on ") + file + ":\n" + result.log);
+    if (cubinPath)
+      std::ofstream(cubinPath, std::ios::binary) << result.cubin;
+    CU(cuModuleLoadData(&module_, result.cubin.data()));
+  }
+  ~Module() { Driver::get().cuModuleUnload(module_); }
+  CUfunction function(const char *name) const {
+    CUfunction f;
+    CU(cuModuleGetFunction(&f, module_, name));
+    return f;
+  }
+  int constant(const std::string &name) const {
+    CUdeviceptr address;
+    size_t bytes;
+    CU(cuModuleGetGlobal(&address, &bytes, module_, name.c_str()));
+    int value;
+    CU(cuMemcpyDtoH(&value, address, sizeof value));
+    return value;
+  }
+
+private:
+  CUmodule module_ = nullptr;
+};
+
+struct Buffer {
+  explicit Buffer(size_t bytes) { CU(cuMemAlloc(&pointer, bytes)); }
+  ~Buffer() { Driver::get().cuMemFree(pointer); }
+  CUdeviceptr pointer = 0;
+};
+
+template <typename... Args>
+void launch(CUfunction f, unsigned grid, unsigned threads, unsigned smem, Args... args) {
+  void *params[] = {static_cast<void *>(&args)...};
+  CU(cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, smem, nullptr, params, nullptr));
+}
+
+mk_tensor_map map2d(CUdeviceptr base, long long inner, long long outer, unsigned boxInner,
+                    unsigned boxOuter) {
+  mk_tensor_map_spec spec{};
+  spec.element_bytes = 2;
+  spec.rank = 2;
+  spec.dims[0] = inner;
+  spec.dims[1] = outer;
+  spec.box[0] = boxInner;
+  spec.box[1] = boxOuter;
+  spec.swizzle_bytes = 128;
+  return mkc::encodeTensorMap(Driver::get(), spec, reinterpret_cast<const void *>(base));
+}
+
+/// Median milliseconds of `repeat` runs of `run` after 5 warm-up runs.
+template <typename F> double median(int repeat, F run) {
+  CUevent start, stop;
+  CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CU(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  for (int i = 0; i < 5; ++i)
+    run();
+  std::vector<float> ms;
+  for (int i = 0; i < repeat; ++i) {
+    CU(cuEventRecord(start, nullptr));
+    run();
+    CU(cuEventRecord(stop, nullptr));
+    CU(cuEventSynchronize(stop));
+    float elapsed;
+    CU(cuEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  Driver::get().cuEventDestroy(start);
+  Driver::get().cuEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+/// cuBLASLt's bf16 GEMM with f32 compute: row-major C = A B as column-major C^T = B^T A^T.
+class Lt {
+public:
+  Lt() { LT(cublasLtCreate(&handle_)); }
+  ~Lt() { cublasLtDestroy(handle_); }
+
+  void prepare(const Shape &s) {
+    release();
+    LT(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, s.n, s.k, s.n));
+    LT(cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, s.k, s.m, s.k));
+    LT(cublasLtMatrixLayoutCreate(&c_, CUDA_R_16BF, s.n, s.m, s.n));
+    cublasLtMatmulPreference_t preference;
+    LT(cublasLtMatmulPreferenceCreate(&preference));
+    size_t workspace = kWorkspace;
+    LT(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &workspace, sizeof workspace));
+    int found = 0;
+    LT(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, b_, a_, c_, c_, preference, 1, &heuristic_,
+                                      &found));
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (found == 0)
+      throw std::runtime_error("cuBLASLt has no algorithm for this shape");
+  }
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr workspace) {
+    const float one = 1, zero = 0;
+    LT(cublasLtMatmul(handle_, desc_, &one, reinterpret_cast<void *>(b), b_,
+                      reinterpret_cast<void *>(a), a_, &zero, reinterpret_cast<void *>(c), c_,
+                      reinterpret_cast<void *>(c), c_, &heuristic_.algo,
+                      reinterpret_cast<void *>(workspace), kWorkspace, nullptr));
+  }
+  static constexpr size_t kWorkspace = 32 << 20;
+
+private:
+  void release() {
+    if (desc_)
+      cublasLtMatmulDescDestroy(desc_);
+    for (cublasLtMatrixLayout_t layout : {a_, b_, c_})
+      if (layout)
+        cublasLtMatrixLayoutDestroy(layout);
+    desc_ = nullptr;
+    a_ = b_ = c_ = nullptr;
+  }
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic_{};
+};
+
+std::vector<Shape> parseShapes(const std::string &text) {
+  std::vector<Shape> shapes;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    Shape s{};
+    if (std::sscanf(item.c_str(), "%lldx%lldx%lld", &s.m, &s.n, &s.k) != 3 || s.m <= 0 ||
+        s.n <= 0 || s.k <= 0 || s.n % 8 || s.k % 8)
+      throw std::invalid_argument("bad shape '" + item +
+                                  "': want MxNxK, N and K multiples of 8 (16-byte rows)");
+    shapes.push_back(s);
+    if (end == std::string::npos)
+      break;
+    start = end + 1;
+  }
+  return shapes;
+}
+
+int run(int argc, char **argv) {
+  bool checkOnly = false;
+  int repeat = 30;
+  std::string shapesText = "8192x8192x8192,8192x8192x4096,4096x8192x4096,16384x8192x4096,"
+                           "8192x28672x4096,2048x8192x8192,3000x5000x4608";
+  const char *csvPath = nullptr, *cubinPath = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> const char * {
+      if (i + 1 >= argc)
+        throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--check")
+      checkOnly = true;
+    else if (arg == "--shapes")
+      shapesText = value();
+    else if (arg == "--repeat")
+      repeat = std::max(1, std::atoi(value()));
+    else if (arg == "--csv")
+      csvPath = value();
+    else if (arg == "--cubin")
+      cubinPath = value();
+    else
+      throw std::invalid_argument("unknown argument " + arg);
+  }
+  const std::vector<Shape> shapes = parseShapes(shapesText);
+
+  const Driver &driver = Driver::get();
+  if (!driver.available()) {
+    std::printf("SKIP: no CUDA driver: %s\n", driver.unavailableReason().c_str());
+    return 0;
+  }
+  mkc::cuda::PrimaryContext context(driver);
+  int sms = 0;
+  CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device()));
+  const Module engine("gemm_engine.cu", cubinPath), reference("reference.cu");
+  Lt lt;
+  Buffer workspace(Lt::kWorkspace);
+  std::FILE *csv = csvPath ? std::fopen(csvPath, "w") : nullptr;
+  if (csv)
+    std::fprintf(csv, "M,N,K,impl,ms,tflops,ratio_vs_cublaslt\n");
+
+  int failures = 0;
+  std::vector<double> bestRatios;
+  for (const Shape &s : shapes) {
+    const size_t aCount = s.m * s.k, bCount = s.k * s.n, cCount = s.m * s.n;
+    Buffer a(aCount * 2), b(bCount * 2), bt(bCount * 2), c(cCount * 2), want(cCount * 4),
+        stats(32);
+    launch(reference.function("fill_bf16"), 1024, 256, 0, a.pointer, s.m, s.k, 0ll, 0ll, s.k,
+           0x1234ull + s.m);
+    launch(reference.function("fill_bf16"), 1024, 256, 0, b.pointer, s.k, s.n, 0ll, 0ll, s.n,
+           0x5678ull + s.n);
+    launch(engine.function("transpose_16"), 1024, 256, 0, b.pointer, bt.pointer, s.k, s.n);
+    {
+      int m = int(s.m), n = int(s.n), k = int(s.k);
+      void *params[] = {&a.pointer, &b.pointer, &want.pointer, &m, &n, &k};
+      CU(cuLaunchKernel(reference.function("gemm_f32"), unsigned((s.n + 63) / 64),
+                        unsigned((s.m + 63) / 64), 1, 256, 1, 1, 0, nullptr, params, nullptr));
+    }
+    CU(cuCtxSynchronize());
+    const double flops = 2.0 * s.m * s.n * s.k;
+    double cublasMs = 0;
+    if (!checkOnly) {
+      lt.prepare(s);
+      cublasMs = median(repeat, [&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
+      std::printf("%6lld x %6lld x %6lld  cuBLASLt          %8.3f ms  %6.1f TFLOP/s\n", s.m, s.n,
+                  s.k, cublasMs, flops / cublasMs / 1e9);
+      if (csv)
+        std::fprintf(csv, "%lld,%lld,%lld,cublaslt,%.5f,%.1f,1.0\n", s.m, s.n, s.k, cublasMs,
+                     flops / cublasMs / 1e9);
+    }
+    double best = 0;
+    for (const Config &config : kConfigs) {
+      const CUfunction f = engine.function(config.kernel);
+      const int smem = engine.constant(std::string(config.kernel) + "_smem");
+      CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+      const mk_tensor_map aMap = map2d(a.pointer, s.k, s.m, 64, 128);
+      const mk_tensor_map bMap = config.bKMajor
+                                     ? map2d(bt.pointer, s.k, s.n, 64, unsigned(config.bn))
+                                     : map2d(b.pointer, s.n, s.k, 64, 64);
+      const mk_tensor_map cMap = map2d(c.pointer, s.n, s.m, 64, 128);
+      int m = int(s.m), n = int(s.n), k = int(s.k);
+      const auto go = [&] { launch(f, unsigned(sms), MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k); };
+      CU(cuMemsetD8(c.pointer, 0xff, cCount * 2)); // NaN: unwritten elements fail
+      go();
+      CU(cuCtxSynchronize());
+      CU(cuMemsetD8(stats.pointer, 0, 32));
+      CUdeviceptr bad = stats.pointer, first = stats.pointer + 8, maxBits = stats.pointer + 16;
+      long long count = static_cast<long long>(cCount);
+      float atol = 0.02f, rtol = 1.0f / 64;
+      launch(reference.function("compare_bf16"), 1024, 256, 0, c.pointer, want.pointer, count,
+             atol, rtol, bad, first, maxBits);
+      unsigned long long host[3];
+      CU(cuMemcpyDtoH(host, stats.pointer, sizeof host));
+      float maxError;
+      unsigned bits = unsigned(host[2]);
+      std::memcpy(&maxError, &bits, sizeof maxError);
+      const bool ok = host[0] == 0;
+      failures += !ok;
+      std::printf("%s %s %lldx%lldx%lld: %llu of %zu elements off (max error %.4g)\n",
+                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, host[0], cCount, maxError);
+      if (checkOnly || !ok)
+        continue;
+      const double ms = median(repeat, go);
+      const double ratio = cublasMs / ms;
+      best = std::max(best, ratio);
+      std::printf("%6lld x %6lld x %6lld  %-18s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n", s.m,
+                  s.n, s.k, config.kernel, ms, flops / ms / 1e9, ratio);
+      if (csv)
+        std::fprintf(csv, "%lld,%lld,%lld,%s,%.5f,%.1f,%.4f\n", s.m, s.n, s.k, config.kernel, ms,
+                     flops / ms / 1e9, ratio);
+    }
+    if (!checkOnly)
+      bestRatios.push_back(best);
+  }
+  if (!bestRatios.empty()) {
+    double logSum = 0;
+    for (double r : bestRatios)
+      logSum += std::log(r);
+    std::printf("best engine configuration vs cuBLASLt: geometric mean %.3f, min %.3f\n",
+                std::exp(logSum / bestRatios.size()),
+                *std::min_element(bestRatios.begin(), bestRatios.end()));
+  }
+  if (csv)
+    std::fclose(csv);
+  return failures ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "mkc-gemm-bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,104 @@
+//===- mk/device/gemm_engine.cuh - warp-specialized persistent GEMM on TMA and wgmma --===//
+//
+// The compute engine of generated kernels on sm_90a. A CTA of MK_CTA_THREADS threads splits into
+// a producer warpgroup (threads 0-127), whose one thread streams the operands of each output tile
+// into a kStages-deep shared-memory ring with TMA, and two consumer warpgroups (threads 128-383,
+// the tile library's team), which multiply them with wgmma, 64 rows each, and write the finished
+// tile through shared memory with TMA stores. The ring's stages complete on mbarriers: `full`
+// when a stage's bytes have landed, `empty` when every consumer warp is done reading it.
+//
+// The engine does not choose tiles: producer and consumers walk the same sequence of tiles (the
+// order the compiler chose), each in its own loop, so the producer runs ahead into the next
+// tiles while the consumers finish the current one. What a consumer does after gemm_store (a
+// signal, a copy to a peer) is the tile's completion hook: the tile is in memory by then.
+//
+//   mk::GemmEngine<Config> engine(mk_smem);           // every thread of the CTA
+//   if (mk::gemm_is_producer()) {
+//     mk::gemm_producer_begin(engine);
+//     for (tile : tiles) mk::gemm_load(engine, &a_map, &b_map, m0, n0, k_blocks);
+//   } else {
+//     mk::gemm_consumer_begin(engine);
+//     for (tile : tiles) {
+//       mk::GemmAccumulator<Config> acc = mk::gemm_mma(engine, k_blocks);
+//       mk::gemm_store<mk::bf16>(engine, acc, &c_map, n0, m0);
+//       ... hook: signal, wait ...
+//     }
+//     mk::gemm_finish(engine);
+//   }
+//
+// Operands: A is [M x K] (K contiguous); B is [K x N] (N contiguous) or, with kBKMajor, [N x K];
+// their tensor maps use 128-byte swizzle with boxes {64, 128} for A and {64, 64} ({64, BN} when
+// K-major) for B. The output map's box is {64, 128} (one 64-column chunk of the tile), also
+// 128-byte swizzled. TMA reads zeros beyond the tensors' extents and never writes there, so any
+// M, N and K work.
+//
+//===----------------------------------------------------------------------------------===//
+
+#ifndef MK_DEVICE_GEMM_ENGINE_CUH
+#define MK_DEVICE_GEMM_ENGINE_CUH
+
+#include "mk/device/impl/ptx__funcs.cuh"
+#include "mk/device/impl/tile__types.cuh"
+
+namespace mk {
+
+/// The engine's static shape: 128 x BN output tiles, K in 64-element slices through a
+/// kStages-deep ring, operands of T (bf16 or f16), B [N x K] with kBKMajor, else [K x N].
+template <typename T, int BN, int kStages, bool kBKMajor> struct GemmConfig;
+
+/// Dynamic shared memory the engine of Config needs (the ring, the epilogue's staging, the
+/// mbarriers, and slack to align the ring to 1 KiB as the 128-byte swizzle requires).
+template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes();
+
+/// The deepest ring of 64-element K slices that fits a CTA's shared memory next to the epilogue.
+template <typename T, int BN> __host__ __device__ constexpr int gemm_max_stages();
+
+/// One consumer thread's part of a finished 128 x BN f32 tile (wgmma's fragment layout).
+template <typename Config> struct GemmAccumulator;
+
+/// The ring and its pipeline position, as one thread sees it. Construct it with every thread of
+/// the CTA (it initialises the mbarriers and synchronises the CTA); then producer and consumers
+/// each advance their own copy in step.
+template <typename Config> class GemmEngine;
+
+/// Whether this thread is in the producer warpgroup.
+__device__ __forceinline__ bool gemm_is_producer();
+
+/// Hands registers from the producer warpgroup to the consumers; called first in each branch.
+template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e);
+template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
+
+/// Producer: streams A[m0 .. m0+128, 0 .. 64 k_blocks) and the matching B panel of columns
+/// n0 .. n0+BN into the ring.
+template <typename Config>
+__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                          const mk_tensor_map *b, int m0, int n0, int k_blocks);
+
+/// Producer: waits until `*flag` >= `target` (wrap-safe) before the loads that follow, which then
+/// see what was written before the signals it counts.
+template <typename Config>
+__device__ __forceinline__ void gemm_wait(GemmEngine<Config> &e, const mk_u32 *flag, mk_u32 target);
+
+/// Consumers: the product of the next tile's k_blocks slices (k_blocks >= 1).
+template <typename Config>
+__device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks);
+
+/// Consumers: converts `acc` to Out (bf16 or f16) and stores it at (c0, c1[, c2]) of `map`
+/// (innermost first: the tile's first column, its first row, then outer coordinates), 64
+/// columns at a time through TMA stores issued by team thread 0. The stores are complete, and
+/// published, before that thread's next signal (mk::signal waits for them).
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                           const mk_tensor_map *map, int c0, int c1);
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                           const mk_tensor_map *map, int c0, int c1, int c2);
+
+/// Consumers, after their last tile: waits for the outstanding stores, which read shared memory.
+template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e);
+
+} // namespace mk
+
+#include "mk/device/impl/gemm_engine__funcs.cuh"
+
+#endif // MK_DEVICE_GEMM_ENGINE_CUH

@@ -1,0 +1,257 @@
+//===- mk/device/impl/gemm_engine__funcs.cuh - the GEMM engine's pipeline -------------===//
+
+#ifndef MK_DEVICE_IMPL_GEMM_ENGINE_FUNCS_CUH
+#define MK_DEVICE_IMPL_GEMM_ENGINE_FUNCS_CUH
+
+#include "mk/device/impl/ptx__funcs.cuh"
+#include "mk/device/impl/tile__types.cuh"
+
+namespace mk {
+
+template <typename T_, int BN_, int kStages_, bool kBKMajor_> struct GemmConfig {
+  using T = T_;
+  static constexpr int BM = 128, BN = BN_, BK = 64, kStages = kStages_;
+  static constexpr bool kBKMajor = kBKMajor_;
+  static_assert(sizeof(T) == 2, "16-bit operands (bf16, f16)");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "BN: a wgmma N of 64, 128 or 256");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+
+  // A stage: A as 128 rows of 64 K (128 bytes, swizzled), then B as BN rows of 64 K (K-major)
+  // or BN / 64 blocks of 64 K rows by 64 N (MN-major). Every piece starts on 1 KiB.
+  static constexpr int kABytes = BM * BK * 2;
+  static constexpr int kBBytes = BN * BK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // The epilogue stages 64-column chunks of the tile (128 rows of 128 bytes), double-buffered.
+  static constexpr int kChunkBytes = BM * 128;
+  static constexpr int kEpilogueOffset = kStages * kStageBytes;
+  static constexpr int kBarriersOffset = kEpilogueOffset + 2 * kChunkBytes;
+  static constexpr int kBytes = 1024 + kBarriersOffset + 2 * kStages * 8;
+
+  // wgmma reads 16 K (32 bytes of a K-major row, or 16 rows of an MN-major block) at a time.
+  static constexpr int kMmaPerStage = BK / 16;
+  static constexpr int kConsumerWarps = 8;
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+};
+
+template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes() {
+  return Config::kBytes;
+}
+
+template <typename T, int BN> __host__ __device__ constexpr int gemm_max_stages() {
+  using Two = GemmConfig<T, BN, 2, false>;
+  const int stages = (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) /
+                     (Two::kStageBytes + 16);
+  return stages < 8 ? stages : 8;
+}
+
+template <typename Config> struct GemmAccumulator {
+  float d[Config::BN / 2];
+};
+
+template <typename Config> class GemmEngine {
+public:
+  __device__ explicit GemmEngine(void *smem)
+      : base_((ptx::smem_address(smem) + 1023) & ~1023u), stage_(0), phase_(0), chunk_(0) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < Config::kStages; ++s) {
+        ptx::mbarrier_init(full(s), 1);
+        ptx::mbarrier_init(empty(s), Config::kConsumerWarps);
+      }
+      ptx::fence_mbarrier_init();
+    }
+    __syncthreads();
+  }
+
+  __device__ mk_u32 a(int s) const { return base_ + s * Config::kStageBytes; }
+  __device__ mk_u32 b(int s) const { return a(s) + Config::kABytes; }
+  __device__ mk_u32 chunk(int i) const {
+    return base_ + Config::kEpilogueOffset + i * Config::kChunkBytes;
+  }
+  __device__ mk_u32 full(int s) const { return base_ + Config::kBarriersOffset + s * 8; }
+  __device__ mk_u32 empty(int s) const { return full(Config::kStages + s); }
+
+  __device__ int stage() const { return stage_; }
+  __device__ mk_u32 phase() const { return phase_; }
+  __device__ void advance() {
+    if (++stage_ == Config::kStages) {
+      stage_ = 0;
+      phase_ ^= 1;
+    }
+  }
+  /// The epilogue buffer for the next chunk; they alternate.
+  __device__ int next_chunk() { return chunk_++ & 1; }
+
+private:
+  mk_u32 base_;
+  int stage_;
+  mk_u32 phase_;
+  int chunk_;
+};
+
+__device__ __forceinline__ bool gemm_is_producer() { return threadIdx.x < 128; }
+
+template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &) {
+  ptx::setmaxnreg_dec<Config::kProducerRegisters>();
+}
+
+template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
+  ptx::setmaxnreg_inc<Config::kConsumerRegisters>();
+}
+
+template <typename Config>
+__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                          const mk_tensor_map *b, int m0, int n0, int k_blocks) {
+  if (threadIdx.x != 0)
+    return;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = e.stage();
+    // A fresh barrier counts as having completed the phase before its first: the first pass
+    // over the ring does not wait.
+    ptx::mbarrier_wait(e.empty(s), e.phase() ^ 1);
+    ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageBytes);
+    const int k0 = kb * Config::BK;
+    ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
+    if constexpr (Config::kBKMajor) {
+      ptx::tma_load(e.b(s), b, k0, n0, e.full(s));
+    } else {
+#pragma unroll
+      for (int j = 0; j < Config::BN / 64; ++j)
+        ptx::tma_load(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s));
+    }
+    e.advance();
+  }
+}
+
+template <typename Config>
+__device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *flag, mk_u32 target) {
+  if (threadIdx.x != 0)
+    return;
+  while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
+    __nanosleep(64);
+  // TMA reads through the async proxy: order them after the acquire.
+  ptx::fence_proxy_async();
+}
+
+namespace detail {
+
+/// The wgmma descriptors of slice `kk` (16 K) of stage `s` for consumer warpgroup `wg`.
+template <typename Config>
+__device__ __forceinline__ mk_u64 a_descriptor(const GemmEngine<Config> &e, int s, int wg, int kk) {
+  return ptx::wgmma_descriptor(e.a(s) + wg * 64 * 128 + kk * 32, 16, 1024);
+}
+template <typename Config>
+__device__ __forceinline__ mk_u64 b_descriptor(const GemmEngine<Config> &e, int s, int kk) {
+  if constexpr (Config::kBKMajor)
+    return ptx::wgmma_descriptor(e.b(s) + kk * 32, 16, 1024);
+  // MN-major: 8-K groups of 128-byte rows 1 KiB apart, 64-column blocks one block (64 K rows)
+  // apart.
+  return ptx::wgmma_descriptor(e.b(s) + kk * 16 * 128, Config::BK * 128, 1024);
+}
+
+template <typename Config> __device__ __forceinline__ void release(const GemmEngine<Config> &e, int s) {
+  if (threadIdx.x % 32 == 0)
+    ptx::mbarrier_arrive(e.empty(s));
+}
+
+template <typename Out> struct PairOfOut;
+template <> struct PairOfOut<bf16> {
+  static __device__ __forceinline__ mk_u32 pack(float x, float y) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const mk_u32 *>(&v);
+  }
+};
+template <> struct PairOfOut<f16> {
+  static __device__ __forceinline__ mk_u32 pack(float x, float y) {
+    const __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const mk_u32 *>(&v);
+  }
+};
+
+/// Writes this thread's fragments of 64-column chunk `c` into `buffer` (128 rows of 128 bytes,
+/// 128-byte swizzled, as the output map expects), then hands the buffer to TMA.
+template <typename Out, typename Config, typename Store>
+__device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                             Store store) {
+  const int wg = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int row = wg * 64 + warp * 16 + lane / 4;
+#pragma unroll
+  for (int c = 0; c < Config::BN / 64; ++c) {
+    const mk_u32 buffer = e.chunk(e.next_chunk());
+    // The buffer's previous store (two chunks ago) has read it.
+    if (team_thread() == 0)
+      ptx::bulk_wait_read<1>();
+    team_sync();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int f = 8 * c + j; // the n8 fragment
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row + 8 * half;
+        const mk_u32 offset = r * 128 + ((j ^ (r % 8)) << 4) + (lane % 4) * 4;
+        const mk_u32 packed = PairOfOut<Out>::pack(acc.d[4 * f + 2 * half], acc.d[4 * f + 2 * half + 1]);
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(buffer + offset), "r"(packed) : "memory");
+      }
+    }
+    ptx::fence_proxy_async_shared();
+    team_sync();
+    if (team_thread() == 0) {
+      store(64 * c, buffer);
+      ptx::bulk_commit();
+    }
+  }
+}
+
+} // namespace detail
+
+template <typename Config>
+__device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks) {
+  GemmAccumulator<Config> acc;
+  const int wg = threadIdx.x / 128 - 1;
+  int previous = 0;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = e.stage();
+    ptx::mbarrier_wait(e.full(s), e.phase());
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Config::kMmaPerStage; ++kk)
+      ptx::Wgmma<typename Config::T, Config::BN>::template run<!Config::kBKMajor>(
+          acc.d, detail::a_descriptor(e, s, wg, kk), detail::b_descriptor(e, s, kk),
+          kb > 0 || kk > 0);
+    ptx::wgmma_commit();
+    // Keep one stage's wgmma in flight; the one before it has finished reading its stage.
+    if (kb > 0) {
+      ptx::wgmma_wait<1>();
+      detail::release(e, previous);
+    }
+    previous = s;
+    e.advance();
+  }
+  ptx::wgmma_wait<0>();
+  detail::release(e, previous);
+  return acc;
+}
+
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                           const mk_tensor_map *map, int c0, int c1) {
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+    ptx::tma_store(map, c0 + column, c1, buffer);
+  });
+}
+
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                           const mk_tensor_map *map, int c0, int c1, int c2) {
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+    ptx::tma_store(map, c0 + column, c1, c2, buffer);
+  });
+}
+
+template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &) {
+  if (team_thread() == 0)
+    ptx::bulk_wait_all();
+}
+
+} // namespace mk
+
+#endif // MK_DEVICE_IMPL_GEMM_ENGINE_FUNCS_CUH

@@ -1,0 +1,63 @@
+// The GEMM engine (mk/device/gemm_engine.cuh) as a plain persistent GEMM: C = A * B on one CTA
+// per SM, tiles walked in bands of 8 tile rows so that concurrent CTAs share operands in L2.
+// Compiled by NVRTC in DeviceCompileTest (resources, SASS) and by mkc-gemm-bench (checks, timing
+// against cuBLASLt).
+#include "mk/device.cuh"
+
+extern __shared__ __align__(128) unsigned char mk_smem[];
+
+template <typename Config, typename Out>
+__device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
+                                     const mk_tensor_map &c, int M, int N, int K) {
+  constexpr int kBand = 8;
+  const int tiles_m = (M + 127) / 128, tiles_n = (N + Config::BN - 1) / Config::BN;
+  const int tiles = tiles_m * tiles_n, k_blocks = (K + 63) / 64;
+  const auto origin = [&](int t, int &m0, int &n0) {
+    const int band = t / (kBand * tiles_n), first = band * kBand;
+    const int rows = min(kBand, tiles_m - first), in_band = t % (kBand * tiles_n);
+    m0 = (first + in_band % rows) * 128;
+    n0 = in_band / rows * Config::BN;
+  };
+  mk::GemmEngine<Config> engine(mk_smem);
+  if (mk::gemm_is_producer()) {
+    mk::gemm_producer_begin(engine);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int m0, n0;
+      origin(t, m0, n0);
+      mk::gemm_load(engine, &a, &b, m0, n0, k_blocks);
+    }
+  } else {
+    mk::gemm_consumer_begin(engine);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int m0, n0;
+      origin(t, m0, n0);
+      const mk::GemmAccumulator<Config> acc = mk::gemm_mma(engine, k_blocks);
+      mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+    }
+    mk::gemm_finish(engine);
+  }
+}
+
+// gemm_<T>_<BN>x<stages>_<B layout: kn = [K x N], nk = [N x K]>, and its shared memory.
+#define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR)                                                  \
+  extern "C" __constant__ int name##_smem =                                                        \
+      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR>>();                               \
+  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)                                  \
+      name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
+           const __grid_constant__ mk_tensor_map c, int M, int N, int K) {                         \
+    gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR>, T>(a, b, c, M, N, K);                             \
+  }
+
+GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false)
+GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false)
+GEMM_KERNEL(gemm_bf16_256x4_nk, mk::bf16, 256, 4, true)
+GEMM_KERNEL(gemm_bf16_128x6_kn, mk::bf16, 128, 6, false)
+GEMM_KERNEL(gemm_f16_64x8_kn, mk::f16, 64, 8, false)
+
+// out [cols x rows] = in [rows x cols]^T, for the [N x K] operand.
+extern "C" __global__ void transpose_16(const unsigned short *in, unsigned short *out,
+                                        long long rows, long long cols) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < rows * cols;
+       i += (long long)gridDim.x * blockDim.x)
+    out[(i % cols) * rows + i / cols] = in[i];
+}
