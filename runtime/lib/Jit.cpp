@@ -416,6 +416,18 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
     launch_.argumentTypes = parseArgumentTypes(types.substr(0, types.find('\0')));
     if (launch_.argumentTypes.size() != static_cast<size_t>(launch_.arguments))
       throw JitError(kernel + "_argument_types does not describe every argument");
+    const int maps = readScalar<int>(kernel, "tensor_map_count");
+    if (maps > MK_MAX_TENSOR_MAPS)
+      throw JitError(kernel + " takes " + std::to_string(maps) + " tensor maps, more than " +
+                     std::to_string(MK_MAX_TENSOR_MAPS) + " (MK_MAX_TENSOR_MAPS)");
+    if (maps > 0)
+      launch_.tensorMaps = readArray<mk_tensor_map_spec>(kernel, "tensor_maps");
+    if (launch_.tensorMaps.size() != static_cast<size_t>(maps))
+      throw JitError(kernel + "_tensor_maps does not list every tensor map");
+    for (const mk_tensor_map_spec &spec : launch_.tensorMaps)
+      if (spec.tensor >= launch_.tensorBytes.size() ||
+          (spec.gpu != MK_MAP_LOCAL && spec.gpu >= MK_MAX_GPUS_PER_NODE))
+        throw JitError(kernel + "_tensor_maps names a tensor or GPU the kernel does not have");
     std::string advance = kernel + "_advance_epoch";
     driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
                   ("cuModuleGetFunction(" + advance + ")").c_str());

@@ -1,6 +1,7 @@
 //===- Runtime.cpp - the runtime an application embeds ----------------------===//
 
 #include "mk/runtime/Runtime.h"
+#include "mk/runtime/TensorMap.h"
 
 #include "mk/runtime/Log.h"
 
@@ -255,6 +256,8 @@ struct FusedOp::State {
   mutable std::mutex checkedMutex;
   mutable std::vector<void *> checkedPointers;
   mutable std::vector<mk_tensor_ref> checkedReferences;
+  /// The tensor maps over them (and the op's buffers).
+  mutable std::vector<mk_tensor_map> checkedMaps;
 
   mk_tensor_ref reference(int index, void *pointer) const;
 };
@@ -416,10 +419,19 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
       std::vector<mk_tensor_ref> references;
       for (std::size_t i = 0; i < pointers.size(); ++i)
         references.push_back(op.reference(static_cast<int>(i), pointers[i]));
+      std::copy(references.begin(), references.end(), parameter.tensors);
+      std::vector<mk_tensor_map> maps;
+      for (const mk_tensor_map_spec &spec : op.kernel->launch().tensorMaps) {
+        const mk_tensor_ref &tensor = parameter.tensors[spec.tensor];
+        const void *base = spec.gpu == MK_MAP_LOCAL ? tensor.local : tensor.peer[spec.gpu];
+        maps.push_back(encodeTensorMap(cu, spec, base));
+      }
       op.checkedPointers.assign(pointers.begin(), pointers.end());
       op.checkedReferences = std::move(references);
+      op.checkedMaps = std::move(maps);
     }
     std::copy(op.checkedReferences.begin(), op.checkedReferences.end(), parameter.tensors);
+    std::copy(op.checkedMaps.begin(), op.checkedMaps.end(), parameter.maps);
   }
 
   const LaunchParameters &launch = op.kernel->launch();

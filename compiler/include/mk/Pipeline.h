@@ -35,8 +35,9 @@ struct PipelineOptions {
 /// flags) to `pm`, which runs on a module.
 void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options);
 
-/// Adds the lowering of scheduled programs to EmitC.
-void buildEmitCPipeline(OpPassManager &pm);
+/// Adds the lowering of scheduled programs to EmitC; `gemmStages` overrides the GEMM engine's
+/// pipeline depth (0: the deepest that fits).
+void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages = 0);
 
 /// Prints a module lowered to EmitC as CUDA C++.
 LogicalResult printCuda(ModuleOp module, raw_ostream &os);

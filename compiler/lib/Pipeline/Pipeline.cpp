@@ -31,8 +31,10 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   programs.addPass(createCanonicalizerPass());
 }
 
-void buildEmitCPipeline(OpPassManager &pm) {
-  pm.addPass(createMkLowerToEmitC());
+void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages) {
+  MkLowerToEmitCOptions lowering;
+  lowering.gemmStages = gemmStages;
+  pm.addPass(createMkLowerToEmitC(lowering));
   // Folds single-use arithmetic into the expressions that use it: fewer temporaries in the C++.
   pm.addPass(emitc::createFormExpressionsPass());
 }

@@ -21,9 +21,12 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <set>
 #include <variant>
 
 namespace mlir::mk {
@@ -57,6 +60,33 @@ struct KernelLayout {
   /// runtime checks what callers pass against it.
   std::string argumentTypes;
   uint32_t symmetricTensors = 0;
+  /// The TMA tensor maps the kernel takes, as mk_tensor_map_spec initialisers (mk/abi.h).
+  std::vector<std::string> tensorMaps;
+  /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block).
+  SmallVector<Value> engines;
+  /// The engine's ring depth, or 0 for the deepest that fits.
+  int64_t gemmStages = 0;
+
+  /// The index of the map over tensor `index` (of `type`) held by this rank (no `gpu`) or by GPU
+  /// `gpu` of the node, moving `box` (innermost first) through 128-byte swizzled shared memory.
+  int64_t tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
+                    ArrayRef<int64_t> box) {
+    std::string spec;
+    llvm::raw_string_ostream os(spec);
+    int64_t rank = type.getRank();
+    os << "{" << index << ", " << (gpu ? std::to_string(*gpu) : "MK_MAP_LOCAL") << ", "
+       << type.getElementType().getIntOrFloatBitWidth() / 8 << ", " << rank << ", {";
+    for (int64_t d = rank - 1; d >= 0; --d)
+      os << type.getLocalExtent(d, mesh) << "ull" << (d ? ", " : "");
+    os << "}, {";
+    llvm::interleaveComma(box, os);
+    os << "}, 128}";
+    auto found = llvm::find(tensorMaps, spec);
+    if (found != tensorMaps.end())
+      return found - tensorMaps.begin();
+    tensorMaps.push_back(spec);
+    return tensorMaps.size() - 1;
+  }
 };
 
 std::string elementName(Type type) {
@@ -175,6 +205,67 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
   return UnrealizedConversionCastOp::create(b, loc, b.getIndexType(), v).getResult(0);
 }
 
+//===----------------------------------------------------------------------===//
+// The GEMM engine
+//===----------------------------------------------------------------------===//
+
+/// What a role's split gave an op: "load" or "mma" (a matmul of the producer or the consumers),
+/// "elide" (the conversion the engine's store does), "store", "producer" (a producer's wait).
+constexpr StringLiteral kEngineAttr = "mk.engine";
+
+/// The engine's configuration (mk::GemmConfig's arguments) for `matmul`, if it can run there:
+/// 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile
+/// whose one use is a conversion to 16 bits that only stores and puts to a GPU of the node use
+/// (rank 2 or 3 destinations); the matmul directly in a tile loop whose body has no other tile
+/// work, only index arithmetic, nested loops and branches, waits and signals.
+std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
+  TileType tile = matmul.getResult().getType();
+  DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
+  Type element = lhs.getElementType();
+  int64_t bn = tile.getShape()[1];
+  if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
+      lhs.getRank() != 2 || rhs.getRank() != 2 || tile.getShape()[0] != 128 ||
+      !llvm::is_contained({64, 128, 256}, bn) || matmul.getLhsWholeDims()[0] != 1 ||
+      !matmul->hasOneUse())
+    return std::nullopt;
+  auto convert = dyn_cast<ConvertOp>(*matmul->user_begin());
+  if (!convert)
+    return std::nullopt;
+  Type out = convert.getResult().getType().getElementType();
+  if (!(out.isBF16() || out.isF16()))
+    return std::nullopt;
+  for (Operation *user : convert->getUsers()) {
+    DistTensorType dest;
+    if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
+      dest = store.getDest().getType();
+    else if (auto put = dyn_cast<PutOp>(user);
+             put && put.getScope() == PeerScope::gpu && put.getWholeDims().empty())
+      dest = put.getDest().getType();
+    else
+      return std::nullopt;
+    if (dest.getRank() < 2 || dest.getRank() > 3)
+      return std::nullopt;
+  }
+  auto loop = dyn_cast<scf::ForOp>(matmul->getParentOp());
+  if (!loop)
+    return std::nullopt;
+  WalkResult other = loop.getBody()->walk([&](Operation *op) {
+    bool tileWork = llvm::any_of(op->getResultTypes(), llvm::IsaPred<TileType>);
+    if (op == matmul || op == convert || llvm::is_contained(convert->getUsers(), op) ||
+        isa<WaitOp, SignalOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
+        (isMemoryEffectFree(op) && !tileWork))
+      return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  if (other.wasInterrupted())
+    return std::nullopt;
+  std::string name = elementName(element);
+  std::string depth = stages > 0 ? std::to_string(stages)
+                                 : "mk::gemm_max_stages<" + name + ", " + std::to_string(bn) + ">()";
+  bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
+  return name + ", " + std::to_string(bn) + ", " + depth + ", " + (bKMajor ? "true" : "false");
+}
+
 class StructureLowering {
 public:
   StructureLowering(ProgramOp program, KernelLayout &layout)
@@ -185,6 +276,9 @@ public:
 
 private:
   LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
+  /// Splits a role's CTAs into the GEMM engine's producer and consumers (see the pass's
+  /// description); `config` is the engine's mk::GemmConfig arguments.
+  LogicalResult lowerEngineRole(scf::IfOp branch, ArrayRef<MatmulOp> matmuls, StringRef config);
   LogicalResult lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas);
   /// The coordinates of the tile at position `pos` of a grid with `counts` tiles per dim, in
   /// `order`, as index values.
@@ -321,10 +415,6 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   Value inRole = arith::AndIOp::create(
       b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
-  // The tile library's collectives run on a team of MK_TEAM_THREADS threads; the rest of the
-  // CTA only has work under the GEMM engine (lowerEngineRole).
-  inRole = arith::AndIOp::create(
-      b, loc, inRole, call(b, loc, b.getI1Type(), "mk::team_member", {}).getResult(0));
   auto branch = scf::IfOp::create(b, loc, inRole, /*withElseRegion=*/false);
   Block *then = branch.thenBlock();
   then->getOperations().splice(then->begin(), role.getBody().front().getOperations());
@@ -350,6 +440,115 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
       return failure();
     }
   }
+
+  // A role whose every matmul can run on the GEMM engine runs it with all MK_CTA_THREADS
+  // threads; any other runs the tile library on its team of MK_TEAM_THREADS.
+  SmallVector<MatmulOp> matmuls;
+  std::set<std::string> configs;
+  bool engine = true;
+  branch.getThenRegion().walk([&](MatmulOp matmul) {
+    matmuls.push_back(matmul);
+    if (std::optional<std::string> config = engineConfig(matmul, layout.gemmStages))
+      configs.insert(*config);
+    else
+      engine = false;
+  });
+  if (!matmuls.empty() && engine && configs.size() == 1)
+    return lowerEngineRole(branch, matmuls, *configs.begin());
+  // The team takes the registers of the warpgroup that has nothing to do.
+  Block *body = branch.thenBlock();
+  b.setInsertionPoint(body->getTerminator());
+  Operation *member = call(b, loc, b.getI1Type(), "mk::team_member", {});
+  auto team = scf::IfOp::create(b, loc, member->getResult(0), /*withElseRegion=*/true);
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::make_range(body->begin(), member->getIterator())))
+    op.moveBefore(team.thenBlock()->getTerminator());
+  OpBuilder teamBegin = OpBuilder::atBlockBegin(team.thenBlock());
+  call(teamBegin, loc, {}, "mk::team_begin", {});
+  OpBuilder idle(team.elseBlock()->getTerminator());
+  call(idle, loc, {}, "mk::team_idle", {});
+  return success();
+}
+
+LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<MatmulOp> matmuls,
+                                                 StringRef config) {
+  Location loc = branch.getLoc();
+  MLIRContext *context = branch.getContext();
+  Block *role = branch.thenBlock();
+  OpBuilder b = OpBuilder::atBlockBegin(role);
+  std::string engineType = ("mk::GemmEngine<mk::GemmConfig<" + config + ">>").str();
+  Operation *engineOp = call(b, loc, emitc::OpaqueType::get(context, engineType), engineType,
+                             {std::string("mk_smem")});
+  Value engine = engineOp->getResult(0);
+  layout.engines.push_back(engine);
+  layout.smemNeeds.push_back(("mk::gemm_smem_bytes<mk::GemmConfig<" + config + ">>()").str());
+
+  // The role's body becomes the consumers' branch; the producer's is a copy of it pruned to the
+  // tile loops' loads.
+  b.setInsertionPoint(role->getTerminator());
+  Value isProducer = call(b, loc, b.getI1Type(), "mk::gemm_is_producer", {}).getResult(0);
+  auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
+  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
+  for (Operation &op : llvm::make_early_inc_range(
+           llvm::make_range(std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
+    op.moveBefore(consumer->getTerminator());
+  OpBuilder pb(producer->getTerminator());
+  IRMapping copies;
+  for (Operation &op : consumer->without_terminator())
+    pb.clone(op, copies);
+
+  auto mark = [&](Operation *op, StringRef what) {
+    op->setAttr(kEngineAttr, StringAttr::get(context, what));
+  };
+  // Producer: each tile loop keeps what leads to its matmul (index arithmetic, the waits for its
+  // operands), which becomes the loads; everything else goes.
+  SmallVector<Operation *> producerOps =
+      llvm::map_to_vector(producer->without_terminator(), [](Operation &op) { return &op; });
+  for (Operation *op : llvm::reverse(producerOps)) {
+    auto loop = dyn_cast<scf::ForOp>(op);
+    MatmulOp matmul;
+    if (loop)
+      for (MatmulOp candidate : loop.getBody()->getOps<MatmulOp>())
+        matmul = candidate;
+    if (!matmul) {
+      if (!isMemoryEffectFree(op))
+        op->erase();
+      continue;
+    }
+    Block *body = loop.getBody();
+    while (body->getTerminator()->getPrevNode() != matmul)
+      body->getTerminator()->getPrevNode()->erase();
+    for (Operation &before : llvm::make_early_inc_range(llvm::reverse(*body))) {
+      if (&before == matmul || isa<scf::YieldOp>(before) || isMemoryEffectFree(&before))
+        continue;
+      if (isa<WaitOp>(before) && before.getBlock() == body)
+        mark(&before, "producer");
+      else
+        before.erase();
+    }
+    mark(matmul, "load");
+  }
+  // Consumers: the waits before each matmul are the producer's; the matmul, its conversion and
+  // stores go to the engine.
+  for (MatmulOp matmul : matmuls) {
+    for (Operation *op = matmul->getPrevNode(); op;) {
+      Operation *previous = op->getPrevNode();
+      if (isa<WaitOp>(op))
+        op->erase();
+      op = previous;
+    }
+    mark(matmul, "mma");
+    Operation *convert = *matmul->user_begin();
+    mark(convert, "elide");
+    for (Operation *store : convert->getUsers())
+      mark(store, "store");
+  }
+  OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
+  call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
+  OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
+  call(consumerBegin, loc, {}, "mk::gemm_consumer_begin", {engine});
+  OpBuilder end(consumer->getTerminator());
+  call(end, loc, {}, "mk::gemm_finish", {engine});
   return success();
 }
 
@@ -528,7 +727,15 @@ struct Address {
   int64_t ld = 1;     // elements between rows of the tile
   Value rows, cols;   // the valid part of the tile
   int64_t tileRows = 1, tileCols = 1;
+  SmallVector<Value> start; // the first element along each dim
 };
+
+/// The engine's accumulator behind the casts the conversion puts between it and the tile types.
+Value engineAccumulator(Value value) {
+  while (auto cast = value.getDefiningOp<UnrealizedConversionCastOp>())
+    value = cast.getInputs().front();
+  return value;
+}
 
 template <typename OpT> class LoweringPattern : public OpConversionPattern<OpT> {
 public:
@@ -574,6 +781,7 @@ protected:
       start[d] = element;
       address.offset = a.add(address.offset, a.mul(element, strides[d]));
     }
+    address.start = start;
     auto valid = [&](int64_t d, int64_t extent) {
       bool whole = llvm::is_contained(wholeDims, d);
       int64_t size = whole ? local[d] : extent;
@@ -603,6 +811,24 @@ protected:
     if (gpu)
       return call(b, loc, ptr, "mk::at_peer", {tensor, gpu, offset}).getResult(0);
     return call(b, loc, ptr, "mk::at", {tensor, offset}).getResult(0);
+  }
+
+  /// The GEMM engine of the role `op` is in.
+  Value engineFor(Operation *op) const {
+    for (Value engine : layout.engines)
+      if (engine.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+        return engine;
+    llvm_unreachable("an op marked for the engine outside an engine role");
+  }
+  /// The engine's mk::GemmConfig arguments, from its type.
+  static std::string engineConfigOf(Value engine) {
+    StringRef type = cast<emitc::OpaqueType>(engine.getType()).getValue();
+    return type.drop_front(StringRef("mk::GemmEngine<mk::GemmConfig<").size()).drop_back(2).str();
+  }
+  /// A pointer to tensor map `index` (a size_t) of the launch.
+  Value tensorMapPointer(OpBuilder &b, Location loc, Operation *op, Value index) const {
+    auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
+    return call(b, loc, type, "mk::tensor_map", {kernelArgs(op), index}).getResult(0);
   }
 
   void needSmem(std::string expression) const {
@@ -705,10 +931,43 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     DistTensorType type = op.getDest().getType();
     Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
                                node, gpu);
+    if (op->hasAttr(kEngineAttr))
+      return storeFromEngine(op, adaptor, rewriter, at, peer);
     Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
     this->needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     call(rewriter, loc, {}, "mk::store_tile",
          {adaptor.getValue(), dst, std::to_string(at.ld), at.rows, at.cols, "mk_smem"});
+    rewriter.eraseOp(op);
+    return success();
+  }
+
+  /// The engine stores the tile through TMA, 64 columns by 128 rows at a time; to a peer through
+  /// that peer's map (one per GPU of the node, consecutive).
+  LogicalResult storeFromEngine(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter, const Address &at,
+                                Value peer) const {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    DistTensorType type = op.getDest().getType();
+    int64_t rank = type.getRank(), tensor = this->tensorIndex(op.getDest());
+    SmallVector<int64_t> box = {64, 128};
+    box.append(rank - 2, 1);
+    Value map;
+    if (peer) {
+      int64_t first = this->layout.tensorMap(type, tensor, 0, box);
+      for (int64_t g = 1; g < this->layout.mesh.getGpus(); ++g)
+        if (this->layout.tensorMap(type, tensor, g, box) != first + g)
+          return op.emitOpError() << "needs the tensor maps of every GPU consecutive (internal error)";
+      map = a.add(a.constant(first), peer);
+    } else {
+      map = a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
+    }
+    SmallVector<CallArg> args = {this->engineFor(op), engineAccumulator(adaptor.getValue()),
+                                 this->tensorMapPointer(rewriter, loc, op, map)};
+    for (int64_t d = rank - 1; d >= 0; --d)
+      args.push_back(at.start[d]);
+    call(rewriter, loc, {}, "mk::gemm_store", args,
+         {elementName(op.getValue().getType().getElementType())});
     rewriter.eraseOp(op);
     return success();
   }
@@ -828,6 +1087,27 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     Value rows = aTransposed ? lhs.cols : lhs.rows;
     Value cols = bTransposed ? rhs.rows : rhs.cols;
     int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
+    if (auto engine = op->getAttrOfType<StringAttr>(kEngineAttr)) {
+      Value e = engineFor(op);
+      std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
+      if (engine.getValue() == "mma") {
+        auto accumulator = emitc::OpaqueType::get(
+            rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" + engineConfigOf(e) + ">>");
+        rewriter.replaceOp(op, call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks}));
+        return success();
+      }
+      // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or BN-row boxes
+      // ([N x K]), 64 deep in K.
+      int64_t aMap = layout.tensorMap(lhsType, tensorIndex(op.getLhs()), std::nullopt, {64, tm});
+      int64_t bMap = layout.tensorMap(rhsType, tensorIndex(op.getRhs()), std::nullopt,
+                                      {64, bTransposed ? tn : 64});
+      call(rewriter, loc, {}, "mk::gemm_load",
+           {e, tensorMapPointer(rewriter, loc, op, a.constant(aMap)),
+            tensorMapPointer(rewriter, loc, op, a.constant(bMap)), lhs.start[0],
+            bTransposed ? rhs.start[0] : rhs.start[1], kBlocks});
+      rewriter.eraseOp(op);
+      return success();
+    }
     std::string element = elementName(lhsType.getElementType());
     Value aPtr = pointer(rewriter, loc, lhsType, adaptor.getLhs(), lhs.offset);
     Value bPtr = pointer(rewriter, loc, rhsType, adaptor.getRhs(), rhs.offset);
@@ -851,6 +1131,11 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
 
   LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
+    // The engine converts as it stores.
+    if (op->hasAttr(kEngineAttr)) {
+      rewriter.replaceOp(op, engineAccumulator(adaptor.getOperands().front()));
+      return success();
+    }
     SmallVector<CallArg> args;
     for (Value operand : adaptor.getOperands())
       args.push_back(operand);
@@ -912,8 +1197,12 @@ struct WaitLowering : LoweringPattern<WaitOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
-    call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",
-         {kernelArgs(op), offset, std::to_string(op.getCount())});
+    if (op->hasAttr(kEngineAttr))
+      call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else
+      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",
+           {kernelArgs(op), offset, std::to_string(op.getCount())});
     rewriter.eraseOp(op);
     return success();
   }
@@ -924,6 +1213,7 @@ struct WaitLowering : LoweringPattern<WaitOp> {
 //===----------------------------------------------------------------------===//
 
 struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
+  using MkLowerToEmitCBase::MkLowerToEmitCBase;
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *context = &getContext();
@@ -941,6 +1231,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     for (ProgramOp program : programs) {
       KernelLayout layout;
       layout.mesh = program.getMesh();
+      layout.gemmStages = gemmStages;
       std::string name = program.getSymName().str();
       int64_t grid = program.getGrid().value_or(0);
       FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();
@@ -970,6 +1261,10 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       constant("unsigned", "symmetric_tensors", Twine(layout.symmetricTensors) + "u");
       constant("long long", "tensor_bytes[]", "{" + bytes + "}");
       constant("char", "argument_types[]", "\"" + layout.argumentTypes + "\"");
+      constant("int", "tensor_map_count", Twine(layout.tensorMaps.size()));
+      if (!layout.tensorMaps.empty())
+        constant("mk_tensor_map_spec", "tensor_maps[]",
+                 "{" + llvm::join(layout.tensorMaps, ", ") + "}");
       os << "extern \"C\" __global__ void " << name
          << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
       OpBuilder after(context);
@@ -1056,7 +1351,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       dead.clear();
       func.walk([&](Operation *op) {
         if (isa<emitc::ConstantOp, emitc::CastOp, emitc::AddOp, emitc::SubOp, emitc::MulOp,
-                emitc::DivOp, emitc::RemOp>(op) && op->use_empty())
+                emitc::DivOp, emitc::RemOp, emitc::CmpOp, emitc::ConditionalOp>(op) &&
+            op->use_empty())
           dead.push_back(op);
       });
       for (Operation *op : dead)

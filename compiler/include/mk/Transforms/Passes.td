@@ -136,7 +136,19 @@ def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
     loops over their tiles in the chosen order, strided over the role's CTAs; compute, transfers
     and signals become calls into the device library (runtime/device/mk/device.cuh). The C++ is
     then printed by MLIR's EmitC emitter.
+
+    Tile loops whose matmul feeds only stores (through a conversion to bf16 or f16) run on the GEMM
+    engine of mk/device/gemm_engine.cuh: the role's CTAs split into a TMA producer warpgroup, which
+    walks the loop's tiles loading operands (after the waits that precede the matmul), and two
+    wgmma consumer warpgroups, which walk the same tiles, multiply, store each tile through TMA and
+    run the rest of the loop body (signals, waits). The tensor maps that TMA needs are listed in
+    the module for the runtime to build.
   }];
+  let options = [
+    Option<"gemmStages", "gemm-stages", "int64_t", /*default=*/"0",
+           "Depth of the GEMM engine's shared-memory ring of 64-deep K slices (0: the deepest "
+           "that fits the tile)">,
+  ];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
 }
 

@@ -93,6 +93,25 @@ __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t 
   remote_put(args, node, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<mk_u32>(offset));
 }
 
+/// A role without the GEMM engine runs on its team (threads 0-255), which takes the registers of
+/// the CTA's third warpgroup: team_begin in the team's branch, team_idle in the other.
+__device__ __forceinline__ void team_begin() { ptx::setmaxnreg_inc<232>(); }
+__device__ __forceinline__ void team_idle() { ptx::setmaxnreg_dec<40>(); }
+
+/// Tensor map `index` of the launch, in place in the kernel's parameter (TMA reads it there).
+__device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args &args,
+                                                           int64_t index) {
+  return &args.maps[index];
+}
+
+/// The engine producer's wait_arrivals: one thread waits, and orders the loads after it.
+template <typename Config>
+__device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
+                                                   const mk_kernel_args &args, int64_t offset,
+                                                   int64_t count) {
+  gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+}
+
 /// The larger of two sizes, for the kernel's shared-memory requirement.
 __host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }
 

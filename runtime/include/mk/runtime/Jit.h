@@ -38,6 +38,7 @@
 #ifndef MK_RUNTIME_JIT_H
 #define MK_RUNTIME_JIT_H
 
+#include "mk/abi.h"
 #include "mk/Pipeline.h"
 #include "mk/Target/Nvrtc.h"
 #include "mk/runtime/CudaDriver.h"
@@ -127,6 +128,8 @@ struct LaunchParameters {
   unsigned symmetricTensors = 0;
   /// What each argument must be.
   std::vector<TensorType> argumentTypes;
+  /// The TMA tensor maps the kernel takes (mk_kernel_args::maps), built at launch.
+  std::vector<mk_tensor_map_spec> tensorMaps;
 };
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded

@@ -340,7 +340,10 @@ template <int kRegisters> __device__ __forceinline__ void setmaxnreg_inc() {
 /// The tile library's collectives run on a team of MK_TEAM_THREADS threads (mk/abi.h): threads
 /// 0-255 of a CTA, or, under the GEMM engine, its two consumer warpgroups (threads 128-383).
 /// team_thread() numbers the members 0-255 in whole warps either way.
-__device__ __forceinline__ int team_thread() { return threadIdx.x % MK_TEAM_THREADS; }
+__device__ __forceinline__ int team_thread() {
+  // Signed, and no modulo: index arithmetic on unsigned remainders loses the 16-byte vectors.
+  return static_cast<int>(threadIdx.x) - (threadIdx.x >= MK_TEAM_THREADS ? MK_TEAM_THREADS : 0);
+}
 /// Whether this thread belongs to the team of a CTA without an engine.
 __device__ __forceinline__ bool team_member() { return threadIdx.x < MK_TEAM_THREADS; }
 /// The team's barrier (named barrier 1): the team's threads only, so that the rest of the CTA
