@@ -45,6 +45,10 @@ def parse_arguments():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    parser.add_argument("--sm-splits", default="",
+                        help="also time mkc with these SM splits instead of the cost model's, "
+                             "';'-separated ROLE=CTAS,... lists "
+                             "(e.g. 'compute=120,intra_reduce=12;compute=124,intra_reduce=8')")
     return parser.parse_args()
 
 
@@ -155,6 +159,22 @@ def rank_main(arguments):
         if not error < 1e-2:
             raise SystemExit(f"rank {rank}: M={m}: the fused result is off by {error:.3g} "
                              f"(relative to cuBLAS + NCCL)")
+
+        # Other SM splits, each checked like the cost model's before it is timed.
+        for split in filter(None, arguments.sm_splits.split(";")):
+            roles = dict(item.split("=") for item in split.split(","))
+            other = runtime.compile(mkc.library_program("gemm_allreduce"), M=m, N=n, K=k,
+                                    sm_split={role: int(ctas) for role, ctas in roles.items()})
+            a, b = inputs[0]
+            other(a, b, fused_c, stream=stream)
+            torch.cuda.synchronize()
+            split_error = ((fused_c.torch().float() - c.float()).norm() / c.float().norm()).item()
+            if not split_error < 1e-2:
+                raise SystemExit(f"rank {rank}: M={m}, split {split}: off by {split_error:.3g}")
+            split_ms = bench.median_ms(lambda i: other(*inputs[i % sets], fused_c, stream=stream))
+            if rank == 0:
+                print(f"M={m}: mkc with {split}: {split_ms:.3f} ms", flush=True)
+            other.close()
 
         times = {"mkc": bench.median_ms(fused), "sequential": bench.median_ms(sequential),
                  "gemm": bench.median_ms(gemm), "allreduce": bench.median_ms(allreduce)}

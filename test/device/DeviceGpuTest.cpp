@@ -1,7 +1,7 @@
 // The device library on a GPU: the test kernels (kernels/*.cu) compiled by NVRTC, launched
 // through the driver API, and checked on random data against f32/f64 references computed here.
 // Outputs are poisoned first; edge tiles check that nothing outside the valid region is written
-// and that what lies outside loads as 0. Ends with matmul's throughput (printed, not asserted).
+// and that what lies outside loads as 0. Throughput is mkc-gemm-bench's (the GEMM engine).
 //
 // Without a driver (the CI machine) it prints "SKIP: <why>" and exits 0; ctest reports Skipped.
 
@@ -9,6 +9,7 @@
 
 #include "mk/abi.h"
 #include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/TensorMap.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -424,6 +425,59 @@ void testAccumulate(const Module &module, const char *kernel, int R, int C, Redu
   checkOutside(check, out, outHeight, outLd, M, N, 0.0f, "out");
 }
 
+/// accumulate_chunks + store_chunks: the sum of `slots` bf16 copies of an M x N region, rounded
+/// once, written inside the region only.
+void testAccumulateChunks(const Module &module, int M, int N, long long ld) {
+  constexpr int slots = 2;
+  const long long slotStride = M * ld + 64;
+  std::vector<bf16> src = randomValues<bf16>(slots * slotStride);
+  DeviceArray<bf16> dSrc(src), dOut(M * ld);
+  dOut.poison();
+  const char *kernel = "accumulate_chunks_sum_bf16_128x256";
+  launch(module, kernel, {unsigned((N + 255) / 256), unsigned((M + 127) / 128)}, dSrc.at(),
+         slotStride, slots, ld, dOut.at(), M, N);
+  const std::vector<bf16> out = dOut.download();
+  Check check(std::string(kernel) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+              " ld=" + std::to_string(ld));
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j) {
+      const float want = toFloat(src[i * ld + j]) + toFloat(src[slotStride + i * ld + j]);
+      check.expect(sameBits(out[i * ld + j], __float2bfloat16_rn(want)),
+                   [&] { return element("out", i, j); });
+    }
+  checkOutside(check, out, M, ld, M, N, poison<bf16>(), "out");
+}
+
+/// TmaReduce: the sum of two bf16 slots of an M x N region (N a multiple of 8, not of the tile),
+/// rounded once, written inside the region only.
+void testTmaReduce(const Module &module, int M, int N) {
+  const long long plane = (long long)M * N;
+  std::vector<bf16> src = randomValues<bf16>(2 * plane);
+  DeviceArray<bf16> dSrc(src), dDst(plane);
+  dDst.poison();
+  mk_tensor_map_spec spec{};
+  spec.element_bytes = 2;
+  spec.rank = 3;
+  spec.dims[0] = N, spec.dims[1] = M, spec.dims[2] = 2;
+  spec.box[0] = 64, spec.box[1] = 128, spec.box[2] = 1;
+  spec.swizzle_bytes = 128;
+  const mk_tensor_map srcMap = mkc::encodeTensorMap(Driver::get(), spec,
+                                                    reinterpret_cast<const void *>(dSrc.at()));
+  spec.rank = 2;
+  const mk_tensor_map dstMap = mkc::encodeTensorMap(Driver::get(), spec,
+                                                    reinterpret_cast<const void *>(dDst.at()));
+  launch(module, "tma_reduce_sum_bf16", {unsigned((N + 255) / 256), unsigned((M + 127) / 128)},
+         srcMap, dstMap);
+  const std::vector<bf16> dst = dDst.download();
+  Check check("tma_reduce_sum_bf16 M=" + std::to_string(M) + " N=" + std::to_string(N));
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j) {
+      const float want = toFloat(src[i * N + j]) + toFloat(src[plane + i * N + j]);
+      check.expect(sameBits(dst[i * N + j], __float2bfloat16_rn(want)),
+                   [&] { return element("dst", i, j); });
+    }
+}
+
 /// copy_region(_bulk) of rows x cols from src (offset `srcOffset` elements into its buffer) to
 /// dst; dst has two spare rows, and nothing outside the region may change.
 template <typename T>
@@ -524,68 +578,6 @@ void testProxyPut(const Module &module) {
   CU(cuMemFreeHost(host));
 }
 
-/// C = A * B, bf16, 8192^3, by the persistent matmul kernel on one CTA per SM: prints TFLOP/s
-/// (median of 10 after warm-up) and checks sampled outputs.
-void measureMatmul(const Module &module) {
-  constexpr int n = 8192;
-  int sms = 0;
-  CUdevice device;
-  CU(cuCtxGetDevice(&device));
-  CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  // Fast random bf16 in [-1, 1] without zeros (std::mt19937 would take seconds for 2 x 64M).
-  std::vector<bf16> a(size_t(n) * n), b(size_t(n) * n);
-  uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (std::vector<bf16> *m : {&a, &b})
-    for (bf16 &v : *m) {
-      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-      v = __float2bfloat16_rn((float(state >> 40) + 0.5f) / float(1 << 23) - 1.0f);
-    }
-  DeviceArray<bf16> dA(a), dB(b), dC(size_t(n) * n);
-  const int smem = module.constant("matmul_bf16_throughput_smem");
-  const auto run = [&] {
-    launchAsync(module, "matmul_bf16_throughput", {unsigned(sms)}, smem, dA.at(), dB.at(), dC.at(),
-                n, n, n);
-  };
-  run();
-  run();
-  CU(cuCtxSynchronize());
-  CUevent start, stop;
-  CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
-  CU(cuEventCreate(&stop, CU_EVENT_DEFAULT));
-  std::vector<float> ms;
-  for (int i = 0; i < 10; ++i) {
-    CU(cuEventRecord(start, nullptr));
-    run();
-    CU(cuEventRecord(stop, nullptr));
-    CU(cuEventSynchronize(stop));
-    float elapsed = 0;
-    CU(cuEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
-  }
-  CU(cuEventDestroy(start));
-  CU(cuEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  const double median = (ms[4] + ms[5]) / 2;
-  std::printf("matmul bf16 %dx%dx%d, 128x256x64 tiles on %d CTAs: median %.3f ms, %.1f TFLOP/s "
-              "(min %.3f ms, max %.3f ms)\n",
-              n, n, n, sms, median, 2.0 * n * n * n / (median * 1e-3) / 1e12, ms.front(),
-              ms.back());
-
-  const std::vector<bf16> c = dC.download();
-  Check check("matmul_bf16_throughput 8192^3, 256 sampled outputs");
-  std::uniform_int_distribution<int> index(0, n - 1);
-  for (int s = 0; s < 256; ++s) {
-    const long long m = index(rng), j = index(rng);
-    double want = 0, magnitude = 0;
-    for (long long k = 0; k < n; ++k) {
-      const double p = double(__bfloat162float(a[m * n + k])) * __bfloat162float(b[k * n + j]);
-      want += p;
-      magnitude += std::abs(p);
-    }
-    check.near(__bfloat162float(c[m * n + j]), want, 1.0 / 128, 1e-5 * magnitude, "C", m, j);
-  }
-}
-
 void runAll() {
   const Driver &cu = Driver::get();
   mkc::cuda::PrimaryContext context(cu);
@@ -633,6 +625,8 @@ void runAll() {
       testAccumulate<f16>(tile, "accumulate_sum_f16", 64, 128, Reduce::sum, 100, 200, ld);
     }
     testAccumulate<bf16>(tile, "accumulate_sum_bf16_128x256", 128, 256, Reduce::sum, 200, 300, 304);
+    testAccumulateChunks(tile, 200, 296, 304);
+    testAccumulateChunks(tile, 256, 512, 512);
     testAccumulate<float>(tile, "accumulate_max_f32_128x256", 128, 256, Reduce::max, 200, 300, 304);
   });
   guarded("copy_region", [&] {
@@ -644,8 +638,11 @@ void runAll() {
     }
   });
   guarded("signal/wait", [&] { testSignalWait(comm); });
+  guarded("tma_reduce", [&] {
+    testTmaReduce(comm, 200, 328);
+    testTmaReduce(comm, 256, 512);
+  });
   guarded("proxy_put", [&] { testProxyPut(comm); });
-  guarded("matmul throughput", [&] { measureMatmul(matmul); });
 }
 
 } // namespace

@@ -39,6 +39,9 @@ using namespace mlir::mk;
 
 namespace {
 
+/// The tile library's team (MK_TEAM_THREADS of mk/abi.h), whose threads share chunked tiles.
+constexpr int64_t kTeamThreads = 256;
+
 /// What the lowering of one program decided, shared by its patterns.
 struct KernelLayout {
   MeshAttr mesh;
@@ -62,8 +65,9 @@ struct KernelLayout {
   uint32_t symmetricTensors = 0;
   /// The TMA tensor maps the kernel takes, as mk_tensor_map_spec initialisers (mk/abi.h).
   std::vector<std::string> tensorMaps;
-  /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block).
-  SmallVector<Value> engines;
+  /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block), and the
+  /// TMA reductions of each role (mk::TmaReduce, one per configuration).
+  SmallVector<Value> engines, reducers;
   /// The engine's ring depth, or 0 for the deepest that fits.
   int64_t gemmStages = 0;
 
@@ -86,6 +90,23 @@ struct KernelLayout {
       return found - tensorMaps.begin();
     tensorMaps.push_back(spec);
     return tensorMaps.size() - 1;
+  }
+
+  /// The first of the maps over tensor `index` held by GPUs 0 .. gpus - 1 of the node, which are
+  /// consecutive: the map of GPU g is that index + g.
+  int64_t tensorMapsOfNode(DistTensorType type, int64_t index, ArrayRef<int64_t> box) {
+    int64_t gpus = mesh.getGpus(), first = tensorMap(type, index, 0, box);
+    for (int64_t g = 1; g < gpus; ++g)
+      if (tensorMap(type, index, g, box) != first + g) {
+        // Not a run yet (some map was listed alone before): list them all again, together.
+        SmallVector<std::string> run;
+        for (int64_t h = 0; h < gpus; ++h)
+          run.push_back(tensorMaps[tensorMap(type, index, h, box)]);
+        first = tensorMaps.size();
+        tensorMaps.insert(tensorMaps.end(), run.begin(), run.end());
+        break;
+      }
+    return first;
   }
 };
 
@@ -209,9 +230,11 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
 // The GEMM engine
 //===----------------------------------------------------------------------===//
 
-/// What a role's split gave an op: "load" or "mma" (a matmul of the producer or the consumers),
-/// "elide" (the conversion the engine's store does), "store", "producer" (a producer's wait).
-constexpr StringLiteral kEngineAttr = "mk.engine";
+/// How an op is lowered when it is not on its own: under the GEMM engine, "load" or "mma" (a
+/// matmul of the producer or the consumers), "store", "producer" (a producer's wait); for a
+/// reduction that is only stored, "chunks" (the accumulate and its stores); "elide" (a
+/// conversion that the accumulate or the engine's store does).
+constexpr StringLiteral kLoweringAttr = "mk.lowering";
 
 /// The engine's configuration (mk::GemmConfig's arguments) for `matmul`, if it can run there:
 /// 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile
@@ -264,6 +287,57 @@ std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
                                  : "mk::gemm_max_stages<" + name + ", " + std::to_string(bn) + ">()";
   bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
   return name + ", " + std::to_string(bn) + ", " + depth + ", " + (bKMajor ? "true" : "false");
+}
+
+/// The mk::TmaReduce arguments for `accumulate` (marked "tma"): slots, source and result
+/// elements, tile shape.
+std::string tmaReduceConfig(AccumulateOp accumulate) {
+  TileType tile = accumulate.getResult().getType();
+  DistTensorType source = accumulate.getSource().getType();
+  auto convert = cast<ConvertOp>(*accumulate->user_begin());
+  return std::to_string(source.getShape()[0]) + ", " + elementName(source.getElementType()) +
+         ", " + elementName(convert.getResult().getType().getElementType()) + ", " +
+         std::to_string(tile.getShape()[0]) + ", " + std::to_string(tile.getShape()[1]);
+}
+
+/// Marks the reductions that are only converted to 16 bits and stored (to this GPU or one of the
+/// node): through the bulk tensor copy engine ("tma": copies of a tile in the leading dim of a
+/// rank-3 buffer, at most 3, in boxes of 64 columns), else combined and stored chunk by chunk
+/// ("chunks"), without a tile in registers or shared memory.
+void markReductions(Operation *root) {
+  root->walk([](AccumulateOp accumulate) {
+    TileType tile = accumulate.getResult().getType();
+    Type source = accumulate.getSource().getType().getElementType();
+    if (tile.getRank() != 2 || source.getIntOrFloatBitWidth() != 16 || !accumulate->hasOneUse())
+      return;
+    int64_t rowChunks = tile.getShape()[1] * 2 / 16;
+    if (tile.getShape()[1] * 2 % 16 || tile.getShape()[0] * rowChunks % kTeamThreads)
+      return;
+    auto convert = dyn_cast<ConvertOp>(*accumulate->user_begin());
+    if (!convert || convert.getResult().getType().getElementType().getIntOrFloatBitWidth() != 16)
+      return;
+    for (Operation *user : convert->getUsers()) {
+      auto store = dyn_cast<StoreOp>(user);
+      auto put = dyn_cast<PutOp>(user);
+      if (!(store && store.getWholeDims().empty()) &&
+          !(put && put.getScope() == PeerScope::gpu && put.getWholeDims().empty()))
+        return;
+    }
+    DistTensorType buffer = accumulate.getSource().getType();
+    bool tma = buffer.getRank() == 3 && accumulate.getWholeDims() == ArrayRef<int64_t>{0} &&
+               buffer.getShape()[0] <= 3 && tile.getShape()[0] <= 256 &&
+               tile.getShape()[1] % 64 == 0 &&
+               llvm::all_of(convert->getUsers(), [](Operation *user) {
+                 auto dest = cast<DistTensorType>(user->getOperand(1).getType());
+                 return dest.getRank() == 2 || dest.getRank() == 3;
+               });
+    MLIRContext *context = accumulate.getContext();
+    StringAttr how = StringAttr::get(context, tma ? "tma" : "chunks");
+    accumulate->setAttr(kLoweringAttr, how);
+    convert->setAttr(kLoweringAttr, StringAttr::get(context, "elide"));
+    for (Operation *user : convert->getUsers())
+      user->setAttr(kLoweringAttr, how);
+  });
 }
 
 class StructureLowering {
@@ -395,6 +469,7 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   entry->getOperations().splice(entry->end(), body.getOperations());
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
+  markReductions(func);
   int64_t begin = 0;
   for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
     int64_t ctas = static_cast<int64_t>(*role.getCtas());
@@ -465,6 +540,21 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     op.moveBefore(team.thenBlock()->getTerminator());
   OpBuilder teamBegin = OpBuilder::atBlockBegin(team.thenBlock());
   call(teamBegin, loc, {}, "mk::team_begin", {});
+  // One TMA reduction per configuration the role uses, for its life.
+  std::set<std::string> reductions;
+  team.getThenRegion().walk([&](AccumulateOp accumulate) {
+    auto how = accumulate->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (how && how.getValue() == "tma")
+      reductions.insert(tmaReduceConfig(accumulate));
+  });
+  for (const std::string &config : reductions) {
+    std::string type = "mk::TmaReduce<" + config + ">";
+    layout.reducers.push_back(
+        call(teamBegin, loc, emitc::OpaqueType::get(branch.getContext(), type), type,
+             {std::string("mk_smem")})
+            .getResult(0));
+    layout.smemNeeds.push_back(type + "::kBytes");
+  }
   OpBuilder idle(team.elseBlock()->getTerminator());
   call(idle, loc, {}, "mk::team_idle", {});
   return success();
@@ -498,7 +588,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
     pb.clone(op, copies);
 
   auto mark = [&](Operation *op, StringRef what) {
-    op->setAttr(kEngineAttr, StringAttr::get(context, what));
+    op->setAttr(kLoweringAttr, StringAttr::get(context, what));
   };
   // Producer: each tile loop keeps what leads to its matmul (index arithmetic, the waits for its
   // operands), which becomes the loads; everything else goes.
@@ -730,8 +820,9 @@ struct Address {
   SmallVector<Value> start; // the first element along each dim
 };
 
-/// The engine's accumulator behind the casts the conversion puts between it and the tile types.
-Value engineAccumulator(Value value) {
+/// What an op lowered on its own produced (the engine's accumulator, a chunked tile), behind the
+/// casts the conversion puts between it and the tile types.
+Value lookThroughCasts(Value value) {
   while (auto cast = value.getDefiningOp<UnrealizedConversionCastOp>())
     value = cast.getInputs().front();
   return value;
@@ -931,9 +1022,16 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     DistTensorType type = op.getDest().getType();
     Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
                                node, gpu);
-    if (op->hasAttr(kEngineAttr))
-      return storeFromEngine(op, adaptor, rewriter, at, peer);
+    StringAttr how = op->template getAttrOfType<StringAttr>(kLoweringAttr);
+    if (how && (how.getValue() == "store" || how.getValue() == "tma"))
+      return tmaStore(op, adaptor, rewriter, at, peer);
     Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
+    if (how && how.getValue() == "chunks") {
+      call(rewriter, loc, {}, "mk::store_chunks",
+           {lookThroughCasts(adaptor.getValue()), dst, std::to_string(at.ld), at.rows, at.cols});
+      rewriter.eraseOp(op);
+      return success();
+    }
     this->needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     call(rewriter, loc, {}, "mk::store_tile",
          {adaptor.getValue(), dst, std::to_string(at.ld), at.rows, at.cols, "mk_smem"});
@@ -941,33 +1039,30 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     return success();
   }
 
-  /// The engine stores the tile through TMA, 64 columns by 128 rows at a time; to a peer through
-  /// that peer's map (one per GPU of the node, consecutive).
-  LogicalResult storeFromEngine(OpT op, typename OpT::Adaptor adaptor,
-                                ConversionPatternRewriter &rewriter, const Address &at,
-                                Value peer) const {
+  /// Stores a tile staged in shared memory (the engine's, or a TMA reduction's) through TMA, 64
+  /// columns at a time; to a peer through that peer's map.
+  LogicalResult tmaStore(OpT op, typename OpT::Adaptor adaptor, ConversionPatternRewriter &rewriter,
+                         const Address &at, Value peer) const {
     Location loc = op.getLoc();
     Arith a(rewriter, loc);
     DistTensorType type = op.getDest().getType();
     int64_t rank = type.getRank(), tensor = this->tensorIndex(op.getDest());
-    SmallVector<int64_t> box = {64, 128};
+    SmallVector<int64_t> box = {64, op.getValue().getType().getShape()[0]};
     box.append(rank - 2, 1);
-    Value map;
-    if (peer) {
-      int64_t first = this->layout.tensorMap(type, tensor, 0, box);
-      for (int64_t g = 1; g < this->layout.mesh.getGpus(); ++g)
-        if (this->layout.tensorMap(type, tensor, g, box) != first + g)
-          return op.emitOpError() << "needs the tensor maps of every GPU consecutive (internal error)";
-      map = a.add(a.constant(first), peer);
-    } else {
-      map = a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
-    }
-    SmallVector<CallArg> args = {this->engineFor(op), engineAccumulator(adaptor.getValue()),
-                                 this->tensorMapPointer(rewriter, loc, op, map)};
+    Value map = peer ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
+                     : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
+    Value tile = lookThroughCasts(adaptor.getValue());
+    bool engine = op->template getAttrOfType<StringAttr>(kLoweringAttr).getValue() == "store";
+    // A reduced tile belongs to the TmaReduce its tma_reduce call took first.
+    Value owner = engine ? this->engineFor(op) : tile.getDefiningOp()->getOperand(0);
+    SmallVector<CallArg> args = {owner, tile, this->tensorMapPointer(rewriter, loc, op, map)};
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);
-    call(rewriter, loc, {}, "mk::gemm_store", args,
-         {elementName(op.getValue().getType().getElementType())});
+    if (engine)
+      call(rewriter, loc, {}, "mk::gemm_store", args,
+           {elementName(op.getValue().getType().getElementType())});
+    else
+      call(rewriter, loc, {}, "mk::tma_store_reduced", args);
     rewriter.eraseOp(op);
     return success();
   }
@@ -1048,11 +1143,43 @@ struct AccumulateLowering : LoweringPattern<AccumulateOp> {
     int64_t stride = 1;
     for (int64_t d = slotDim + 1; d < type.getRank(); ++d)
       stride *= type.getLocalExtent(d, layout.mesh);
-    Value src = pointer(rewriter, loc, type, adaptor.getSource(), at.offset);
     TileType result = tile;
     std::string element = elementName(type.getElementType());
-    needSmem(tileTemplate("mk::tile_io_smem_bytes", result));
     std::string kind = "mk::Reduce::" + stringifyReduceKind(op.getKind()).str();
+    std::string rows = std::to_string(tile.getShape()[0]), cols = std::to_string(tile.getShape()[1]);
+    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (how && how.getValue() == "tma") {
+      std::string reduceType = "mk::TmaReduce<" + tmaReduceConfig(op) + ">";
+      Value reducer;
+      for (Value candidate : layout.reducers)
+        if (cast<emitc::OpaqueType>(candidate.getType()).getValue() == reduceType &&
+            candidate.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+          reducer = candidate;
+      int64_t map = layout.tensorMap(type, tensorIndex(op.getSource()), std::nullopt,
+                                     {64, tile.getShape()[0], 1});
+      rewriter.replaceOp(
+          op, call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "mk::ReducedTile"),
+                   "mk::tma_reduce",
+                   {reducer, tensorMapPointer(rewriter, loc, op, a.constant(map)), at.start[2],
+                    at.start[1], at.start[0]},
+                   {kind}));
+      return success();
+    }
+    Value src = pointer(rewriter, loc, type, adaptor.getSource(), at.offset);
+    if (how) {
+      // Chunks of what the one conversion of the result produces.
+      auto convert = cast<ConvertOp>(*op->user_begin());
+      std::string out = elementName(convert.getResult().getType().getElementType());
+      auto chunks = emitc::OpaqueType::get(rewriter.getContext(),
+                                           "mk::ChunkTile<" + out + ", " + rows + ", " + cols + ">");
+      rewriter.replaceOp(
+          op, call(rewriter, loc, chunks, "mk::accumulate_chunks",
+                   {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
+                    std::to_string(at.ld), at.rows, at.cols},
+                   {kind, out, element, rows, cols}));
+      return success();
+    }
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", result));
     rewriter.replaceOp(
         op, call(rewriter, loc, getTypeConverter()->convertType(result), "mk::accumulate_tiles",
                  {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
@@ -1087,7 +1214,7 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     Value rows = aTransposed ? lhs.cols : lhs.rows;
     Value cols = bTransposed ? rhs.rows : rhs.cols;
     int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
-    if (auto engine = op->getAttrOfType<StringAttr>(kEngineAttr)) {
+    if (auto engine = op->getAttrOfType<StringAttr>(kLoweringAttr)) {
       Value e = engineFor(op);
       std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
       if (engine.getValue() == "mma") {
@@ -1132,8 +1259,8 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
   LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     // The engine converts as it stores.
-    if (op->hasAttr(kEngineAttr)) {
-      rewriter.replaceOp(op, engineAccumulator(adaptor.getOperands().front()));
+    if (op->hasAttr(kLoweringAttr)) {
+      rewriter.replaceOp(op, lookThroughCasts(adaptor.getOperands().front()));
       return success();
     }
     SmallVector<CallArg> args;
@@ -1197,7 +1324,7 @@ struct WaitLowering : LoweringPattern<WaitOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
-    if (op->hasAttr(kEngineAttr))
+    if (op->hasAttr(kLoweringAttr))
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else

@@ -1,4 +1,5 @@
-// Kernels that instantiate mk/device/comm.cuh: region copies, flags, the proxy queue.
+// Kernels that instantiate mk/device/comm.cuh: region copies, flags, the proxy queue, TMA
+// reductions.
 #include "mk/device.cuh"
 
 extern __shared__ __align__(128) unsigned char mk_smem[];
@@ -55,4 +56,18 @@ MK_KERNEL proxy_put(mk_proxy_queue queue, int per_cta) {
     command.flag = blockIdx.x * 1000 + i;
     mk::proxy_put(queue, command);
   }
+}
+
+// dst = the sum of the two [rows x cols] bf16 slots of src (a [2 x rows x cols] tensor), 128 x 256
+// tiles, through TmaReduce: src's map has boxes {64, 128, 1}, dst's {64, 128}.
+extern "C" __constant__ int tma_reduce_sum_bf16_smem =
+    mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes;
+MK_KERNEL tma_reduce_sum_bf16(const __grid_constant__ mk_tensor_map src,
+                              const __grid_constant__ mk_tensor_map dst) {
+  mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256> reduce(mk_smem);
+  const int m0 = blockIdx.y * 128, n0 = blockIdx.x * 256;
+  const mk::ReducedTile tile = mk::tma_reduce<mk::Reduce::sum>(reduce, &src, n0, m0, 0);
+  mk::tma_store_reduced(reduce, tile, &dst, n0, m0);
+  if (mk::team_thread() == 0)
+    mk::ptx::bulk_wait_all();
 }

@@ -1,5 +1,5 @@
-// Kernels that instantiate mk::matmul: one output tile per CTA (tests), and a persistent
-// throughput kernel. Compiled by NVRTC in DeviceCompileTest (resources) and DeviceGpuTest (runs).
+// Kernels that instantiate mk::matmul (mma.sync, any operand layout): one output tile per CTA.
+// Compiled by NVRTC in DeviceCompileTest (resources) and DeviceGpuTest (runs).
 #include "mk/device.cuh"
 
 extern __shared__ __align__(128) unsigned char mk_smem[];
@@ -41,23 +41,3 @@ MATMUL_KERNEL(matmul_bf16_64x64x64_nt, mk::bf16, 64, 64, 64, false, true)
 MATMUL_KERNEL(matmul_bf16_64x64x64_tn, mk::bf16, 64, 64, 64, true, false)
 MATMUL_KERNEL(matmul_f16_128x256x64_nn, mk::f16, 128, 256, 64, false, false)
 MATMUL_KERNEL(matmul_f16_64x64x64_tt, mk::f16, 64, 64, 64, true, true)
-
-// C (bf16, [M x N]) = A [M x K] * B [K x N], all dimensions multiples of the tile: a persistent
-// grid walks the output tiles in groups of kGroupM tile rows, so that concurrent CTAs share
-// their A and B slices in L2.
-MK_SMEM(matmul_bf16_throughput, max_of(mk::matmul_smem_bytes<mk::bf16, 128, 256, 64>(),
-                                       mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
-MK_KERNEL matmul_bf16_throughput(const mk::bf16 *A, const mk::bf16 *B, mk::bf16 *C, int M, int N,
-                                 int K) {
-  constexpr int BM = 128, BN = 256, BK = 64, kGroupM = 8;
-  const int tiles_m = M / BM, tiles_n = N / BN;
-  for (int t = blockIdx.x; t < tiles_m * tiles_n; t += gridDim.x) {
-    const int group = t / (kGroupM * tiles_n), first_m = group * kGroupM;
-    const int group_m = min(tiles_m - first_m, kGroupM);
-    const int in_group = t % (kGroupM * tiles_n);
-    const long long m0 = (first_m + in_group % group_m) * BM, n0 = in_group / group_m * BN;
-    const mk::Tile<float, BM, BN> acc =
-        mk::matmul<BM, BN, BK, false, false>(A + m0 * K, K, B + n0, N, K, BM, BN, mk_smem);
-    mk::store_tile(mk::convert<mk::bf16>(acc), C + m0 * N + n0, N, BM, BN, mk_smem);
-  }
-}

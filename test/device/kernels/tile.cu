@@ -101,3 +101,15 @@ ACCUMULATE_KERNEL(accumulate_sum_f32, sum, float, R, C)
 ACCUMULATE_KERNEL(accumulate_sum_f16, sum, mk::f16, R, C)
 ACCUMULATE_KERNEL(accumulate_sum_bf16_128x256, sum, mk::bf16, 128, 256)
 ACCUMULATE_KERNEL(accumulate_max_f32_128x256, max, float, 128, 256)
+
+// out (bf16, ld) = the combination of `slots` tiles `slot_stride` apart, rounded once, through
+// accumulate_chunks and store_chunks: only the region inside M x N is written.
+MK_SMEM(accumulate_chunks_sum_bf16_128x256, 0)
+MK_KERNEL accumulate_chunks_sum_bf16_128x256(const mk::bf16 *src, long long slot_stride, int slots,
+                                             long long ld, mk::bf16 *out, int M, int N) {
+  const long long m0 = blockIdx.y * 128, n0 = blockIdx.x * 256;
+  const int rows = min(128, int(M - m0)), cols = min(256, int(N - n0));
+  const mk::ChunkTile<mk::bf16, 128, 256> t = mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
+      src + m0 * ld + n0, slot_stride, slots, ld, rows, cols);
+  mk::store_chunks(t, out + m0 * ld + n0, ld, rows, cols);
+}

@@ -101,9 +101,9 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
            "role=ctas,... overriding the cost model, e.g. compute=120,intra_reduce=12">,
     // Measured on an H200 (docs/notes/runtime.md): the device library's matmul in a generated
     // kernel, and what one reduce CTA of GEMM+AllReduce moves.
-    Option<"computeTflops", "compute-tflops", "double", "400.0",
+    Option<"computeTflops", "compute-tflops", "double", "740.0",
            "dense bf16 rate of the whole GPU, TFLOP/s">,
-    Option<"ctaCopyGBps", "cta-copy-gbps", "double", "5.5",
+    Option<"ctaCopyGBps", "cta-copy-gbps", "double", "30.0",
            "bytes one CTA moves (loads and stores) per second, GB/s">,
     Option<"nvlinkGBps", "nvlink-gbps", "double", "370.0", "NVLink bandwidth per GPU, GB/s">,
     Option<"networkGBps", "network-gbps", "double", "48.0", "network bandwidth per GPU, GB/s">,

@@ -10,6 +10,7 @@
 #define MK_DEVICE_COMM_CUH
 
 #include "mk/device/impl/comm__types.cuh"
+#include "mk/device/impl/tile__types.cuh"
 
 namespace mk {
 
@@ -41,6 +42,34 @@ __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target);
 /// Hands `command` to the host proxy through the ring `q` (protocol in mk/abi.h), after the
 /// CTA's earlier writes, which the command may refer to. Waits while the ring is full.
 __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q, const mk_proxy_command &command);
+
+/// The reduction of received tiles through the bulk tensor copy engine: kSlots R x C tiles of T
+/// (the copies of one tile that ranks put into a [slots x rows x cols] buffer) are loaded with
+/// TMA, combined in f32, converted to Out in shared memory, and stored with TMA to every
+/// destination, so that few CTAs move many bytes. Construct it with the team; it keeps the
+/// shared memory (kBytes) for the role's life.
+template <int kSlots, typename T, typename Out, int R, int C> class TmaReduce;
+
+/// What tma_reduce leaves in shared memory for tma_store_reduced.
+struct ReducedTile {};
+
+/// Team-collective: combines with kOp the kSlots boxes at (c0, c1, slot0 + s) of `map` (columns,
+/// rows, slots; boxes of {64, R, 1}, 128-byte swizzled), s = 0 .. kSlots.
+template <Reduce kOp, int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  const mk_tensor_map *map, int c0, int c1,
+                                                  int slot0);
+
+/// Stores the reduced tile at (c0, c1[, c2]) of `map` (boxes of {64, R[, 1]}), issued by team
+/// thread 0; the next signal waits for it (mk::signal).
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  ReducedTile, const mk_tensor_map *map, int c0,
+                                                  int c1);
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  ReducedTile, const mk_tensor_map *map, int c0,
+                                                  int c1, int c2);
 
 } // namespace mk
 

@@ -178,6 +178,112 @@ __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
   ptx::store_release_sys(&entry.kind, command.kind);
 }
 
+template <int kSlots, typename T, typename Out, int R, int C> class TmaReduce {
+public:
+  static_assert(sizeof(T) == 2 && sizeof(Out) == 2, "16-bit elements in and out");
+  static_assert(R <= 256 && C % 64 == 0, "boxes of 64 columns by at most 256 rows");
+  static constexpr int kBoxes = C / 64, kBoxBytes = R * 128, kTileBytes = kBoxes * kBoxBytes;
+  // The slots' tiles, then the mbarrier; the result replaces slot 0. 1 KiB of slack aligns the
+  // tiles for the 128-byte swizzle.
+  static constexpr int kBytes = 1024 + kSlots * kTileBytes + 8;
+
+  __device__ explicit TmaReduce(void *smem)
+      : base_((ptx::smem_address(smem) + 1023) & ~1023u), phase_(0) {
+    if (team_thread() == 0) {
+      ptx::mbarrier_init(barrier(), 1);
+      ptx::fence_mbarrier_init();
+    }
+    team_sync();
+  }
+  __device__ mk_u32 slot(int s) const { return base_ + s * kTileBytes; }
+  __device__ mk_u32 barrier() const { return slot(kSlots); }
+  /// The parity of the next load's completion.
+  __device__ mk_u32 next_phase() {
+    const mk_u32 phase = phase_;
+    phase_ ^= 1;
+    return phase;
+  }
+
+private:
+  mk_u32 base_;
+  mk_u32 phase_;
+};
+
+template <Reduce kOp, int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  const mk_tensor_map *map, int c0, int c1,
+                                                  int slot0) {
+  using Stage = TmaReduce<kSlots, T, Out, R, C>;
+  if (team_thread() == 0) {
+    // The previous tile's stores have read slot 0, which the result overwrote.
+    ptx::bulk_wait_read<0>();
+    ptx::mbarrier_arrive_expect_tx(reduce.barrier(), kSlots * Stage::kTileBytes);
+    for (int s = 0; s < kSlots; ++s)
+      for (int b = 0; b < Stage::kBoxes; ++b)
+        ptx::tma_load(reduce.slot(s) + b * Stage::kBoxBytes, map, c0 + 64 * b, c1, slot0 + s,
+                      reduce.barrier());
+  }
+  ptx::mbarrier_wait(reduce.barrier(), reduce.next_phase());
+  // Every slot has the same (swizzled) layout: combine 16-byte units in place of slot 0's.
+  using In = detail::Vector<T>;
+  using Result = detail::Vector<Out>;
+  constexpr int kUnits = Stage::kTileBytes / 16;
+  static_assert(kUnits % MK_TEAM_THREADS == 0, "the same units for every thread");
+#pragma unroll 4
+  for (int u = team_thread(); u < kUnits; u += MK_TEAM_THREADS) {
+    float sum[In::kSize];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      In v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(reinterpret_cast<mk_u32 *>(v.elements)[0]),
+                     "=r"(reinterpret_cast<mk_u32 *>(v.elements)[1]),
+                     "=r"(reinterpret_cast<mk_u32 *>(v.elements)[2]),
+                     "=r"(reinterpret_cast<mk_u32 *>(v.elements)[3])
+                   : "r"(reduce.slot(s) + u * 16));
+#pragma unroll
+      for (int e = 0; e < In::kSize; ++e)
+        sum[e] = s == 0 ? float(v.elements[e]) : detail::combine<kOp>(sum[e], float(v.elements[e]));
+    }
+    Result out;
+#pragma unroll
+    for (int e = 0; e < Result::kSize; e += 2)
+      reinterpret_cast<typename detail::PairOf<Out>::type *>(out.elements)[e / 2] =
+          detail::from_float2<Out>(make_float2(sum[e], sum[e + 1]));
+    const mk_u32 *words = reinterpret_cast<const mk_u32 *>(out.elements);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(reduce.slot(0) + u * 16),
+                 "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3])
+                 : "memory");
+  }
+  ptx::fence_proxy_async_shared();
+  team_sync();
+  return {};
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  ReducedTile, const mk_tensor_map *map, int c0,
+                                                  int c1) {
+  using Stage = TmaReduce<kSlots, T, Out, R, C>;
+  if (team_thread() == 0) {
+    for (int b = 0; b < Stage::kBoxes; ++b)
+      ptx::tma_store(map, c0 + 64 * b, c1, reduce.slot(0) + b * Stage::kBoxBytes);
+    ptx::bulk_commit();
+  }
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                                  ReducedTile, const mk_tensor_map *map, int c0,
+                                                  int c1, int c2) {
+  using Stage = TmaReduce<kSlots, T, Out, R, C>;
+  if (team_thread() == 0) {
+    for (int b = 0; b < Stage::kBoxes; ++b)
+      ptx::tma_store(map, c0 + 64 * b, c1, c2, reduce.slot(0) + b * Stage::kBoxBytes);
+    ptx::bulk_commit();
+  }
+}
+
 } // namespace mk
 
 #endif // MK_DEVICE_IMPL_COMM_FUNCS_CUH

@@ -313,24 +313,25 @@ template <Reduce kOp> __device__ __forceinline__ float combine(float a, float b)
 
 } // namespace detail
 
-template <Reduce kOp, typename T, int R, int C>
-__device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long long slot_stride,
-                                                              int slots, long long ld, int rows,
-                                                              int cols, void *smem) {
-  using Source = detail::TileSmem<T, R, C>; // only for its chunking of the source rows
-  using Staging = detail::TileSmem<float, R, C>;
+namespace detail {
+
+/// Calls f(i, row, col, valid, sum) for chunk i (0 .. kThreadChunks) of this thread's chunks of
+/// the kOp-combination of `slots` R x C tiles of T at `src`, `slot_stride` apart: (row, col) its
+/// first element, `valid` its elements inside `rows` x `cols`, `sum` its values in f32.
+/// kPassChunks chunks per thread per pass: enough loads in flight to cover memory latency, few
+/// enough registers to accumulate them.
+template <Reduce kOp, typename T, int R, int C, int kPassChunks, typename F>
+__device__ __forceinline__ void combine_chunks(const T *src, long long slot_stride, int slots,
+                                               long long ld, int rows, int cols, F f) {
+  using Source = TileSmem<T, R, C>; // only for its chunking of the source rows
   using Vector = detail::Vector<T>;
-  // Chunks per thread per pass: enough loads in flight to cover memory latency, few enough
-  // registers to accumulate them.
-  constexpr int kPassChunks = 8;
   constexpr int kThreadChunks = Source::kChunks / MK_TEAM_THREADS;
   static_assert(kThreadChunks % kPassChunks == 0 || kPassChunks % kThreadChunks == 0,
                 "whole passes");
-  constexpr int kBatch = detail::min_of(kPassChunks, kThreadChunks);
-  unsigned char *staging = static_cast<unsigned char *>(smem);
-  const bool aligned = detail::vector_aligned(src, ld) && slot_stride % Vector::kSize == 0;
+  constexpr int kBatch = min_of(kPassChunks, kThreadChunks);
+  const bool aligned = vector_aligned(src, ld) && slot_stride % Vector::kSize == 0;
 
-#pragma unroll 1
+#pragma unroll
   for (int pass = 0; pass < kThreadChunks / kBatch; ++pass) {
     int row[kBatch], col[kBatch], valid[kBatch];
     float sum[kBatch][Vector::kSize];
@@ -339,33 +340,83 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
       const int index = team_thread() + (pass * kBatch + i) * MK_TEAM_THREADS;
       row[i] = index / Source::kRowChunks;
       col[i] = index % Source::kRowChunks * Vector::kSize;
-      valid[i] = detail::valid_in_chunk<T>(row[i], col[i] / Vector::kSize, rows, cols);
+      valid[i] = valid_in_chunk<T>(row[i], col[i] / Vector::kSize, rows, cols);
     }
+    // Two slots' loads in flight at once.
+#pragma unroll 2
     for (int slot = 0; slot < slots; ++slot) {
       Vector v[kBatch];
 #pragma unroll
       for (int i = 0; i < kBatch; ++i)
-        v[i] =
-            detail::load_chunk(src + slot * slot_stride + row[i] * ld + col[i], valid[i], aligned);
+        v[i] = load_chunk(src + slot * slot_stride + row[i] * ld + col[i], valid[i], aligned);
 #pragma unroll
       for (int i = 0; i < kBatch; ++i)
 #pragma unroll
         for (int e = 0; e < Vector::kSize; ++e) {
           const float x = float(v[i].elements[e]);
-          sum[i][e] = slot == 0 ? x : detail::combine<kOp>(sum[i][e], x);
+          sum[i][e] = slot == 0 ? x : combine<kOp>(sum[i][e], x);
         }
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i)
-#pragma unroll
-      for (int e = 0; e < Vector::kSize; e += 4)
-        *reinterpret_cast<float4 *>(staging + Staging::element(row[i], col[i] + e)) =
-            make_float4(sum[i][e], sum[i][e + 1], sum[i][e + 2], sum[i][e + 3]);
+      f(pass * kBatch + i, row[i], col[i], valid[i], sum[i]);
   }
+}
+
+} // namespace detail
+
+template <Reduce kOp, typename T, int R, int C>
+__device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long long slot_stride,
+                                                              int slots, long long ld, int rows,
+                                                              int cols, void *smem) {
+  using Staging = detail::TileSmem<float, R, C>;
+  unsigned char *staging = static_cast<unsigned char *>(smem);
+  detail::combine_chunks<kOp, T, R, C, 8>(
+      src, slot_stride, slots, ld, rows, cols,
+      [&](int, int row, int col, int, const float(&sum)[detail::Vector<T>::kSize]) {
+#pragma unroll
+        for (int e = 0; e < detail::Vector<T>::kSize; e += 4)
+          *reinterpret_cast<float4 *>(staging + Staging::element(row, col + e)) =
+              make_float4(sum[e], sum[e + 1], sum[e + 2], sum[e + 3]);
+      });
   team_sync();
   const Tile<float, R, C> t = detail::fragments_from_smem<float, R, C>(staging);
   team_sync();
   return t;
+}
+
+template <Reduce kOp, typename Out, typename T, int R, int C>
+__device__ __forceinline__ ChunkTile<Out, R, C> accumulate_chunks(const T *src,
+                                                                  long long slot_stride, int slots,
+                                                                  long long ld, int rows,
+                                                                  int cols) {
+  static_assert(sizeof(T) == sizeof(Out), "chunks of the same elements in and out");
+  using Vector = detail::Vector<Out>;
+  ChunkTile<Out, R, C> t;
+  // Half the passes' chunks: the tile's own chunks stay in registers throughout.
+  detail::combine_chunks<kOp, T, R, C, 4>(
+      src, slot_stride, slots, ld, rows, cols,
+      [&](int i, int, int, int, const float(&sum)[Vector::kSize]) {
+#pragma unroll
+        for (int e = 0; e < Vector::kSize; e += 2)
+          reinterpret_cast<typename detail::PairOf<Out>::type *>(t.chunks[i].elements)[e / 2] =
+              detail::from_float2<Out>(make_float2(sum[e], sum[e + 1]));
+      });
+  return t;
+}
+
+template <typename T, int R, int C>
+__device__ __forceinline__ void store_chunks(const ChunkTile<T, R, C> &t, T *dst, long long ld,
+                                             int rows, int cols) {
+  using Tile = ChunkTile<T, R, C>;
+  const bool aligned = detail::vector_aligned(dst, ld);
+#pragma unroll
+  for (int i = 0; i < Tile::kThreadChunks; ++i) {
+    const int row = Tile::row(i), col = Tile::col(i);
+    const int valid = detail::valid_in_chunk<T>(row, col / detail::Vector<T>::kSize, rows, cols);
+    if (valid > 0)
+      detail::store_chunk(dst + row * ld + col, t.chunks[i], valid, aligned);
+  }
 }
 
 } // namespace mk

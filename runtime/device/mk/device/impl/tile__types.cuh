@@ -141,6 +141,26 @@ template <typename T> struct alignas(16) Vector {
 };
 
 } // namespace detail
+
+/// A tile that is only stored: this thread's 16-byte chunks of its rows (chunk i of the thread is
+/// chunk team_thread() + i * MK_TEAM_THREADS of the tile, row-major). No shared memory and no
+/// barriers: each thread stores what it holds.
+template <typename T, int R, int C> struct ChunkTile {
+  static constexpr int kRowChunks = C * int(sizeof(T)) / 16;
+  static constexpr int kThreadChunks = R * kRowChunks / MK_TEAM_THREADS;
+  static_assert(C * sizeof(T) % 16 == 0 && R * kRowChunks % MK_TEAM_THREADS == 0,
+                "whole 16-byte chunks, the same number for every thread");
+  detail::Vector<T> chunks[kThreadChunks];
+
+  /// The tile row and first column of this thread's chunk i.
+  static __device__ __forceinline__ int row(int i) {
+    return (team_thread() + i * MK_TEAM_THREADS) / kRowChunks;
+  }
+  static __device__ __forceinline__ int col(int i) {
+    return (team_thread() + i * MK_TEAM_THREADS) % kRowChunks * detail::Vector<T>::kSize;
+  }
+};
+
 } // namespace mk
 
 #endif // MK_DEVICE_IMPL_TILE_TYPES_CUH
