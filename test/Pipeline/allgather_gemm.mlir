@@ -29,7 +29,13 @@
 // SCHED: mk.copy %[[GATHERED]][%{{.*}}, :] -> %[[GATHERED]][%{{.*}}, :] at gpu %{{.*}} via nvlink_bulk
 
 // CUDA: void allgather_gemm(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
-// CUDA: mk::matmul<128, 256, 64, false, false, mk::bf16>(
+// The GEMM engine: the producer waits for each tile's rows of A before loading them.
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>(mk_smem);
+// CUDA: if (mk::gemm_is_producer()) {
+// CUDA: mk::gemm_wait_arrivals([[ENGINE]], [[ARGS]],
+// CUDA: mk::gemm_load([[ENGINE]],
+// CUDA: mk::gemm_mma([[ENGINE]], 128);
+// CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
 // CUDA: mk::copy_region_bulk(
 // CUDA: mk::remote_put([[ARGS]],
 // CUDA: mk::copy_region_bulk_smem_bytes()

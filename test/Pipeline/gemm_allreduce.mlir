@@ -37,13 +37,24 @@
 // CUDA: extern "C" __global__ __launch_bounds__(MK_CTA_THREADS, 1) void gemm_allreduce(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
 // CUDA: size_t [[CTA:v[0-9]+]] = mk::cta();
 // CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
+// Compute on the GEMM engine: the producer loads, the consumers multiply and store each partial
+// to its owner through TMA.
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>(mk_smem);
+// CUDA: if (mk::gemm_is_producer()) {
+// CUDA: mk::gemm_load([[ENGINE]],
+// CUDA: mk::gemm_consumer_begin([[ENGINE]]);
 // CUDA: mk::signal_gpu([[ARGS]],
 // CUDA: mk::signal_node([[ARGS]],
-// CUDA: mk::Tile<float, 128, 256> {{v[0-9]+}} = mk::matmul<128, 256, 64, false, false, mk::bf16>(
+// CUDA: mk::gemm_mma([[ENGINE]], 16);
 // CUDA: mk::wait_arrivals([[ARGS]], {{.*}}, 5);
-// CUDA: mk::store_tile(
-// CUDA: mk::accumulate_tiles<mk::Reduce::sum, mk::bf16, 128, 256>(
+// CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
+// The node's 4 partials, combined in chunks; 2 node partials, combined through TMA.
+// CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
+// CUDA: mk::store_chunks(
 // CUDA: mk::remote_put([[ARGS]],
+// CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
+// CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
+// CUDA: mk::tma_store_reduced([[REDUCE]],
 // CUDA: extern "C" __device__ const int gemm_allreduce_grid = 132;
 
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

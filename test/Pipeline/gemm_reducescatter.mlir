@@ -30,10 +30,17 @@
 // SCHED: mk.store {{.*}} : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, shard 0 over world>
 
 // CUDA: void gemm_reducescatter(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
-// CUDA: mk::matmul<128, 256, 64, false, false, mk::bf16>(
-// CUDA: mk::accumulate_tiles<mk::Reduce::sum, mk::bf16, 128, 256>(
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>(mk_smem);
+// CUDA: mk::gemm_load([[ENGINE]],
+// CUDA: mk::gemm_mma([[ENGINE]], 16);
+// CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
+// CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
+// CUDA: mk::store_chunks(
 // CUDA: mk::remote_put([[ARGS]],
 // CUDA: mk::signal_node([[ARGS]],
+// CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
+// CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
+// CUDA: mk::tma_store_reduced([[REDUCE]],
 // CUDA: extern "C" __device__ const int gemm_reducescatter_dynamic_smem_bytes =
 
 // CUBIN: mkc: gemm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -1,32 +1,54 @@
-// RUN: mk-opt %s -mk-lower-to-emitc | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-stages=3" | FileCheck %s --check-prefix=STAGES
 
-// mk-lower-to-emitc turns a scheduled program (here GEMM + all-reduce on 1 x 2) into one EmitC
-// function: an extern "C" __global__ kernel taking the launch's mk_kernel_args, whose CTAs
-// branch on their role, loop over their tiles and call the device library. The launch
-// parameters the runtime reads back follow it.
+// mk-lower-to-emitc turns a scheduled program into one EmitC function: an extern "C" __global__
+// kernel taking the launch's mk_kernel_args, whose CTAs branch on their role, loop over their
+// tiles and call the device library. The launch parameters the runtime reads back follow it.
 
+// GEMM + all-reduce on 1 x 2. The compute role runs on the GEMM engine: its CTAs split into the
+// producer, whose loop keeps only the loads, and the consumers, which multiply, store each tile
+// to its owner through TMA and signal. The reduction role runs on its team of 256 threads, with
+// TMA: the two slots in, their sum out to both GPUs.
 // CHECK: emitc.include "mk/device/kernel.cuh"
 // CHECK: emitc.verbatim "extern __shared__ __align__(128) unsigned char mk_smem[];"
-// CHECK: emitc.func @gemm_allreduce(%[[ARGS:.+]]: !emitc.opaque<"const __grid_constant__ mk_kernel_args">)
+// CHECK-LABEL: emitc.func @gemm_allreduce
+// CHECK-SAME: (%[[ARGS:.+]]: !emitc.opaque<"const __grid_constant__ mk_kernel_args">)
 // CHECK-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
 // CHECK-DAG: call_opaque "mk::cta"()
-// The compute role: CTAs [0, 114), a loop over 32 tiles strided by 114.
-// CHECK: {{^ +}}if %
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
+// CHECK: if %[[PRODUCER]]
+// CHECK: call_opaque "mk::gemm_producer_begin"(%[[ENGINE]])
 // CHECK: {{^ +}}for %
-// CHECK: call_opaque "mk::matmul"{{.*}}template_args = [#emitc.opaque<"128">, #emitc.opaque<"256">, #emitc.opaque<"64">, #emitc.opaque<"false">, #emitc.opaque<"false">, #emitc.opaque<"mk::bf16">]
-// CHECK-SAME: -> !emitc.opaque<"mk::Tile<float, 128, 256>">
-// CHECK: call_opaque "mk::convert"{{.*}} -> !emitc.opaque<"mk::Tile<mk::bf16, 128, 256>">
-// CHECK: call_opaque "mk::wait_arrivals"
-// CHECK: call_opaque "mk::at_peer"
-// CHECK: call_opaque "mk::store_tile"
+// CHECK-NOT: call_opaque "mk::wait_arrivals"
+// CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
+// CHECK: } else {
+// CHECK: call_opaque "mk::gemm_consumer_begin"(%[[ENGINE]])
 // CHECK: call_opaque "mk::signal_gpu"
-// The intra-node reduction role.
-// CHECK: call_opaque "mk::accumulate_tiles"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::sum">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"128">, #emitc.opaque<"256">]
+// CHECK: {{^ +}}for %
+// CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]]) {args = [0 : index, #emitc.opaque<"8">]}
+// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>">
+// CHECK: call_opaque "mk::wait_arrivals"
+// CHECK: %[[MAP:.+]] = call_opaque "mk::tensor_map"
+// CHECK: call_opaque "mk::gemm_store"(%[[ENGINE]], %[[ACC]], %[[MAP]]
+// CHECK-SAME: template_args = [#emitc.opaque<"mk::bf16">]
+// CHECK: call_opaque "mk::signal_gpu"
+// CHECK: call_opaque "mk::gemm_finish"(%[[ENGINE]])
+// CHECK: %[[TEAM:.+]] = call_opaque "mk::team_member"
+// CHECK: if %[[TEAM]]
+// CHECK: call_opaque "mk::team_begin"
+// CHECK: %[[REDUCE:.+]] = call_opaque "mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: call_opaque "mk::wait_arrivals"
+// CHECK: %[[SUM:.+]] = call_opaque "mk::tma_reduce"(%[[REDUCE]]
+// CHECK-SAME: template_args = [#emitc.opaque<"mk::Reduce::sum">]
+// CHECK: call_opaque "mk::tma_store_reduced"(%[[REDUCE]], %[[SUM]]
+// CHECK: } else {
+// CHECK: call_opaque "mk::team_idle"
 // CHECK: {{^ +}}return
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
 // CHECK-SAME: gemm_allreduce_grid = 132;
-// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(
+// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
 // CHECK-SAME: gemm_allreduce_flag_words = 33;
 // CHECK-SAME: gemm_allreduce_arguments = 3;
 // CHECK-SAME: gemm_allreduce_tensors = 4;
@@ -35,7 +57,13 @@
 // CHECK-SAME: gemm_allreduce_tensor_bytes[] = {1048576, 1048576, 2097152, 4194304};
 // Each rank holds half of K.
 // CHECK-SAME: gemm_allreduce_argument_types[] = \22bf16[1024,512] bf16[512,1024] bf16[1024,1024]\22;
+// TMA maps: A and B, the slots on each GPU (the partials' owner) and here (the reduction), the
+// output on each GPU.
+// CHECK-SAME: gemm_allreduce_tensor_map_count = 7;
+// CHECK-SAME: gemm_allreduce_tensor_maps[] = {{[{][{]}}0, MK_MAP_LOCAL, 2, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, 2, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, 2, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, 2, 2, {1024ull, 1024ull}, {64, 128}, 128}};
 // CHECK-NOT: mk.
+// The ring depth, overridden.
+// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false>>
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
@@ -78,3 +106,34 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
       }
     }
   }
+
+// -----
+
+// A matmul whose tile is not only stored (here it goes through an activation) stays on the tile
+// library's mma.sync path, on the team; so does a reduction over 4 copies, combined and stored
+// in chunks.
+// CHECK-LABEL: emitc.func @fallback
+// CHECK: call_opaque "mk::team_member"
+// CHECK: call_opaque "mk::team_begin"
+// CHECK: call_opaque "mk::matmul"{{.*}}template_args = [#emitc.opaque<"128">, #emitc.opaque<"128">, #emitc.opaque<"64">, #emitc.opaque<"false">, #emitc.opaque<"false">, #emitc.opaque<"mk::bf16">]
+// CHECK: call_opaque "mk::relu"
+// CHECK: call_opaque "mk::store_tile"
+// CHECK: call_opaque "mk::accumulate_chunks"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::sum">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"128">, #emitc.opaque<"128">]
+// CHECK: call_opaque "mk::store_chunks"
+// CHECK: call_opaque "mk::team_idle"
+// CHECK: fallback_tensor_map_count = 0;
+// CHECK-NOT: fallback_tensor_maps
+mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>, %b: !mk.tensor<[256, 512], bf16, replicated>, %c: !mk.tensor<[512, 512], bf16, replicated>) grid 132 {
+    %s = mk.buffer : !mk.tensor<[4, 512, 512], bf16, symmetric>
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[512, 512], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[512, 256], bf16, replicated>, !mk.tensor<[256, 512], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.activation relu %1 : !mk.tile<[128, 128], f32>
+        %3 = mk.convert %2 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %3, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+        %4 = mk.accumulate sum %s[:, %m, %n] : !mk.tensor<[4, 512, 512], bf16, symmetric> -> !mk.tile<[128, 128], f32>
+        %5 = mk.convert %4 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %5, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+      }
+    }
+}

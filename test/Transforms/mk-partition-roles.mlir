@@ -10,20 +10,20 @@
 !C = !mk.tensor<[8192, 8192], bf16, replicated>
 !S = !mk.tensor<[2, 8192, 8192], bf16, symmetric>
 
-// GEMM + all-reduce on 1 x 2: 2048 tiles of 2 x 128 x 256 x 4096 FLOP (275 GFLOP) at 400 TFLOP/s,
+// GEMM + all-reduce on 1 x 2: 2048 tiles of 2 x 128 x 256 x 4096 FLOP (275 GFLOP) at 740 TFLOP/s,
 // with their partials put to the owner, and reducing this GPU's 1024 tiles (2 slots read, the sum
-// put to both GPUs: 403 MB through the CTAs at 5.5 GB/s each) balance at 86 and 46 CTAs, both
-// near 1.6 ms.
+// put to both GPUs: 403 MB through the CTAs at 30 GB/s each) balance at 107 and 25 CTAs, both
+// near 0.54 ms.
 // CHECK-LABEL: mk.program @gemm_allreduce
 // CHECK-SAME: grid 132
-// CHECK: mk.role compute ctas 86
-// CHECK: mk.role intra_reduce ctas 46
+// CHECK: mk.role compute ctas 107
+// CHECK: mk.role intra_reduce ctas 25
 // OVERRIDE-LABEL: mk.program @gemm_allreduce
 // OVERRIDE: mk.role compute ctas 100
 // OVERRIDE: mk.role intra_reduce ctas 20
 // EXPLAIN: remark: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
-// EXPLAIN-NEXT: compute 86 CTAs: {{.*}} ms for 274.9 GFLOP
-// EXPLAIN-NEXT: intra_reduce 46 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
+// EXPLAIN-NEXT: compute 107 CTAs: {{.*}} ms for 274.9 GFLOP
+// EXPLAIN-NEXT: intra_reduce 25 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
 mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
   %s = mk.buffer : !S
   %c2 = arith.constant 2 : index

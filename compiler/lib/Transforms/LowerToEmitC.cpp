@@ -240,7 +240,8 @@ constexpr StringLiteral kLoweringAttr = "mk.lowering";
 /// 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile
 /// whose one use is a conversion to 16 bits that only stores and puts to a GPU of the node use
 /// (rank 2 or 3 destinations); the matmul directly in a tile loop whose body has no other tile
-/// work, only index arithmetic, nested loops and branches, waits and signals.
+/// work, only index arithmetic, nested loops and branches, waits, signals and copies across
+/// nodes.
 std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
   TileType tile = matmul.getResult().getType();
   DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
@@ -276,6 +277,8 @@ std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
     bool tileWork = llvm::any_of(op->getResultTypes(), llvm::IsaPred<TileType>);
     if (op == matmul || op == convert || llvm::is_contained(convert->getUsers(), op) ||
         isa<WaitOp, SignalOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
+        // The proxy's copies across nodes use no shared memory.
+        (isa<CopyOp>(op) && cast<CopyOp>(op).getScope() == PeerScope::node) ||
         (isMemoryEffectFree(op) && !tileWork))
       return WalkResult::advance();
     return WalkResult::interrupt();

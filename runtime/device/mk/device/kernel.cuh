@@ -95,8 +95,8 @@ __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t 
 
 /// A role without the GEMM engine runs on its team (threads 0-255), which takes the registers of
 /// the CTA's third warpgroup: team_begin in the team's branch, team_idle in the other.
-__device__ __forceinline__ void team_begin() { ptx::setmaxnreg_inc<232>(); }
-__device__ __forceinline__ void team_idle() { ptx::setmaxnreg_dec<40>(); }
+__device__ __forceinline__ void team_begin() { ptx::setmaxnreg_inc<240>(); }
+__device__ __forceinline__ void team_idle() { ptx::setmaxnreg_dec<24>(); }
 
 /// Tensor map `index` of the launch, in place in the kernel's parameter (TMA reads it there).
 __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args &args,

@@ -156,6 +156,9 @@ __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
   team_sync();
   if (team_thread() != 0)
     return;
+  // The engine's tile stores (bulk copies of this thread) are complete before the proxy reads.
+  ptx::bulk_wait_all();
+  ptx::fence_proxy_async();
   const mk_u64 slot = atomicAdd(q.head, 1ull);
   // The proxy hands slots back in order; ours is free once the one capacity before it is.
   detail::Backoff backoff;
