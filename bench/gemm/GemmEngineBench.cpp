@@ -1,12 +1,13 @@
 //===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
 //
-// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--csv FILE] [--cubin FILE]
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--sms N] [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
 // heuristic choice run in this process on the same random inputs, timed with CUDA events (warm-up,
 // then the median of --repeat runs). Each engine result is first checked against an f32 GPU
-// reference with C poisoned. --check checks without timing (the gpu/gemm-engine test).
+// reference with C poisoned. --check checks without timing (the gpu/gemm-engine test). --sms runs
+// the engine on fewer CTAs than the GPU has SMs (what a fused kernel's compute role gets).
 //
 //===----------------------------------------------------------------------------------===//
 
@@ -205,6 +206,7 @@ int run(int argc, char **argv) {
   std::string shapesText = "8192x8192x8192,8192x8192x4096,4096x8192x4096,16384x8192x4096,"
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
+  int ctas = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> const char * {
@@ -218,6 +220,8 @@ int run(int argc, char **argv) {
       shapesText = value();
     else if (arg == "--repeat")
       repeat = std::max(1, std::atoi(value()));
+    else if (arg == "--sms")
+      ctas = std::max(1, std::atoi(value()));
     else if (arg == "--csv")
       csvPath = value();
     else if (arg == "--cubin")
@@ -235,6 +239,8 @@ int run(int argc, char **argv) {
   mkc::cuda::PrimaryContext context(driver);
   int sms = 0;
   CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device()));
+  if (ctas > 0)
+    sms = std::min(sms, ctas);
   const Module engine("gemm_engine.cu", cubinPath), reference("reference.cu");
   Lt lt;
   Buffer workspace(Lt::kWorkspace);

@@ -12,6 +12,12 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2by4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
 // TOPOLOGY: mkc: error: --topology={{.*}} is not NODESxGPUS with both at least 1, e.g. 2x4
 
+// A GEMM engine ring of one stage, and one too deep for shared memory (NVRTC says why).
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=1 --emit=cuda 2>&1 | FileCheck %s --check-prefix=STAGES
+// STAGES: mkc: error: --gemm-stages=1: the GEMM engine's ring needs at least 2 stages
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=5 -o %t/deep.cubin 2>&1 | FileCheck %s --check-prefix=DEEP
+// DEEP: the GEMM engine's ring and epilogue do not fit a CTA's shared memory (227 KiB): use fewer stages
+
 // An unknown --emit.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
 // EMIT: Cannot find option named 'sass'!

@@ -53,6 +53,10 @@ cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl
                          cl::cat(category));
 cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
                            cl::cat(category));
+cl::opt<int64_t> gemmStages("gemm-stages",
+                            cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
+                                     "deepest that fits the tile)"),
+                            cl::init(0), cl::cat(category));
 cl::opt<bool> printIRAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
                               cl::cat(category));
 cl::opt<bool> ptxasReport("ptxas-report",
@@ -118,8 +122,13 @@ int run() {
   options.smCount = smCount;
   options.explainSplit = explainSplit;
   mlir::mk::buildSchedulePipeline(pm, options);
+  if (gemmStages < 0 || gemmStages == 1) {
+    llvm::errs() << "mkc: error: --gemm-stages=" << gemmStages
+                 << ": the GEMM engine's ring needs at least 2 stages\n";
+    return 1;
+  }
   if (emit != Emit::mlir)
-    mlir::mk::buildEmitCPipeline(pm);
+    mlir::mk::buildEmitCPipeline(pm, gemmStages);
   if (failed(pm.run(*module)))
     return 1;
 

@@ -26,6 +26,8 @@ template <typename T_, int BN_, int kStages_, bool kBKMajor_> struct GemmConfig 
   static constexpr int kEpilogueOffset = kStages * kStageBytes;
   static constexpr int kBarriersOffset = kEpilogueOffset + 2 * kChunkBytes;
   static constexpr int kBytes = 1024 + kBarriersOffset + 2 * kStages * 8;
+  static_assert(kBytes <= kMaxSmemBytes, "the GEMM engine's ring and epilogue do not fit a CTA's "
+                                         "shared memory (227 KiB): use fewer stages");
 
   // wgmma reads 16 K (32 bytes of a K-major row, or 16 rows of an MN-major block) at a time.
   static constexpr int kMmaPerStage = BK / 16;
