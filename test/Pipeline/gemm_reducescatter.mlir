@@ -18,7 +18,7 @@
 // SCHED: mk.put {{.*}} at gpu %[[OWNER]] via nvlink_store
 // SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
 // SCHED: mk.role intra_reduce ctas {{[0-9]+}} {
-// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] masked distribute gpus
+// SCHED: mk.tile_grid {{.*}} global tiles [128, 256] order <swizzle 8> masked distribute gpus
 // SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
 // SCHED: %[[ONODE:.+]], %{{.*}} = mk.owner
 // SCHED: scf.if

@@ -38,18 +38,30 @@
 // CHECK: %[[TEAM:.+]] = call_opaque "mk::team_member"
 // CHECK: if %[[TEAM]]
 // CHECK: call_opaque "mk::team_begin"
+// The reduction walks every tile in the compute role's order (swizzled) and keeps this GPU's,
+// so that it takes tiles up as they are finished; it puts the sum to every GPU, then signals
+// every GPU, so that one wait covers both puts.
 // CHECK: %[[REDUCE:.+]] = call_opaque "mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: {{^ +}}for %
+// CHECK: %[[OWNED:.+]] = cmp eq,
+// CHECK: if %[[OWNED]]
 // CHECK: call_opaque "mk::wait_arrivals"
 // CHECK: %[[SUM:.+]] = call_opaque "mk::tma_reduce"(%[[REDUCE]]
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::Reduce::sum">]
+// CHECK: {{^ +}}for %
+// CHECK-NOT: call_opaque "mk::signal_gpu"
 // CHECK: call_opaque "mk::tma_store_reduced"(%[[REDUCE]], %[[SUM]]
+// CHECK-NEXT: {{^ +}}}
+// CHECK-NEXT: {{^ +}}for %
+// CHECK-NOT: call_opaque "mk::tma_store_reduced"
+// CHECK: call_opaque "mk::signal_gpu"
 // CHECK: } else {
 // CHECK: call_opaque "mk::team_idle"
 // CHECK: {{^ +}}return
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
 // CHECK-SAME: gemm_allreduce_grid = 132;
 // CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
-// CHECK-SAME: gemm_allreduce_flag_words = 33;
+// CHECK-SAME: gemm_allreduce_flag_words = 65;
 // CHECK-SAME: gemm_allreduce_arguments = 3;
 // CHECK-SAME: gemm_allreduce_tensors = 4;
 // The output, which peers write, and the staging slots must be in symmetric memory.
@@ -71,6 +83,7 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
     %c2 = arith.constant 2 : index
     mk.flags @launched [1]
     mk.flags @ready0 [8, 4]
+    mk.flags @arrived1 [8, 4]
     %0 = mk.buffer : !mk.tensor<[2, 1024, 1024], bf16, symmetric>
     mk.role compute ctas 104 {
       mk.single_cta {
@@ -92,7 +105,7 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
       }
     }
     mk.role intra_reduce ctas 28 {
-      mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] distribute gpus : !mk.tensor<[1024, 1024], bf16, replicated> {
+      mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] order <swizzle 8> distribute gpus : !mk.tensor<[1024, 1024], bf16, replicated> {
         mk.wait @ready0[%arg3, %arg4] count 2
         %1 = mk.accumulate sum %0[:, %arg3, %arg4] : !mk.tensor<[2, 1024, 1024], bf16, symmetric> -> !mk.tile<[128, 256], f32>
         %2 = mk.convert %1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
@@ -102,6 +115,7 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
           %3 = arith.addi %gpu, %arg5 : index
           %4 = arith.remsi %3, %c2 : index
           mk.put %2, %arg2[%arg3, %arg4] at gpu %4 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+          mk.signal @arrived1[%arg3, %arg4] at gpu %4 via nvlink_store
         }
       }
     }

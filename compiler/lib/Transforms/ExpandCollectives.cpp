@@ -93,6 +93,9 @@ private:
     bool masked = false;
     std::optional<MeshAxis> distribute;
     Value holder;
+    /// The order to visit the tiles in: the producing grid's, so that tiles are taken up in the
+    /// order they are finished.
+    TileOrderAttr order;
   };
   void tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64_t> sizes,
                 const Grid &clauses, function_ref<void(OpBuilder &, ValueRange)> body);
@@ -160,7 +163,7 @@ void Expander::tileGrid(OpBuilder &b, Location loc, Value target, ArrayRef<int64
   auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto grid = TileGridOp::create(
       b, loc, target, clauses.holder, /*row_counts=*/Value(), b.getDenseI64ArrayAttr(sizes),
-      unit(clauses.global), unit(clauses.masked), /*order=*/TileOrderAttr(),
+      unit(clauses.global), unit(clauses.masked), clauses.order,
       clauses.distribute ? MeshAxisAttr::get(context, *clauses.distribute) : MeshAxisAttr());
   SmallVector<Type> types(sizes.size(), b.getIndexType());
   SmallVector<Location> locs(sizes.size(), loc);
@@ -327,7 +330,10 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   if (intraStep) {
     OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
     tileGrid(rb, loc, dest.tensor, sizes,
-             Grid{.global = producer.getGlobal(), .masked = masked, .distribute = MeshAxis::gpus},
+             Grid{.global = producer.getGlobal(),
+                  .masked = masked,
+                  .distribute = MeshAxis::gpus,
+                  .order = producer.getOrderAttr()},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
                Value partial = reduceSlots(gb, loc, stage, tileAt);

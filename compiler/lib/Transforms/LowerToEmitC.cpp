@@ -343,6 +343,30 @@ void markReductions(Operation *root) {
   });
 }
 
+/// A loop that puts a TMA-reduced tile to each GPU and signals each after its put would wait for
+/// each put to complete before the next one starts (a signal follows its data): split it in two,
+/// every put then every signal, so that the puts are in flight together and one wait covers them.
+void signalAfterAllPuts(Operation *root) {
+  SmallVector<scf::ForOp> loops;
+  root->walk([&](scf::ForOp loop) {
+    SmallVector<Operation *> effects;
+    for (Operation &op : loop.getBody()->without_terminator())
+      if (!isMemoryEffectFree(&op))
+        effects.push_back(&op);
+    auto how = effects.empty() ? StringAttr() : effects[0]->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (effects.size() == 2 && isa<PutOp>(effects[0]) && isa<SignalOp>(effects[1]) && how &&
+        how.getValue() == "tma")
+      loops.push_back(loop);
+  });
+  for (scf::ForOp loop : loops) {
+    OpBuilder b(loop->getContext());
+    b.setInsertionPointAfter(loop);
+    auto signals = cast<scf::ForOp>(b.clone(*loop));
+    (*loop.getBody()->getOps<SignalOp>().begin())->erase();
+    (*signals.getBody()->getOps<PutOp>().begin())->erase();
+  }
+}
+
 class StructureLowering {
 public:
   StructureLowering(ProgramOp program, KernelLayout &layout)
@@ -473,6 +497,7 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
   markReductions(func);
+  signalAfterAllPuts(func);
   int64_t begin = 0;
   for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
     int64_t ctas = static_cast<int64_t>(*role.getCtas());
@@ -763,15 +788,21 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   }
 
   int64_t total = shards * perShard;
+  TileOrderAttr order = grid.getOrderAttr();
+  // Round-robin tiles in an order of their own (their producer's): walk every tile in that
+  // order and keep this rank's, so that tiles are taken up as they are finished.
+  bool ownedInOrder = stride != 1 && order && order.getKind() != TileOrderKind::row_major &&
+                      shards == 1 && rank >= 2;
   Value iterations =
-      stride == 1 ? c(total)
-                  : arith::DivSIOp::create(
-                        b, loc, arith::SubIOp::create(b, loc, c(total + stride - 1), strideOffset),
-                        c(stride));
+      stride == 1 || ownedInOrder
+          ? c(total)
+          : arith::DivSIOp::create(
+                b, loc, arith::SubIOp::create(b, loc, c(total + stride - 1), strideOffset),
+                c(stride));
   auto loop = scf::ForOp::create(b, loc, roleCta, iterations, c(ctas));
   b.setInsertionPointToStart(loop.getBody());
   Value position = loop.getInductionVar();
-  if (stride != 1)
+  if (stride != 1 && !ownedInOrder)
     position = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, position, c(stride)),
                                      strideOffset);
 
@@ -786,16 +817,27 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
 
   // Tiles that need nothing remote come first: rotate the rows to start at this rank's slice.
   Value rotation;
-  TileOrderAttr order = grid.getOrderAttr();
   if (order && order.getLocalFirst() && stride == 1 && rank >= 2) {
     int64_t world = mesh.getWorldSize();
     Value me = indexAlong(MeshAxis::world, myNode, myGpu);
     rotation = arith::DivSIOp::create(b, loc, arith::MulIOp::create(b, loc, me, c(counts[rank - 2])),
                                       c(world));
   }
-  // The round-robin owner of a tile is defined on the row-major index: no reordering there.
+  // The round-robin owner of a tile is defined on the row-major index.
   SmallVector<Value> coords =
-      decode(b, loc, inShard, counts, stride == 1 ? order : TileOrderAttr(), rotation);
+      decode(b, loc, inShard, counts, stride == 1 || ownedInOrder ? order : TileOrderAttr(),
+             rotation);
+  if (ownedInOrder) {
+    Value linear = coords[0];
+    for (int64_t d = 1; d < rank; ++d)
+      linear = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, linear, c(counts[d])), coords[d]);
+    Value mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       arith::RemSIOp::create(b, loc, linear, c(stride)),
+                                       strideOffset);
+    auto owned = scf::IfOp::create(b, loc, mine, /*withElseRegion=*/false);
+    b.setInsertionPointToStart(owned.thenBlock());
+  }
   if (shardIndex) {
     int64_t d = placement.getDim();
     Value start = arith::MulIOp::create(b, loc, shardIndex, c(counts[d]));
@@ -805,7 +847,8 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   Block &body = grid.getBodyBlock();
   for (auto [arg, coord] : llvm::zip(body.getArguments(), coords))
     arg.replaceAllUsesWith(coord);
-  loop.getBody()->getOperations().splice(std::prev(loop.getBody()->end()), body.getOperations());
+  Block *tile = b.getInsertionBlock(); // the loop's body, or the branch of this rank's tiles
+  tile->getOperations().splice(std::prev(tile->end()), body.getOperations());
   grid.erase();
   return success();
 }
