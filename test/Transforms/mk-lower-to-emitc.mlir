@@ -35,13 +35,14 @@
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::bf16">]
 // CHECK: call_opaque "mk::signal_gpu"
 // CHECK: call_opaque "mk::gemm_finish"(%[[ENGINE]])
+// The reduction walks every tile in the compute role's order (swizzled) and keeps this GPU's,
+// so that it takes tiles up as they are finished; it puts the sum to every GPU, then signals
+// every GPU. The puts and signals go to the publisher (the warpgroup outside the team), which
+// raises the flags once the puts are complete while the team reduces the next tile.
+// CHECK: %[[REDUCE:.+]] = call_opaque "mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[TEAM:.+]] = call_opaque "mk::team_member"
 // CHECK: if %[[TEAM]]
 // CHECK: call_opaque "mk::team_begin"
-// The reduction walks every tile in the compute role's order (swizzled) and keeps this GPU's,
-// so that it takes tiles up as they are finished; it puts the sum to every GPU, then signals
-// every GPU, so that one wait covers both puts.
-// CHECK: %[[REDUCE:.+]] = call_opaque "mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: {{^ +}}for %
 // CHECK: %[[OWNED:.+]] = cmp eq,
 // CHECK: if %[[OWNED]]
@@ -49,14 +50,18 @@
 // CHECK: %[[SUM:.+]] = call_opaque "mk::tma_reduce"(%[[REDUCE]]
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::Reduce::sum">]
 // CHECK: {{^ +}}for %
-// CHECK-NOT: call_opaque "mk::signal_gpu"
+// CHECK-NOT: call_opaque "mk::tma_signal"
 // CHECK: call_opaque "mk::tma_store_reduced"(%[[REDUCE]], %[[SUM]]
 // CHECK-NEXT: {{^ +}}}
 // CHECK-NEXT: {{^ +}}for %
 // CHECK-NOT: call_opaque "mk::tma_store_reduced"
-// CHECK: call_opaque "mk::signal_gpu"
+// CHECK: %[[FLAG:.+]] = call_opaque "mk::flag_gpu"
+// CHECK: call_opaque "mk::tma_signal"(%[[REDUCE]], %[[FLAG]])
+// CHECK: call_opaque "mk::tma_commit"(%[[REDUCE]])
+// CHECK: call_opaque "mk::tma_reduce_finish"(%[[REDUCE]])
 // CHECK: } else {
 // CHECK: call_opaque "mk::team_idle"
+// CHECK: call_opaque "mk::tma_publish"(%[[REDUCE]])
 // CHECK: {{^ +}}return
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
 // CHECK-SAME: gemm_allreduce_grid = 132;

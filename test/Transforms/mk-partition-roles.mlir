@@ -12,18 +12,18 @@
 
 // GEMM + all-reduce on 1 x 2: 2048 tiles of 2 x 128 x 256 x 4096 FLOP (275 GFLOP) at 740 TFLOP/s,
 // with their partials put to the owner, and reducing this GPU's 1024 tiles (2 slots read, the sum
-// put to both GPUs: 403 MB through the CTAs at 26 GB/s each) balance at 104 and 28 CTAs, both
-// near 0.58 ms.
+// put to both GPUs: 403 MB through the CTAs at 36 GB/s each) balance at 110 and 22 CTAs, both
+// near 0.51 ms.
 // CHECK-LABEL: mk.program @gemm_allreduce
 // CHECK-SAME: grid 132
-// CHECK: mk.role compute ctas 104
-// CHECK: mk.role intra_reduce ctas 28
+// CHECK: mk.role compute ctas 110
+// CHECK: mk.role intra_reduce ctas 22
 // OVERRIDE-LABEL: mk.program @gemm_allreduce
 // OVERRIDE: mk.role compute ctas 100
 // OVERRIDE: mk.role intra_reduce ctas 20
 // EXPLAIN: remark: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
-// EXPLAIN-NEXT: compute 104 CTAs: {{.*}} ms for 274.9 GFLOP
-// EXPLAIN-NEXT: intra_reduce 28 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
+// EXPLAIN-NEXT: compute 110 CTAs: {{.*}} ms for 274.9 GFLOP
+// EXPLAIN-NEXT: intra_reduce 22 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
 mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
   %s = mk.buffer : !S
   %c2 = arith.constant 2 : index

@@ -146,9 +146,10 @@ private:
 
 struct Grid {
   unsigned x = 1, y = 1;
+  unsigned threads = MK_TEAM_THREADS;
 };
 
-/// Launches `kernel` with MK_TEAM_THREADS threads per CTA and the dynamic shared memory its
+/// Launches `kernel` with `grid.threads` threads per CTA and the dynamic shared memory its
 /// `<kernel>_smem` constant names (or `smem`), on the default stream, without waiting.
 template <typename... Args>
 void launchAsync(const Module &module, const std::string &kernel, Grid grid, int smem,
@@ -156,7 +157,7 @@ void launchAsync(const Module &module, const std::string &kernel, Grid grid, int
   CUfunction function = module.function(kernel);
   CU(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
   void *params[] = {static_cast<void *>(&args)...};
-  CU(cuLaunchKernel(function, grid.x, grid.y, 1, MK_TEAM_THREADS, 1, 1, smem, nullptr, params,
+  CU(cuLaunchKernel(function, grid.x, grid.y, 1, grid.threads, 1, 1, smem, nullptr, params,
                     nullptr));
 }
 
@@ -449,8 +450,9 @@ void testAccumulateChunks(const Module &module, int M, int N, long long ld) {
 }
 
 /// TmaReduce: the sum of two bf16 slots of an M x N region (N a multiple of 8, not of the tile),
-/// rounded once, written inside the region only.
-void testTmaReduce(const Module &module, int M, int N) {
+/// rounded once, written inside the region only, by `ctas` CTAs walking the tiles; every tile's
+/// flag raised once.
+void testTmaReduce(const Module &module, int M, int N, unsigned ctas) {
   const long long plane = (long long)M * N;
   std::vector<bf16> src = randomValues<bf16>(2 * plane);
   DeviceArray<bf16> dSrc(src), dDst(plane);
@@ -466,10 +468,17 @@ void testTmaReduce(const Module &module, int M, int N) {
   spec.rank = 2;
   const mk_tensor_map dstMap = mkc::encodeTensorMap(Driver::get(), spec,
                                                     reinterpret_cast<const void *>(dDst.at()));
-  launch(module, "tma_reduce_sum_bf16", {unsigned((N + 255) / 256), unsigned((M + 127) / 128)},
-         srcMap, dstMap);
+  const int tilesM = (M + 127) / 128, tilesN = (N + 255) / 256;
+  DeviceArray<mk_u32> done(1);
+  CU(cuMemsetD32(done.at(), 0, 1));
+  launch(module, "tma_reduce_sum_bf16", {ctas, 1, MK_CTA_THREADS}, srcMap, dstMap, tilesM, tilesN,
+         done.at());
   const std::vector<bf16> dst = dDst.download();
-  Check check("tma_reduce_sum_bf16 M=" + std::to_string(M) + " N=" + std::to_string(N));
+  Check check("tma_reduce_sum_bf16 M=" + std::to_string(M) + " N=" + std::to_string(N) + " on " +
+              std::to_string(ctas) + " CTAs");
+  const mk_u32 flagged = done.download()[0];
+  check.expect(flagged == mk_u32(tilesM * tilesN),
+               [&] { return "tiles_done " + std::to_string(flagged); });
   for (long long i = 0; i < M; ++i)
     for (long long j = 0; j < N; ++j) {
       const float want = toFloat(src[i * N + j]) + toFloat(src[plane + i * N + j]);
@@ -639,8 +648,8 @@ void runAll() {
   });
   guarded("signal/wait", [&] { testSignalWait(comm); });
   guarded("tma_reduce", [&] {
-    testTmaReduce(comm, 200, 328);
-    testTmaReduce(comm, 256, 512);
+    testTmaReduce(comm, 200, 328, 1);
+    testTmaReduce(comm, 1000, 1600, 3);
   });
   guarded("proxy_put", [&] { testProxyPut(comm); });
 }

@@ -334,6 +334,28 @@ void markReductions(Operation *root) {
                  auto dest = cast<DistTensorType>(user->getOperand(1).getType());
                  return dest.getRank() == 2 || dest.getRank() == 3;
                });
+    // The role's publisher raises flags on this node only, and serves one configuration.
+    auto role = accumulate->getParentOfType<RoleOp>();
+    if (tma && role) {
+      bool acrossNodes =
+          role.walk([](Operation *op) {
+                auto signal = dyn_cast<SignalOp>(op);
+                auto copy = dyn_cast<CopyOp>(op);
+                return (signal && signal.getScope() == PeerScope::node) ||
+                               (copy && copy.getScope() == PeerScope::node)
+                           ? WalkResult::interrupt()
+                           : WalkResult::advance();
+              }).wasInterrupted();
+      std::string config = tmaReduceConfig(accumulate);
+      bool other = role.walk([&](AccumulateOp sibling) {
+                         auto how = sibling->getAttrOfType<StringAttr>(kLoweringAttr);
+                         return how && how.getValue() == "tma" &&
+                                        tmaReduceConfig(sibling) != config
+                                    ? WalkResult::interrupt()
+                                    : WalkResult::advance();
+                       }).wasInterrupted();
+      tma = !acrossNodes && !other;
+    }
     MLIRContext *context = accumulate.getContext();
     StringAttr how = StringAttr::get(context, tma ? "tma" : "chunks");
     accumulate->setAttr(kLoweringAttr, how);
@@ -568,23 +590,33 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     op.moveBefore(team.thenBlock()->getTerminator());
   OpBuilder teamBegin = OpBuilder::atBlockBegin(team.thenBlock());
   call(teamBegin, loc, {}, "mk::team_begin", {});
-  // One TMA reduction per configuration the role uses, for its life.
-  std::set<std::string> reductions;
-  team.getThenRegion().walk([&](AccumulateOp accumulate) {
-    auto how = accumulate->getAttrOfType<StringAttr>(kLoweringAttr);
-    if (how && how.getValue() == "tma")
-      reductions.insert(tmaReduceConfig(accumulate));
-  });
-  for (const std::string &config : reductions) {
-    std::string type = "mk::TmaReduce<" + config + ">";
-    layout.reducers.push_back(
-        call(teamBegin, loc, emitc::OpaqueType::get(branch.getContext(), type), type,
-             {std::string("mk_smem")})
-            .getResult(0));
-    layout.smemNeeds.push_back(type + "::kBytes");
-  }
   OpBuilder idle(team.elseBlock()->getTerminator());
   call(idle, loc, {}, "mk::team_idle", {});
+  // The role's TMA reduction (one configuration; markReductions sees to it), built by every
+  // thread: the team reduces, the other warpgroup publishes.
+  AccumulateOp reduction;
+  team.getThenRegion().walk([&](AccumulateOp accumulate) {
+    auto how = accumulate->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (!reduction && how && how.getValue() == "tma")
+      reduction = accumulate;
+  });
+  if (reduction) {
+    std::string type = "mk::TmaReduce<" + tmaReduceConfig(reduction) + ">";
+    b.setInsertionPoint(member);
+    Value reducer =
+        call(b, loc, emitc::OpaqueType::get(branch.getContext(), type), type, {std::string("mk_smem")})
+            .getResult(0);
+    layout.reducers.push_back(reducer);
+    layout.smemNeeds.push_back(type + "::kBytes");
+    call(idle, loc, {}, "mk::tma_publish", {reducer});
+    // Each reduced tile's batch goes to the publisher at the end of the block that reduces it.
+    team.getThenRegion().walk([&](AccumulateOp accumulate) {
+      OpBuilder end(accumulate->getBlock()->getTerminator());
+      call(end, loc, {}, "mk::tma_commit", {reducer});
+    });
+    OpBuilder teamEnd(team.thenBlock()->getTerminator());
+    call(teamEnd, loc, {}, "mk::tma_reduce_finish", {reducer});
+  }
   return success();
 }
 
@@ -1348,6 +1380,19 @@ struct SignalLowering : LoweringPattern<SignalOp> {
     Arith a(rewriter, loc);
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     Value args = kernelArgs(op);
+    // Under a TMA reduction, the publisher raises the flag after the stores before it.
+    for (Value reducer : layout.reducers) {
+      if (!reducer.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+        continue;
+      auto flag = emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
+      Value pointer = op.getScope() == PeerScope::gpu
+                          ? call(rewriter, loc, flag, "mk::flag_gpu", {args, adaptor.getPeer(), offset})
+                                .getResult(0)
+                          : call(rewriter, loc, flag, "mk::flag_local", {args, offset}).getResult(0);
+      call(rewriter, loc, {}, "mk::tma_signal", {reducer, pointer});
+      rewriter.eraseOp(op);
+      return success();
+    }
     switch (op.getScope()) {
     case PeerScope::self:
       call(rewriter, loc, {}, "mk::signal_local", {args, offset});

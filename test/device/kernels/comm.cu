@@ -59,15 +59,25 @@ MK_KERNEL proxy_put(mk_proxy_queue queue, int per_cta) {
 }
 
 // dst = the sum of the two [rows x cols] bf16 slots of src (a [2 x rows x cols] tensor), 128 x 256
-// tiles, through TmaReduce: src's map has boxes {64, 128, 1}, dst's {64, 128}.
+// tiles walked by a few persistent CTAs through TmaReduce (src's map has boxes {64, 128, 1},
+// dst's {64, 128}); each tile adds 1 to *tiles_done once it is stored. MK_CTA_THREADS threads.
 extern "C" __constant__ int tma_reduce_sum_bf16_smem =
     mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes;
-MK_KERNEL tma_reduce_sum_bf16(const __grid_constant__ mk_tensor_map src,
-                              const __grid_constant__ mk_tensor_map dst) {
+extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)
+    tma_reduce_sum_bf16(const __grid_constant__ mk_tensor_map src,
+                        const __grid_constant__ mk_tensor_map dst, int tiles_m, int tiles_n,
+                        mk_u32 *tiles_done) {
   mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256> reduce(mk_smem);
-  const int m0 = blockIdx.y * 128, n0 = blockIdx.x * 256;
-  const mk::ReducedTile tile = mk::tma_reduce<mk::Reduce::sum>(reduce, &src, n0, m0, 0);
-  mk::tma_store_reduced(reduce, tile, &dst, n0, m0);
-  if (mk::team_thread() == 0)
-    mk::ptx::bulk_wait_all();
+  if (mk::team_member()) {
+    for (int t = blockIdx.x; t < tiles_m * tiles_n; t += gridDim.x) {
+      const int m0 = t / tiles_n * 128, n0 = t % tiles_n * 256;
+      const mk::ReducedTile tile = mk::tma_reduce<mk::Reduce::sum>(reduce, &src, n0, m0, 0);
+      mk::tma_store_reduced(reduce, tile, &dst, n0, m0);
+      mk::tma_signal(reduce, tiles_done);
+      mk::tma_commit(reduce);
+    }
+    mk::tma_reduce_finish(reduce);
+  } else {
+    mk::tma_publish(reduce);
+  }
 }

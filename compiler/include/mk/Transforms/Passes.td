@@ -103,7 +103,7 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
     // kernel, and what one reduce CTA of GEMM+AllReduce moves.
     Option<"computeTflops", "compute-tflops", "double", "740.0",
            "dense bf16 rate of the whole GPU, TFLOP/s">,
-    Option<"ctaCopyGBps", "cta-copy-gbps", "double", "26.0",
+    Option<"ctaCopyGBps", "cta-copy-gbps", "double", "36.0",
            "bytes one CTA moves (loads and stores) per second, GB/s">,
     Option<"nvlinkGBps", "nvlink-gbps", "double", "370.0", "NVLink bandwidth per GPU, GB/s">,
     Option<"networkGBps", "network-gbps", "double", "48.0", "network bandwidth per GPU, GB/s">,

@@ -45,23 +45,39 @@ __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q, const mk_prox
 
 /// The reduction of received tiles through the bulk tensor copy engine: kSlots R x C tiles of T
 /// (the copies of one tile that ranks put into a [slots x rows x cols] buffer) are loaded with
-/// TMA, combined in f32, converted to Out in shared memory, and stored with TMA to every
-/// destination, so that few CTAs move many bytes. Construct it with the team; it keeps the
-/// shared memory (kBytes) for the role's life.
+/// TMA, combined in f32 and converted to Out in shared memory by the team, and stored with TMA to
+/// every destination by the CTA's third warpgroup (the publisher), which raises the tiles' flags
+/// once their stores are complete. The team goes on to the next tile meanwhile: a tile's loads
+/// and sum overlap the previous tile's stores and their completion. Construct it with every
+/// thread of the CTA; it keeps kBytes of shared memory for the role's life.
+///
+///   mk::TmaReduce<...> reduce(mk_smem);
+///   if (mk::team_member()) {
+///     for (tile : tiles) {
+///       mk::ReducedTile t = mk::tma_reduce<kOp>(reduce, &slots_map, n0, m0, 0);
+///       mk::tma_store_reduced(reduce, t, &dst_map, n0, m0);  // each destination
+///       mk::tma_signal(reduce, flag);                        // each flag, after the stores
+///       mk::tma_commit(reduce);
+///     }
+///     mk::tma_reduce_finish(reduce);
+///   } else {
+///     mk::tma_publish(reduce);
+///   }
 template <int kSlots, typename T, typename Out, int R, int C> class TmaReduce;
 
 /// What tma_reduce leaves in shared memory for tma_store_reduced.
 struct ReducedTile {};
 
 /// Team-collective: combines with kOp the kSlots boxes at (c0, c1, slot0 + s) of `map` (columns,
-/// rows, slots; boxes of {64, R, 1}, 128-byte swizzled), s = 0 .. kSlots.
+/// rows, slots; boxes of {64, R, 1}, 128-byte swizzled), s = 0 .. kSlots; waits until the
+/// publisher has read the previous tile.
 template <Reduce kOp, int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   const mk_tensor_map *map, int c0, int c1,
                                                   int slot0);
 
-/// Stores the reduced tile at (c0, c1[, c2]) of `map` (boxes of {64, R[, 1]}), issued by team
-/// thread 0; the next signal waits for it (mk::signal).
+/// Adds a store of the reduced tile at (c0, c1[, c2]) of `map` (boxes of {64, R[, 1]}) to the
+/// tile's batch.
 template <int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   ReducedTile, const mk_tensor_map *map, int c0,
@@ -70,6 +86,22 @@ template <int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   ReducedTile, const mk_tensor_map *map, int c0,
                                                   int c1, int c2);
+
+/// Adds an arrival on `flag` to the tile's batch: raised after every store of the batch.
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_signal(TmaReduce<kSlots, T, Out, R, C> &reduce, mk_u32 *flag);
+
+/// Hands the tile's batch to the publisher.
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_commit(TmaReduce<kSlots, T, Out, R, C> &reduce);
+
+/// The team's last call: the publisher stops after the batches before it.
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_reduce_finish(TmaReduce<kSlots, T, Out, R, C> &reduce);
+
+/// The publisher's loop (the CTA's threads outside the team; one of them works).
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_publish(TmaReduce<kSlots, T, Out, R, C> &reduce);
 
 } // namespace mk
 

@@ -55,6 +55,15 @@ __device__ __forceinline__ void signal_gpu(const mk_kernel_args &args, int64_t g
   signal(args.flags_peer[gpu] + offset);
 }
 
+/// Flag `offset` of this rank, and of GPU `gpu` of this node.
+__device__ __forceinline__ mk_u32 *flag_local(const mk_kernel_args &args, int64_t offset) {
+  return args.flags + offset;
+}
+__device__ __forceinline__ mk_u32 *flag_gpu(const mk_kernel_args &args, int64_t gpu,
+                                             int64_t offset) {
+  return args.flags_peer[gpu] + offset;
+}
+
 /// Waits until flag `offset` has had `count` arrivals in this launch: flags are never reset, so
 /// after e launches a flag that gets `count` arrivals per launch holds e * count.
 __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,

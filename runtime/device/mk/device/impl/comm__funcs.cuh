@@ -181,53 +181,99 @@ __device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
   ptx::store_release_sys(&entry.kind, command.kind);
 }
 
+namespace detail {
+
+/// What a team hands its publisher for one reduced tile: where to store it, then which flags to
+/// raise once the stores are complete.
+struct PublishBatch {
+  static constexpr int kMaxStores = MK_MAX_GPUS_PER_NODE, kMaxSignals = 2 * MK_MAX_GPUS_PER_NODE;
+  const mk_tensor_map *maps[kMaxStores];
+  int coords[kMaxStores][3];
+  int rank[kMaxStores];
+  mk_u32 *flags[kMaxSignals];
+  int stores, signals, stop;
+};
+
+} // namespace detail
+
 template <int kSlots, typename T, typename Out, int R, int C> class TmaReduce {
 public:
   static_assert(sizeof(T) == 2 && sizeof(Out) == 2, "16-bit elements in and out");
   static_assert(R <= 256 && C % 64 == 0, "boxes of 64 columns by at most 256 rows");
   static constexpr int kBoxes = C / 64, kBoxBytes = R * 128, kTileBytes = kBoxes * kBoxBytes;
-  // The slots' tiles, then the mbarrier; the result replaces slot 0. 1 KiB of slack aligns the
-  // tiles for the 128-byte swizzle.
-  static constexpr int kBytes = 1024 + kSlots * kTileBytes + 8;
+  // The slots' tiles, the result, the mbarriers (the slots' loads; the result read by the
+  // publisher's stores; two batches ready and done), two batches. 1 KiB of slack aligns the tiles
+  // for the 128-byte swizzle.
+  static constexpr int kBarriersOffset = (kSlots + 1) * kTileBytes;
+  static constexpr int kBatchesOffset = kBarriersOffset + 6 * 8;
+  static constexpr int kBytes = 1024 + kBatchesOffset + 2 * int(sizeof(detail::PublishBatch));
 
+  /// Every thread of the CTA: the team's threads reduce, the others publish (tma_publish).
   __device__ explicit TmaReduce(void *smem)
-      : base_((ptx::smem_address(smem) + 1023) & ~1023u), phase_(0) {
-    if (team_thread() == 0) {
-      ptx::mbarrier_init(barrier(), 1);
+      : tiles_(0), batches_(0),
+        smem_(static_cast<unsigned char *>(smem) + (((ptx::smem_address(smem) + 1023) & ~1023u) -
+                                                    ptx::smem_address(smem))),
+        base_(ptx::smem_address(smem_)) {
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < 6; ++b)
+        ptx::mbarrier_init(base_ + kBarriersOffset + 8 * b, 1);
       ptx::fence_mbarrier_init();
     }
-    team_sync();
+    __syncthreads();
   }
   __device__ mk_u32 slot(int s) const { return base_ + s * kTileBytes; }
-  __device__ mk_u32 barrier() const { return slot(kSlots); }
-  /// The parity of the next load's completion.
-  __device__ mk_u32 next_phase() {
-    const mk_u32 phase = phase_;
-    phase_ ^= 1;
-    return phase;
+  __device__ mk_u32 result() const { return slot(kSlots); }
+  __device__ mk_u32 loaded() const { return base_ + kBarriersOffset; }
+  __device__ mk_u32 result_free() const { return loaded() + 8; }
+  __device__ mk_u32 ready(int b) const { return loaded() + 16 + 8 * b; }
+  __device__ mk_u32 done(int b) const { return loaded() + 32 + 8 * b; }
+  __device__ detail::PublishBatch &batch(int b) const {
+    return reinterpret_cast<detail::PublishBatch *>(smem_ + kBatchesOffset)[b];
   }
 
+  // The team's progress: tiles reduced, batches handed over (and the one being filled).
+  int tiles_, batches_;
+
 private:
+  unsigned char *smem_;
   mk_u32 base_;
-  mk_u32 phase_;
 };
+
+namespace detail {
+
+/// Team thread 0: starts filling batch `reduce.batches_` once the publisher is done with the
+/// batch that used its buffer two batches ago.
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ PublishBatch &open_batch(TmaReduce<kSlots, T, Out, R, C> &reduce) {
+  const int b = reduce.batches_;
+  if (b >= 2)
+    ptx::mbarrier_wait(reduce.done(b % 2), (b / 2 - 1) & 1);
+  PublishBatch &batch = reduce.batch(b % 2);
+  batch.stores = batch.signals = batch.stop = 0;
+  return batch;
+}
+
+} // namespace detail
 
 template <Reduce kOp, int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   const mk_tensor_map *map, int c0, int c1,
                                                   int slot0) {
   using Stage = TmaReduce<kSlots, T, Out, R, C>;
+  const int tile = reduce.tiles_++;
   if (team_thread() == 0) {
-    // The previous tile's stores have read slot 0, which the result overwrote.
-    ptx::bulk_wait_read<0>();
-    ptx::mbarrier_arrive_expect_tx(reduce.barrier(), kSlots * Stage::kTileBytes);
+    ptx::mbarrier_arrive_expect_tx(reduce.loaded(), kSlots * Stage::kTileBytes);
     for (int s = 0; s < kSlots; ++s)
       for (int b = 0; b < Stage::kBoxes; ++b)
         ptx::tma_load(reduce.slot(s) + b * Stage::kBoxBytes, map, c0 + 64 * b, c1, slot0 + s,
-                      reduce.barrier());
+                      reduce.loaded());
+    detail::open_batch(reduce);
   }
-  ptx::mbarrier_wait(reduce.barrier(), reduce.next_phase());
-  // Every slot has the same (swizzled) layout: combine 16-byte units in place of slot 0's.
+  ptx::mbarrier_wait(reduce.loaded(), tile & 1);
+  // The previous tile's stores have read the result.
+  if (tile > 0)
+    ptx::mbarrier_wait(reduce.result_free(), (tile - 1) & 1);
+  // Every slot has the same (swizzled) layout: combine 16-byte units into the result's.
   using In = detail::Vector<T>;
   using Result = detail::Vector<Out>;
   constexpr int kUnits = Stage::kTileBytes / 16;
@@ -254,7 +300,7 @@ __device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C
       reinterpret_cast<typename detail::PairOf<Out>::type *>(out.elements)[e / 2] =
           detail::from_float2<Out>(make_float2(sum[e], sum[e + 1]));
     const mk_u32 *words = reinterpret_cast<const mk_u32 *>(out.elements);
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(reduce.slot(0) + u * 16),
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(reduce.result() + u * 16),
                  "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3])
                  : "memory");
   }
@@ -263,27 +309,89 @@ __device__ __forceinline__ ReducedTile tma_reduce(TmaReduce<kSlots, T, Out, R, C
   return {};
 }
 
+namespace detail {
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void add_store(TmaReduce<kSlots, T, Out, R, C> &reduce,
+                                          const mk_tensor_map *map, int rank, int c0, int c1,
+                                          int c2) {
+  if (team_thread() != 0)
+    return;
+  PublishBatch &batch = reduce.batch(reduce.batches_ % 2);
+  const int i = batch.stores++;
+  batch.maps[i] = map;
+  batch.rank[i] = rank;
+  batch.coords[i][0] = c0;
+  batch.coords[i][1] = c1;
+  batch.coords[i][2] = c2;
+}
+
+} // namespace detail
+
 template <int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   ReducedTile, const mk_tensor_map *map, int c0,
                                                   int c1) {
-  using Stage = TmaReduce<kSlots, T, Out, R, C>;
-  if (team_thread() == 0) {
-    for (int b = 0; b < Stage::kBoxes; ++b)
-      ptx::tma_store(map, c0 + 64 * b, c1, reduce.slot(0) + b * Stage::kBoxBytes);
-    ptx::bulk_commit();
-  }
+  detail::add_store(reduce, map, 2, c0, c1, 0);
 }
 
 template <int kSlots, typename T, typename Out, int R, int C>
 __device__ __forceinline__ void tma_store_reduced(TmaReduce<kSlots, T, Out, R, C> &reduce,
                                                   ReducedTile, const mk_tensor_map *map, int c0,
                                                   int c1, int c2) {
+  detail::add_store(reduce, map, 3, c0, c1, c2);
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_signal(TmaReduce<kSlots, T, Out, R, C> &reduce, mk_u32 *flag) {
+  if (team_thread() != 0)
+    return;
+  detail::PublishBatch &batch = reduce.batch(reduce.batches_ % 2);
+  batch.flags[batch.signals++] = flag;
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_commit(TmaReduce<kSlots, T, Out, R, C> &reduce) {
+  const int b = reduce.batches_++;
+  if (team_thread() == 0)
+    ptx::mbarrier_arrive(reduce.ready(b % 2));
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_reduce_finish(TmaReduce<kSlots, T, Out, R, C> &reduce) {
+  if (team_thread() == 0)
+    detail::open_batch(reduce).stop = 1;
+  tma_commit(reduce);
+}
+
+template <int kSlots, typename T, typename Out, int R, int C>
+__device__ __forceinline__ void tma_publish(TmaReduce<kSlots, T, Out, R, C> &reduce) {
   using Stage = TmaReduce<kSlots, T, Out, R, C>;
-  if (team_thread() == 0) {
-    for (int b = 0; b < Stage::kBoxes; ++b)
-      ptx::tma_store(map, c0 + 64 * b, c1, c2, reduce.slot(0) + b * Stage::kBoxBytes);
+  if (threadIdx.x != MK_TEAM_THREADS)
+    return;
+  for (int b = 0;; ++b) {
+    ptx::mbarrier_wait(reduce.ready(b % 2), (b / 2) & 1);
+    const detail::PublishBatch &batch = reduce.batch(b % 2);
+    if (batch.stop)
+      return;
+    for (int i = 0; i < batch.stores; ++i)
+      for (int box = 0; box < Stage::kBoxes; ++box) {
+        const int *c = batch.coords[i];
+        const mk_u32 src = reduce.result() + box * Stage::kBoxBytes;
+        if (batch.rank[i] == 2)
+          ptx::tma_store(batch.maps[i], c[0] + 64 * box, c[1], src);
+        else
+          ptx::tma_store(batch.maps[i], c[0] + 64 * box, c[1], c[2], src);
+      }
     ptx::bulk_commit();
+    ptx::bulk_wait_read<0>();
+    ptx::mbarrier_arrive(reduce.result_free());
+    // Flags follow their data: every store of the batch is complete and published first.
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
+    for (int i = 0; i < batch.signals; ++i)
+      ptx::red_add_release_sys(batch.flags[i], 1);
+    ptx::mbarrier_arrive(reduce.done(b % 2));
   }
 }
 
