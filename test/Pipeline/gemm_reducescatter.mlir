@@ -3,6 +3,7 @@
 
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=2048,N=2048,K=2048 --emit=cuda | FileCheck %s --check-prefix=SHARD
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
@@ -44,3 +45,9 @@
 // CUDA: extern "C" __device__ const int gemm_reducescatter_dynamic_smem_bytes =
 
 // CUBIN: mkc: gemm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// On one node too, the reduction of GPU g walks the 8 tile rows of shard g: its rows are offset by
+// g shards (the 64 tiles of a shard, one shard per node).
+// SHARD: for (size_t [[I:i[0-9]+]] = {{.*}}; [[I]] < (64);
+// SHARD: + (([[I]] / 64) * 2 + v{{[0-9]+}}) * 8;
+// SHARD: mk::tma_reduce<mk::Reduce::sum>(

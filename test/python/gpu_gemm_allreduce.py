@@ -43,8 +43,8 @@ def check_raises(error_type, expected, call, what):
     check(False, f"{what}: no {error_type.__name__}")
 
 
-def launch():
-    """Starts the ranks under torch.distributed.run; returns their exit status."""
+def launch_ranks(script):
+    """Starts `script`'s ranks under torch.distributed.run; returns their exit status."""
     try:
         import torch
     except ImportError:
@@ -55,7 +55,7 @@ def launch():
         print(f"SKIP: needs {RANKS} GPUs, this machine has {gpus}")
         return SKIPPED
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={RANKS}", __file__]).returncode
+                           f"--nproc-per-node={RANKS}", script]).returncode
 
 
 def close_to(result, reference, label):
@@ -116,4 +116,4 @@ def rank_main():
 
 
 if __name__ == "__main__":
-    sys.exit(rank_main() if "RANK" in os.environ else launch())
+    sys.exit(rank_main() if "RANK" in os.environ else launch_ranks(__file__))

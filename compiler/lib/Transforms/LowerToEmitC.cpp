@@ -797,6 +797,7 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
 
   int64_t shards = 1, stride = 1;
   Value firstShard, strideOffset;
+  bool shardsOfThisGpu = false; // the shards of the ranks with this GPU index, one per node
   if (byShard) {
     MeshAxis axis = placement.getAxis();
     if (Value holder = grid.getHolder()) {
@@ -808,6 +809,7 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
         return grid.emitOpError() << "distributes a sharded tensor in a way that has no CUDA "
                                      "lowering yet";
       shards = mesh.getNodes();
+      shardsOfThisGpu = true;
     } else {
       firstShard = indexAlong(axis, myNode, myGpu);
     }
@@ -840,7 +842,7 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
 
   Value shardIndex = firstShard;
   Value inShard = position;
-  if (shards > 1) {
+  if (shardsOfThisGpu) {
     Value shardSlot = arith::DivSIOp::create(b, loc, position, c(perShard));
     inShard = arith::RemSIOp::create(b, loc, position, c(perShard));
     shardIndex = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, shardSlot, c(gpus)),
