@@ -65,9 +65,10 @@ struct KernelLayout {
   uint32_t symmetricTensors = 0;
   /// The TMA tensor maps the kernel takes, as mk_tensor_map_spec initialisers (mk/abi.h).
   std::vector<std::string> tensorMaps;
-  /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block), and the
-  /// TMA reductions of each role (mk::TmaReduce, one per configuration).
+  /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
+  /// mk::GemmConfig arguments, and the TMA reduction of each role that has one (mk::TmaReduce).
   SmallVector<Value> engines, reducers;
+  DenseMap<Value, std::string> engineConfigs;
   /// The engine's ring depth, or 0 for the deepest that fits.
   int64_t gemmStages = 0;
 
@@ -631,6 +632,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
                              {std::string("mk_smem")});
   Value engine = engineOp->getResult(0);
   layout.engines.push_back(engine);
+  layout.engineConfigs[engine] = config.str();
   layout.smemNeeds.push_back(("mk::gemm_smem_bytes<mk::GemmConfig<" + config + ">>()").str());
 
   // The role's body becomes the consumers' branch; the producer's is a copy of it pruned to the
@@ -984,17 +986,18 @@ protected:
     return call(b, loc, ptr, "mk::at", {tensor, offset}).getResult(0);
   }
 
+  /// Of `values` (each made in a role's block), the one of the role `op` is in, or null.
+  static Value ofRole(ArrayRef<Value> values, Operation *op) {
+    for (Value value : values)
+      if (value.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+        return value;
+    return Value();
+  }
   /// The GEMM engine of the role `op` is in.
   Value engineFor(Operation *op) const {
-    for (Value engine : layout.engines)
-      if (engine.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
-        return engine;
-    llvm_unreachable("an op marked for the engine outside an engine role");
-  }
-  /// The engine's mk::GemmConfig arguments, from its type.
-  static std::string engineConfigOf(Value engine) {
-    StringRef type = cast<emitc::OpaqueType>(engine.getType()).getValue();
-    return type.drop_front(StringRef("mk::GemmEngine<mk::GemmConfig<").size()).drop_back(2).str();
+    Value engine = ofRole(layout.engines, op);
+    assert(engine && "an op marked for the engine outside an engine role");
+    return engine;
   }
   /// A pointer to tensor map `index` (a size_t) of the launch.
   Value tensorMapPointer(OpBuilder &b, Location loc, Operation *op, Value index) const {
@@ -1133,8 +1136,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
                      : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
     Value tile = lookThroughCasts(adaptor.getValue());
     bool engine = op->template getAttrOfType<StringAttr>(kLoweringAttr).getValue() == "store";
-    // A reduced tile belongs to the TmaReduce its tma_reduce call took first.
-    Value owner = engine ? this->engineFor(op) : tile.getDefiningOp()->getOperand(0);
+    Value owner = engine ? this->engineFor(op) : this->ofRole(this->layout.reducers, op);
     SmallVector<CallArg> args = {owner, tile, this->tensorMapPointer(rewriter, loc, op, map)};
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);
@@ -1229,12 +1231,7 @@ struct AccumulateLowering : LoweringPattern<AccumulateOp> {
     std::string rows = std::to_string(tile.getShape()[0]), cols = std::to_string(tile.getShape()[1]);
     auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
     if (how && how.getValue() == "tma") {
-      std::string reduceType = "mk::TmaReduce<" + tmaReduceConfig(op) + ">";
-      Value reducer;
-      for (Value candidate : layout.reducers)
-        if (cast<emitc::OpaqueType>(candidate.getType()).getValue() == reduceType &&
-            candidate.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
-          reducer = candidate;
+      Value reducer = ofRole(layout.reducers, op);
       int64_t map = layout.tensorMap(type, tensorIndex(op.getSource()), std::nullopt,
                                      {64, tile.getShape()[0], 1});
       rewriter.replaceOp(
@@ -1299,7 +1296,7 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
       std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
       if (engine.getValue() == "mma") {
         auto accumulator = emitc::OpaqueType::get(
-            rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" + engineConfigOf(e) + ">>");
+            rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" + layout.engineConfigs.lookup(e) + ">>");
         rewriter.replaceOp(op, call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks}));
         return success();
       }
@@ -1383,9 +1380,7 @@ struct SignalLowering : LoweringPattern<SignalOp> {
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     Value args = kernelArgs(op);
     // Under a TMA reduction, the publisher raises the flag after the stores before it.
-    for (Value reducer : layout.reducers) {
-      if (!reducer.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
-        continue;
+    if (Value reducer = ofRole(layout.reducers, op)) {
       auto flag = emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
       Value pointer = op.getScope() == PeerScope::gpu
                           ? call(rewriter, loc, flag, "mk::flag_gpu", {args, adaptor.getPeer(), offset})
@@ -1484,7 +1479,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       constant("int", "tensor_map_count", Twine(layout.tensorMaps.size()));
       if (!layout.tensorMaps.empty())
         constant("mk_tensor_map_spec", "tensor_maps[]",
-                 "{" + llvm::join(layout.tensorMaps, ", ") + "}");
+                 "{" + Twine(llvm::join(layout.tensorMaps, ", ")) + "}");
       os << "extern \"C\" __global__ void " << name
          << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
       OpBuilder after(context);
