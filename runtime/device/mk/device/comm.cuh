@@ -1,6 +1,6 @@
 //===- mk/device/comm.cuh - copies between GPUs, flags, and the host proxy queue ------===//
 //
-// Collective over the CTA, like everything in mk/device: all MK_CTA_THREADS threads call each
+// Collective over the team, like everything in mk/device: all MK_TEAM_THREADS threads call each
 // function with the same arguments. Peer memory is a plain mapped pointer: ordinary loads,
 // stores and atomics reach it over NVLink.
 //

@@ -1,6 +1,6 @@
 //===- mk/device/gemm.cuh - one output tile of a matrix product on the tensor cores ---===//
 //
-// Collective over the CTA, like everything in mk/device: all MK_CTA_THREADS threads call it with
+// Collective over the team, like everything in mk/device: all MK_TEAM_THREADS threads call it with
 // the same arguments, and `smem` is free again when it returns.
 //
 //===----------------------------------------------------------------------------------===//

@@ -1,6 +1,6 @@
 //===- mk/device/tile.cuh - register tiles: create, convert, combine, load, store ----===//
 //
-// Every function is collective over the CTA: all MK_CTA_THREADS threads call it with the same
+// Every function is collective over the team: all MK_TEAM_THREADS threads call it with the same
 // arguments. Functions that take `smem` (the kernel's dynamic shared memory, at least the bytes
 // named) return with it free for the next call.
 //
