@@ -75,17 +75,17 @@ TEST_CASE("tile functions compile without spills: splat, convert, arithmetic, ac
 }
 
 TEST_CASE("communication functions compile without spills: copy_region(_bulk), signal, wait, "
-          "proxy_put",
+          "proxy_push",
           "[device][comm]") {
   nvrtc::Result result =
       requireClean("comm.cu", {"copy_region_bf16", "copy_region_bulk_bf16", "copy_region_f32",
-                               "copy_region_bulk_f32", "signal_wait", "proxy_put",
+                               "copy_region_bulk_f32", "signal_wait", "proxy_push",
                                "tma_reduce_sum_bf16"});
   CHECK(contains(result.ptx, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"));
   CHECK(contains(result.ptx, "cp.async.bulk.global.shared::cta.bulk_group"));
   CHECK(contains(result.ptx, "red.release.sys.global.add.u32"));
   CHECK(contains(result.ptx, "ld.acquire.sys.global.u32"));
-  CHECK(contains(result.ptx, "st.release.sys.u32"));
+  CHECK(contains(result.ptx, "st.release.sys.u64"));
 }
 
 TEST_CASE("the fused-op tests' references compile without spills", "[device]") {

@@ -10,6 +10,7 @@
 #include "mk/abi.h"
 #include "mk/runtime/CudaDriver.h"
 #include "mk/runtime/TensorMap.h"
+#include "mk/runtime/net/CommandQueue.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -537,54 +539,50 @@ void testSignalWait(const Module &module) {
   }
 }
 
-/// proxy_put from several CTAs into a small host-mapped ring that a host thread (this one) drains
-/// as the proxy would: more commands than slots, so kernels wait for slots to come back.
-void testProxyPut(const Module &module) {
+/// proxy_push from several CTAs into a small ring of the runtime's CommandQueue, drained here as
+/// the proxy drains it: more commands than slots, so kernels wait for slots to come back; then,
+/// with the queue aborted and nobody draining, kernels stuck on a full ring give up.
+void testProxyPush(const Module &module) {
   constexpr mk_u32 capacity = 8;
   constexpr int ctas = 4, perCta = 16, total = ctas * perCta;
-  void *host = nullptr;
-  const size_t bytes = capacity * sizeof(mk_proxy_command) + sizeof(mk_u64);
-  CU(cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
-  std::memset(host, 0, bytes);
-  auto *ring = static_cast<mk_proxy_command *>(host);
-  auto *tail = reinterpret_cast<mk_u64 *>(ring + capacity);
-  CUdeviceptr deviceRing;
-  CU(cuMemHostGetDevicePointer(&deviceRing, host, 0));
-  DeviceArray<mk_u64> head(1);
-  CU(cuMemsetD32(head.at(), 0, 2));
-  mk_proxy_queue queue = {};
-  queue.ring = reinterpret_cast<mk_proxy_command *>(deviceRing);
-  queue.head = reinterpret_cast<mk_u64 *>(head.at());
-  queue.tail = reinterpret_cast<mk_u64 *>(deviceRing + capacity * sizeof(mk_proxy_command));
-  queue.capacity = capacity;
-
-  launchAsync(module, "proxy_put", {ctas}, 0, queue, perCta);
-  Check check("proxy_put: " + std::to_string(total) + " commands from " + std::to_string(ctas) +
+  CUcontext context = nullptr;
+  CU(cuCtxGetCurrent(&context));
+  auto memory = mkc::net::makeCudaMemory(Driver::get(), context);
+  mkc::net::CommandQueue queue(*memory, capacity, 0, 0);
+  launchAsync(module, "proxy_push", {ctas}, 0, queue.deviceView(), perCta);
+  Check check("proxy_push: " + std::to_string(total) + " commands from " + std::to_string(ctas) +
               " CTAs through " + std::to_string(capacity) + " slots");
-  std::vector<mk_proxy_command> received;
+  std::vector<mk_command> received;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (mk_u64 next = 0; next < total && std::chrono::steady_clock::now() < deadline;) {
-    mk_proxy_command &slot = ring[next % capacity];
-    if (std::atomic_ref<mk_u32>(slot.kind).load(std::memory_order_acquire) == MK_PROXY_EMPTY)
-      continue;
-    received.push_back(slot);
-    std::atomic_ref<mk_u32>(slot.kind).store(MK_PROXY_EMPTY, std::memory_order_relaxed);
-    std::atomic_ref<mk_u64>(*tail).store(++next, std::memory_order_release);
+  while (received.size() < total && std::chrono::steady_clock::now() < deadline) {
+    if (std::optional<mk_command> command = queue.next()) {
+      received.push_back(*command);
+      queue.consume();
+    }
   }
   CU(cuCtxSynchronize());
   check.expect(received.size() == total,
                [&] { return "received " + std::to_string(received.size()); });
   std::map<int, int> nextOfCta;
-  for (const mk_proxy_command &c : received) {
+  for (std::size_t n = 0; n < received.size(); ++n) {
+    const mk_command &c = received[n];
     const int cta = int(c.src_offset >> 32), i = int(c.src_offset & 0xffffffff);
-    const bool ok = c.kind == MK_PROXY_PUT && c.dst_node == mk_u32(cta) &&
-                    c.src_tensor == mk_u32(i) && c.dst_tensor == 7 &&
+    const bool ok = c.ticket == mk_u32(n + 1) && c.op == MK_CMD_PUT_SIGNAL &&
+                    c.view == mk_u16(i & 1) && c.dst_node == mk_u32(cta) &&
                     c.dst_offset == ~c.src_offset && c.rows == 3 && c.row_bytes == 256 &&
-                    c.src_pitch == 512 && c.dst_pitch == 1024 && c.flag == mk_u32(cta * 1000 + i) &&
-                    i == nextOfCta[cta]++;
+                    c.src_pitch == 512 && c.dst_pitch == 1024 &&
+                    c.signal_offset == mk_u64(cta * 1000 + i) && i == nextOfCta[cta]++;
     check.expect(ok, [&] { return "command " + std::to_string(cta) + "/" + std::to_string(i); });
   }
-  CU(cuMemFreeHost(host));
+
+  queue.abort(MK_QUEUE_FAILED);
+  launchAsync(module, "proxy_push", {ctas}, 0, queue.deviceView(), perCta);
+  Check aborted("proxy_push into an aborted, full ring returns");
+  CUresult result = CUDA_ERROR_NOT_READY;
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (result == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < giveUp)
+    result = Driver::get().cuStreamQuery(nullptr);
+  aborted.expect(result == CUDA_SUCCESS, [&] { return Driver::get().describe(result); });
 }
 
 void runAll() {
@@ -651,7 +649,7 @@ void runAll() {
     testTmaReduce(comm, 200, 328, 1);
     testTmaReduce(comm, 1000, 1600, 3);
   });
-  guarded("proxy_put", [&] { testProxyPut(comm); });
+  guarded("proxy_push", [&] { testProxyPush(comm); });
 }
 
 } // namespace

@@ -10,7 +10,9 @@
 #ifndef MK_ABI_H
 #define MK_ABI_H
 
-#define MK_ABI_VERSION 3
+#include "mk/queue.h"
+
+#define MK_ABI_VERSION 4
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -25,58 +27,12 @@
 /* TMA tensor maps one kernel can take. */
 #define MK_MAX_TENSOR_MAPS 12
 
-typedef unsigned int mk_u32;
-typedef unsigned long long mk_u64;
-
 /* One tensor, as seen from one rank. `peer[g]` is the same (symmetric) allocation mapped from GPU g
  * of this node; it is null for tensors that are not in symmetric memory. */
 typedef struct mk_tensor_ref {
   void *local;
   void *peer[MK_MAX_GPUS_PER_NODE];
 } mk_tensor_ref;
-
-/* A command from a kernel to the host proxy, which carries it over the network.
- *
- * MK_PROXY_PUT copies `rows` rows of `row_bytes` bytes, `src_pitch` apart in tensor `src_tensor`
- * of this rank, to rows `dst_pitch` apart in tensor `dst_tensor` of the rank with this rank's GPU
- * index on node `dst_node` (rails only), starting at the given byte offsets. Then, if `flag` is not
- * MK_NO_FLAG, it adds 1 to that flag (an index into the destination's flag region); the increment
- * is ordered after the data.
- *
- * Publication: the kernel writes every field but `kind`, then stores `kind` with release
- * semantics; the proxy reads `kind` with acquire semantics, copies the command out and stores
- * MK_PROXY_EMPTY to hand the slot back. No field straddles an 8-byte word. */
-enum {
-  MK_PROXY_EMPTY = 0,
-  MK_PROXY_PUT = 1,
-};
-#define MK_NO_FLAG 0xffffffffu
-
-typedef struct mk_proxy_command {
-  mk_u32 kind;
-  mk_u32 dst_node;
-  mk_u32 src_tensor;
-  mk_u32 dst_tensor;
-  mk_u64 src_offset;
-  mk_u64 dst_offset;
-  mk_u32 rows;
-  mk_u32 row_bytes;
-  mk_u32 src_pitch;
-  mk_u32 dst_pitch;
-  mk_u32 flag;
-  mk_u32 reserved[3];
-} mk_proxy_command;
-
-/* A ring of commands in host memory mapped into the device. Kernels claim slots by atomically
- * incrementing `*head` (device memory); the proxy advances `*tail` (host memory) as it consumes
- * them. A kernel may reuse slot i once *tail > i - capacity. */
-typedef struct mk_proxy_queue {
-  mk_proxy_command *ring;
-  mk_u64 *head;
-  volatile mk_u64 *tail;
-  mk_u32 capacity; /* a power of two */
-  mk_u32 reserved;
-} mk_proxy_queue;
 
 /* A TMA tensor map (CUtensorMap, built by cuTensorMapEncodeTiled): opaque, 128 bytes, 64-byte
  * aligned. Kernels take them by value in their __grid_constant__ parameter, as TMA requires. */
@@ -112,28 +68,31 @@ typedef struct mk_kernel_args {
   mk_tensor_ref tensors[MK_MAX_TENSORS];
   mk_u32 *flags;                             /* this rank's flag region */
   mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE];  /* the flag regions of the GPUs of this node */
-  mk_proxy_queue queue;
+  /* Arrivals over the network, [nodes][flag_words]: row n counts what node n signalled on each
+   * flag (mk/queue.h). A flag's arrivals are flags[i] plus net_flags[n * flag_words + i] over n. */
+  mk_u32 *net_flags;
+  mk_command_queue queue;                    /* to this rank's network proxy */
   /* The launch's epoch, in device memory: 1 for the first launch, then +1 per launch (flags are
    * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
    * after every launch, so a captured CUDA graph replays with fresh epochs. */
   const mk_u32 *epoch;
   mk_u32 node; /* this rank's node and GPU index */
   mk_u32 gpu;
+  mk_u32 nodes;
+  mk_u32 flag_words;
   mk_u32 abi_version;
   mk_u32 reserved;
 } mk_kernel_args;
 
 #ifdef __cplusplus
-static_assert(sizeof(mk_u32) == 4 && sizeof(mk_u64) == 8, "fixed-width types");
 static_assert(sizeof(void *) == 8, "64-bit only");
 static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
-static_assert(sizeof(mk_proxy_command) == 64, "mk_proxy_command layout");
-static_assert(sizeof(mk_proxy_queue) == 32, "mk_proxy_queue layout");
 static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
 static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS +
-                      ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 32 + 24 + 63) / 64 * 64),
+                      ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 8 + 64 + 8 + 24 + 63) /
+                       64 * 64),
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");
 #endif

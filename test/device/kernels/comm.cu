@@ -39,22 +39,21 @@ MK_KERNEL signal_wait(float *data, int count, mk_u32 *flag, mk_u32 epoch, float 
   }
 }
 
-// Each CTA puts `per_cta` commands that say who sent them.
-MK_KERNEL proxy_put(mk_proxy_queue queue, int per_cta) {
+// Each CTA pushes `per_cta` commands that say who sent them.
+MK_KERNEL proxy_push(mk_command_queue queue, int per_cta) {
   for (int i = 0; i < per_cta; ++i) {
-    mk_proxy_command command = {};
-    command.kind = MK_PROXY_PUT;
+    mk_command command = {};
+    command.op = MK_CMD_PUT_SIGNAL;
+    command.view = static_cast<mk_u16>(i & 1);
     command.dst_node = blockIdx.x;
-    command.src_tensor = i;
-    command.dst_tensor = 7;
     command.src_offset = (mk_u64(blockIdx.x) << 32) | i;
     command.dst_offset = ~command.src_offset;
     command.rows = 3;
     command.row_bytes = 256;
     command.src_pitch = 512;
     command.dst_pitch = 1024;
-    command.flag = blockIdx.x * 1000 + i;
-    mk::proxy_put(queue, command);
+    command.signal_offset = blockIdx.x * 1000 + i;
+    mk::proxy_push(queue, command);
   }
 }
 

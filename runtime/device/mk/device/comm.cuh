@@ -39,9 +39,13 @@ __device__ __forceinline__ void signal(mk_u32 *flag);
 /// written before the signals it counts is visible to the whole CTA.
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target);
 
-/// Hands `command` to the host proxy through the ring `q` (protocol in mk/abi.h), after the
-/// CTA's earlier writes, which the command may refer to. Waits while the ring is full.
-__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q, const mk_proxy_command &command);
+/// Whether the host proxy of queue `q` has stopped (mk/queue.h): waits give up then.
+__device__ __forceinline__ bool proxy_aborted(const mk_command_queue &q);
+
+/// Hands `command` to the host proxy through queue `q` (protocol in mk/queue.h), after the team's
+/// earlier writes, which the command may refer to. Waits while the ring is full; gives up (the
+/// command is dropped) once the proxy has stopped.
+__device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_command &command);
 
 /// The reduction of received tiles through the bulk tensor copy engine: kSlots R x C tiles of T
 /// (the copies of one tile that ranks put into a [slots x rows x cols] buffer) are loaded with

@@ -64,42 +64,92 @@ __device__ __forceinline__ mk_u32 *flag_gpu(const mk_kernel_args &args, int64_t 
   return args.flags_peer[gpu] + offset;
 }
 
+/// Arrivals on flag `offset` so far: this node's signals, and those of other nodes, which their
+/// proxies count in this rank's network flags (mk/queue.h).
+__device__ __forceinline__ mk_u32 arrivals(const mk_kernel_args &args, int64_t offset) {
+  mk_u32 count = ptx::load_acquire_sys(args.flags + offset);
+  for (mk_u32 n = 0; n < args.nodes; ++n)
+    if (n != args.node)
+      count += ptx::load_acquire_sys(args.net_flags + n * args.flag_words + offset);
+  return count;
+}
+
+/// One thread's wait for `target` arrivals on flag `offset` (wrap-safe). Across nodes it gives up
+/// once the proxy has stopped: the host reports why, and the launch must end rather than hang.
+__device__ __forceinline__ void wait_arrivals_thread(const mk_kernel_args &args, int64_t offset,
+                                                     mk_u32 target) {
+  detail::Backoff backoff;
+  for (unsigned spins = 1; static_cast<int>(arrivals(args, offset) - target) < 0; ++spins) {
+    // The abort word is host memory: read it rarely, or spinning CTAs flood PCIe with reads.
+    if (args.nodes > 1 && spins % detail::kAbortCheckSpins == 0 && proxy_aborted(args.queue))
+      return;
+    backoff.pause();
+  }
+}
+
 /// Waits until flag `offset` has had `count` arrivals in this launch: flags are never reset, so
 /// after e launches a flag that gets `count` arrivals per launch holds e * count.
 __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,
                                               int64_t count) {
-  wait(args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+  if (args.nodes == 1) {
+    wait(args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+    return;
+  }
+  if (team_thread() == 0)
+    wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  team_sync();
 }
 
 /// The next launch's epoch; the runtime runs it with one thread after each launch.
 __device__ __forceinline__ void advance_epoch(mk_u32 *epoch) { *epoch += 1; }
 
-/// Asks the proxy to copy `rows` rows of `row_bytes` to the same GPU index of node `node` and then
-/// (with `flag` != MK_NO_FLAG) to add an arrival to that flag there. Offsets and pitches in bytes.
+/// Offset of `address` in this rank's symmetric heap block, which is the same buffer's offset on
+/// every rank: how commands name memory (mk/queue.h).
+__device__ __forceinline__ mk_u64 heap_offset(const mk_kernel_args &args, const void *address) {
+  return reinterpret_cast<mk_u64>(address) - args.queue.heap_base;
+}
+
+/// Where node `node` counts this node's arrivals on flag `offset`: this node's row of its network
+/// flags, as a heap offset.
+__device__ __forceinline__ mk_u64 net_flag_offset(const mk_kernel_args &args, int64_t offset) {
+  return heap_offset(args, args.net_flags + args.node * args.flag_words + offset);
+}
+
+/// remote_put's flag argument when the put signals nothing.
+#define MK_NO_FLAG 0xffffffffu
+
+/// Asks the proxy to copy `rows` rows of `row_bytes` from tensor `src_tensor` to tensor
+/// `dst_tensor` of the same GPU index of node `node` (both symmetric), and then, with `flag` !=
+/// MK_NO_FLAG, to add an arrival to that flag there. Offsets and pitches in bytes.
 __device__ __forceinline__ void remote_put(const mk_kernel_args &args, int64_t node,
                                            int src_tensor, int64_t src_offset, int dst_tensor,
                                            int64_t dst_offset, int rows, int row_bytes,
                                            int64_t src_pitch, int64_t dst_pitch, mk_u32 flag) {
-  mk_proxy_command command = {};
-  command.kind = MK_PROXY_PUT;
+  mk_command command = {};
+  command.op = flag == MK_NO_FLAG ? MK_CMD_PUT : MK_CMD_PUT_SIGNAL;
+  command.view = MK_VIEW_HEAP;
   command.dst_node = static_cast<mk_u32>(node);
-  command.src_tensor = static_cast<mk_u32>(src_tensor);
-  command.dst_tensor = static_cast<mk_u32>(dst_tensor);
-  command.src_offset = static_cast<mk_u64>(src_offset);
-  command.dst_offset = static_cast<mk_u64>(dst_offset);
+  command.signal_offset = flag == MK_NO_FLAG ? MK_NO_SIGNAL : net_flag_offset(args, flag);
+  command.src_offset =
+      heap_offset(args, static_cast<const char *>(args.tensors[src_tensor].local) + src_offset);
+  command.dst_offset =
+      heap_offset(args, static_cast<const char *>(args.tensors[dst_tensor].local) + dst_offset);
   command.rows = static_cast<mk_u32>(rows);
   command.row_bytes = static_cast<mk_u32>(row_bytes);
   command.src_pitch = static_cast<mk_u32>(src_pitch);
   command.dst_pitch = static_cast<mk_u32>(dst_pitch);
-  command.flag = flag;
-  proxy_put(args.queue, command);
+  proxy_push(args.queue, command);
 }
 
 /// An arrival on flag `offset` of the same GPU index of node `node`, after this rank's earlier
 /// remote puts to it.
 __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t node,
                                            int64_t offset) {
-  remote_put(args, node, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<mk_u32>(offset));
+  mk_command command = {};
+  command.op = MK_CMD_SIGNAL;
+  command.dst_node = static_cast<mk_u32>(node);
+  command.signal_offset = net_flag_offset(args, offset);
+  proxy_push(args.queue, command);
 }
 
 /// A role without the GEMM engine runs on its team (threads 0-255), which takes the registers of
@@ -118,7 +168,15 @@ template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
                                                    const mk_kernel_args &args, int64_t offset,
                                                    int64_t count) {
-  gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+  if (args.nodes == 1) {
+    gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+    return;
+  }
+  if (threadIdx.x != 0)
+    return;
+  wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  // TMA reads through the async proxy: order them after the acquire.
+  ptx::fence_proxy_async();
 }
 
 /// The larger of two sizes, for the kernel's shared-memory requirement.

@@ -151,34 +151,33 @@ __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
   team_sync();
 }
 
-__device__ __forceinline__ void proxy_put(const mk_proxy_queue &q,
-                                          const mk_proxy_command &command) {
+__device__ __forceinline__ bool proxy_aborted(const mk_command_queue &q) {
+  return *q.abort != MK_QUEUE_RUNNING;
+}
+
+__device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_command &command) {
   team_sync();
   if (team_thread() != 0)
     return;
   // The engine's tile stores (bulk copies of this thread) are complete before the proxy reads.
   ptx::bulk_wait_all();
   ptx::fence_proxy_async();
-  const mk_u64 slot = atomicAdd(q.head, 1ull);
-  // The proxy hands slots back in order; ours is free once the one capacity before it is.
+  const mk_u64 ticket = atomicAdd(q.head, 1ull);
+  // The slot is free once the proxy has consumed the command a lap before.
   detail::Backoff backoff;
-  while (slot - ptx::load_acquire_sys(q.tail) >= q.capacity)
+  for (unsigned spins = 1; ticket - ptx::load_acquire_sys(q.tail) >= q.capacity; ++spins) {
+    if (spins % detail::kAbortCheckSpins == 0 && proxy_aborted(q))
+      return;
     backoff.pause();
-  mk_proxy_command &entry = q.ring[slot & (q.capacity - 1)];
-  entry.dst_node = command.dst_node;
-  entry.src_tensor = command.src_tensor;
-  entry.dst_tensor = command.dst_tensor;
-  entry.src_offset = command.src_offset;
-  entry.dst_offset = command.dst_offset;
-  entry.rows = command.rows;
-  entry.row_bytes = command.row_bytes;
-  entry.src_pitch = command.src_pitch;
-  entry.dst_pitch = command.dst_pitch;
-  entry.flag = command.flag;
-  for (int i = 0; i < 3; ++i)
-    entry.reserved[i] = command.reserved[i];
-  // Publishes the fields above, and the CTA's writes before the barrier, with the kind.
-  ptx::store_release_sys(&entry.kind, command.kind);
+  }
+  mk_u64 *slot = reinterpret_cast<mk_u64 *>(&q.slots[ticket & (q.capacity - 1)]);
+  const mk_u64 *words = reinterpret_cast<const mk_u64 *>(&command);
+  for (int i = 1; i < static_cast<int>(sizeof(mk_command) / sizeof(mk_u64)); ++i)
+    slot[i] = words[i];
+  // Word 0 publishes the others, and the team's writes before the barrier.
+  const mk_u64 header = static_cast<mk_u32>(ticket + 1) | static_cast<mk_u64>(command.op) << 32 |
+                        static_cast<mk_u64>(command.view) << 48;
+  ptx::store_release_sys(slot, header);
 }
 
 namespace detail {

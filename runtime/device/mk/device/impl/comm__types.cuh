@@ -28,6 +28,10 @@ struct BulkBatch {
 
 /// Exponential backoff for polling threads: they leave the issue slots (and the NVLink or PCIe
 /// bandwidth) to the rest of the SM, adding at most about a microsecond of latency.
+/// Waits on the network check the host's abort word once per this many pauses (about 0.25 ms
+/// once the backoff has grown).
+constexpr unsigned kAbortCheckSpins = 256;
+
 struct Backoff {
   unsigned nanoseconds = 32;
   __device__ __forceinline__ void pause() {

@@ -314,6 +314,10 @@ __device__ __forceinline__ void store_release_sys(mk_u32 *address, mk_u32 value)
   asm volatile("st.release.sys.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
+__device__ __forceinline__ void store_release_sys(mk_u64 *address, mk_u64 value) {
+  asm volatile("st.release.sys.u64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
+}
+
 __device__ __forceinline__ void red_add_release_sys(mk_u32 *address, mk_u32 value) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
