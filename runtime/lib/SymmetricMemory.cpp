@@ -4,6 +4,7 @@
 
 #include "mk/runtime/CudaDriver.h"
 #include "mk/runtime/NodeSockets.h"
+#include "mk/runtime/VirtualMemory.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,6 +15,10 @@
 
 namespace mkc {
 
+using cuda::AddressRange;
+using cuda::Mapping;
+using cuda::PhysicalMemory;
+
 namespace {
 
 std::size_t roundUp(std::size_t value, std::size_t multiple) {
@@ -21,12 +26,6 @@ std::size_t roundUp(std::size_t value, std::size_t multiple) {
 }
 
 std::string rankName(int rank) { return "local rank " + std::to_string(rank); }
-
-/// Destructors cannot throw, but a failed release must not pass unseen.
-void reportFailure(const cuda::Driver &cu, CUresult result, const char *what) {
-  if (result != CUDA_SUCCESS)
-    std::fprintf(stderr, "mkc: symmetric heap: %s: %s\n", what, cu.describe(result).c_str());
-}
 
 /// Device `ordinal`, after checking that the calling thread's current context is on it.
 CUdevice requireCurrentDevice(const cuda::Driver &cu, int ordinal) {
@@ -60,75 +59,6 @@ CUdevice requireHeapDevice(const cuda::Driver &cu, int ordinal) {
   return device;
 }
 
-/// Physical memory on a GPU, created here or imported from a peer's descriptor. The handle is
-/// released on destruction; memory that is mapped stays allocated until it is unmapped.
-class PhysicalMemory {
-public:
-  PhysicalMemory(const cuda::Driver &cu, std::size_t bytes, const CUmemAllocationProp &properties)
-      : cu_(cu) {
-    MK_CU_CHECK(cu_, cuMemCreate(&handle_, bytes, &properties, 0));
-  }
-  PhysicalMemory(const cuda::Driver &cu, const UniqueFd &exported) : cu_(cu) {
-    // A POSIX descriptor travels in the pointer-sized argument; the importer keeps its own copy.
-    void *osHandle = reinterpret_cast<void *>(static_cast<std::uintptr_t>(exported.get()));
-    MK_CU_CHECK(cu_, cuMemImportFromShareableHandle(&handle_, osHandle,
-                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-  }
-  ~PhysicalMemory() { reportFailure(cu_, cu_.cuMemRelease(handle_), "cuMemRelease"); }
-  PhysicalMemory(const PhysicalMemory &) = delete;
-  PhysicalMemory &operator=(const PhysicalMemory &) = delete;
-
-  CUmemGenericAllocationHandle handle() const { return handle_; }
-
-  UniqueFd exportFd() const {
-    int fd = -1;
-    MK_CU_CHECK(cu_, cuMemExportToShareableHandle(&fd, handle_,
-                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    return UniqueFd(fd);
-  }
-
-private:
-  const cuda::Driver &cu_;
-  CUmemGenericAllocationHandle handle_ = 0;
-};
-
-/// Virtual addresses reserved for mappings, freed on destruction.
-class AddressRange {
-public:
-  AddressRange(const cuda::Driver &cu, std::size_t bytes, std::size_t alignment)
-      : cu_(cu), bytes_(bytes) {
-    MK_CU_CHECK(cu_, cuMemAddressReserve(&base_, bytes_, alignment, 0, 0));
-  }
-  ~AddressRange() { reportFailure(cu_, cu_.cuMemAddressFree(base_, bytes_), "cuMemAddressFree"); }
-  AddressRange(const AddressRange &) = delete;
-  AddressRange &operator=(const AddressRange &) = delete;
-
-  CUdeviceptr base() const { return base_; }
-
-private:
-  const cuda::Driver &cu_;
-  std::size_t bytes_;
-  CUdeviceptr base_ = 0;
-};
-
-/// Physical memory mapped at an address, unmapped on destruction.
-class Mapping {
-public:
-  Mapping(const cuda::Driver &cu, CUdeviceptr address, std::size_t bytes,
-          const PhysicalMemory &memory)
-      : cu_(cu), address_(address), bytes_(bytes) {
-    MK_CU_CHECK(cu_, cuMemMap(address_, bytes_, 0, memory.handle(), 0));
-  }
-  ~Mapping() { reportFailure(cu_, cu_.cuMemUnmap(address_, bytes_), "cuMemUnmap"); }
-  Mapping(const Mapping &) = delete;
-  Mapping &operator=(const Mapping &) = delete;
-
-private:
-  const cuda::Driver &cu_;
-  CUdeviceptr address_;
-  std::size_t bytes_;
-};
-
 } // namespace
 
 // Every rank's block, one after another in local-rank order in one range of addresses; each
@@ -150,12 +80,9 @@ struct SymmetricHeap::State {
   void map(int rank, const PhysicalMemory &memory) {
     const CUdeviceptr address = blockAddress(rank);
     blocks[rank].emplace(cu, address, blockBytes, memory);
-    CUmemAccessDesc access{};
-    access.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     const std::string what = "cuMemSetAccess(" + rankName(rank) +
                              "'s block, read/write for device " + std::to_string(ordinal) + ")";
-    cu.check(cu.cuMemSetAccess(address, blockBytes, &access, 1), what.c_str());
+    cuda::grantAccess(cu, address, blockBytes, device, what.c_str());
   }
 
   SymmetricBuffer buffer(std::size_t offset, std::size_t bytes) const {
@@ -290,6 +217,11 @@ std::optional<SymmetricBuffer> SymmetricHeap::find(const void *local, std::size_
 }
 
 void SymmetricHeap::barrier() { state().node.barrier(); }
+
+std::pair<CUdeviceptr, std::size_t> SymmetricHeap::localBlock() const {
+  const State &heap = state();
+  return {heap.blockAddress(heap.node.localRank()), heap.blockBytes};
+}
 
 std::size_t SymmetricHeap::capacity() const {
   const State &heap = state();

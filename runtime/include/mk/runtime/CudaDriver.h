@@ -69,6 +69,8 @@ namespace mkc::cuda {
   X(cuMemcpyHtoDAsync, 3020)                                                                       \
   X(cuMemcpyDtoHAsync, 3020)                                                                       \
   X(cuMemcpyDtoDAsync, 3020)                                                                       \
+  X(cuMemcpy2DAsync, 3020)                                                                         \
+  X(cuMemcpyBatchAsync, 13000)                                                                     \
   X(cuMemsetD16Async, 3020)                                                                        \
   X(cuMemsetD32Async, 3020)                                                                        \
   X(cuMemHostAlloc, 2020)                                                                          \
@@ -84,9 +86,14 @@ namespace mkc::cuda {
   X(cuMemMap, 10020)                                                                               \
   X(cuMemUnmap, 10020)                                                                             \
   X(cuMemSetAccess, 10020)                                                                         \
+  X(cuMemRetainAllocationHandle, 11000)                                                            \
+  X(cuMemGetHandleForAddressRange, 11070)                                                          \
   X(cuStreamCreate, 2000)                                                                          \
   X(cuStreamDestroy, 4000)                                                                         \
   X(cuStreamSynchronize, 2000)                                                                     \
+  X(cuStreamQuery, 2000)                                                                           \
+  X(cuStreamIsCapturing, 10000)                                                                    \
+  X(cuStreamWriteValue32, 11070)                                                                   \
   X(cuStreamBeginCapture, 10010)                                                                   \
   X(cuStreamEndCapture, 10000)                                                                     \
   X(cuGraphInstantiateWithFlags, 11040)                                                            \
@@ -97,6 +104,7 @@ namespace mkc::cuda {
   X(cuEventDestroy, 4000)                                                                          \
   X(cuEventRecord, 2000)                                                                           \
   X(cuEventSynchronize, 2000)                                                                      \
+  X(cuEventQuery, 2000)                                                                            \
   X(cuEventElapsedTime, 12080)
 
 /// A failed driver call: what was called and the driver's name and description of the error.

@@ -1,0 +1,290 @@
+//===- EmulatedTransport.cpp - a NIC model for nodes that share one host ---===//
+//
+// The ranks of a rail run on one host, each with its own GPU, and "send" by copying into each
+// other's GPU memory: every registered GPU region is exported as a file descriptor, passed over
+// NodeSockets and mapped by the other ranks (VMM), and a write is a batch of copy-engine copies on
+// this transport's stream. What makes it a NIC is the model: a write leaves no earlier than the
+// link is free and lands `bytes / bandwidth` later plus the latency; it is issued to the GPU only
+// then, so the peer never sees data (or a flag) before a real NIC would have delivered it. With
+// "reorder", each write lands after a random extra delay of up to twice the latency, so that
+// writes pass each other as on an unordered fabric. The copy engines move data far faster than
+// the modelled link, so the model, not the copies, sets the pace.
+//
+// Writes that are due are issued together, a row per copy, with one cuMemcpyBatchAsync per poll:
+// the host's cost of a write is then a few array entries rather than a driver call. Nothing orders
+// the copies of a batch, so the transport promises no order (the proxy fences its flags).
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/runtime/net/Transport.h"
+
+#include "mk/runtime/NodeSockets.h"
+#include "mk/runtime/VirtualMemory.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+
+namespace mkc::net {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Remote keys of regions peers cannot write (host memory is not shared between ranks here).
+constexpr std::uint64_t kHostRegionKey = ~std::uint64_t(0);
+
+double number(const TransportConfig &config, std::string_view key, double fallback) {
+  auto found = config.find(key);
+  if (found == config.end())
+    return fallback;
+  double value = 0;
+  const std::string &text = found->second;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0)
+    throw NetworkError(fmt::format("emulated: {}={} is not a non-negative number", key, text));
+  return value;
+}
+
+class EmulatedTransport final : public Transport {
+public:
+  EmulatedTransport(const TransportConfig &config, const GpuPlace &gpu)
+      : gpu_(gpu), cu_(*gpu.driver),
+        bytesPerSecond_(number(config, "bandwidth_gbps", 50) * 1e9),
+        latency_(std::chrono::duration<double, std::micro>(number(config, "latency_us", 3))),
+        reorder_(number(config, "reorder", 0) != 0) {
+    if (bytesPerSecond_ <= 0)
+      throw NetworkError("emulated: bandwidth_gbps must be positive");
+    cuda::ContextScope scope(cu_, gpu_.context);
+    MK_CU_CHECK(cu_, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+
+  ~EmulatedTransport() override {
+    cuda::ContextScope scope(cu_, gpu_.context);
+    cu_.cuStreamSynchronize(stream_);
+    for (Batch &batch : issued_)
+      cu_.cuEventDestroy(batch.event);
+    for (CUevent event : spareEvents_)
+      cu_.cuEventDestroy(event);
+    cu_.cuStreamDestroy(stream_);
+  }
+
+  std::string describe() const override {
+    return fmt::format("emulated NIC ({:g} GB/s, {:g} us{})", bytesPerSecond_ / 1e9,
+                       latency_.count(), reorder_ ? ", reordering" : "");
+  }
+
+  Capabilities capabilities() const override {
+    Capabilities caps;
+    caps.deviceMemory = true;
+    caps.orderedWrites = false; // the copies of a batch land in any order
+    caps.immediateData = false;
+    caps.stridedWrites = true;
+    caps.maxWriteBytes = std::size_t(1) << 40;
+    caps.maxInFlight = 4096;
+    return caps;
+  }
+
+  Region registerMemory(void *base, std::size_t bytes, MemoryKind kind) override {
+    Region region;
+    region.id = static_cast<int>(local_.size());
+    LocalRegion local{reinterpret_cast<std::uint64_t>(base), bytes, kind, {}};
+    region.remote.bytes = bytes;
+    if (kind == MemoryKind::Device) {
+      cuda::ContextScope scope(cu_, gpu_.context);
+      local.exported = cuda::PhysicalMemory::mappedAt(cu_, local.base).exportFd();
+      region.remote.key = static_cast<std::uint64_t>(deviceRegions_++);
+    } else {
+      region.remote.key = kHostRegionKey;
+    }
+    local_.push_back(std::move(local));
+    return region;
+  }
+
+  std::vector<std::byte> address() override { return {}; }
+
+  void connect(int self, const std::vector<std::vector<std::byte>> &addresses) override {
+    self_ = self;
+    const int nodes = static_cast<int>(addresses.size());
+    cuda::ContextScope scope(cu_, gpu_.context);
+    NodeSockets rail(self, nodes, gpu_.token, gpu_.timeout);
+    peers_.resize(nodes);
+    for (const LocalRegion &local : local_) {
+      if (local.kind != MemoryKind::Device)
+        continue;
+      std::vector<PeerFd> fds = rail.exchangeFds(local.exported->get(), local.bytes);
+      for (int node = 0; node < nodes; ++node) {
+        if (node == self)
+          continue;
+        auto mapped = std::make_unique<PeerRegion>(cu_, fds[node]);
+        const std::string what = fmt::format("emulated: cuMemSetAccess(node {}'s memory)", node);
+        cuda::grantAccess(cu_, mapped->range.base(), fds[node].bytes, gpu_.device, what.c_str());
+        peers_[node].push_back(std::move(mapped));
+      }
+    }
+    rail.barrier();
+  }
+
+  std::size_t post(std::span<const Write> writes) override {
+    std::size_t taken = 0;
+    const auto now = Clock::now();
+    for (const Write &write : writes) {
+      if (pending_.size() + inFlight_ >= capabilities().maxInFlight)
+        break;
+      check(write);
+      const double bytes = double(write.rowBytes) * write.rows;
+      const auto onWire = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(bytes / bytesPerSecond_));
+      linkFree_ = std::max(linkFree_, now) + onWire;
+      auto due = linkFree_ + std::chrono::duration_cast<Clock::duration>(latency_);
+      if (reorder_)
+        due += std::chrono::duration_cast<Clock::duration>(
+            latency_ * std::uniform_real_distribution<double>(0, 2)(random_));
+      pending_.emplace(due, write);
+      ++taken;
+    }
+    return taken;
+  }
+
+  std::size_t poll(std::vector<Event> &events) override {
+    const std::size_t before = events.size();
+    cuda::ContextScope scope(cu_, gpu_.context);
+    issueDue();
+    while (!issued_.empty()) {
+      const CUresult result = cu_.cuEventQuery(issued_.front().event);
+      if (result == CUDA_ERROR_NOT_READY)
+        break;
+      Batch batch = std::move(issued_.front());
+      issued_.pop_front();
+      spareEvents_.push_back(batch.event);
+      for (const auto &[context, peer] : batch.writes) {
+        Event event;
+        event.context = context;
+        event.peer = peer;
+        if (result != CUDA_SUCCESS) {
+          event.kind = Event::Kind::Failed;
+          event.error = fmt::format("emulated: a copy to node {} failed: {}", peer,
+                                    cu_.describe(result));
+        }
+        events.push_back(std::move(event));
+      }
+      inFlight_ -= batch.writes.size();
+    }
+    return events.size() - before;
+  }
+
+private:
+  struct LocalRegion {
+    std::uint64_t base;
+    std::size_t bytes;
+    MemoryKind kind;
+    std::optional<UniqueFd> exported; // Device: what the peers map
+  };
+  /// A peer's GPU region, mapped here.
+  struct PeerRegion {
+    PeerRegion(const cuda::Driver &cu, const PeerFd &fd)
+        : memory(cu, fd.fd), range(cu, fd.bytes, 0), mapping(cu, range.base(), fd.bytes, memory),
+          bytes(fd.bytes) {}
+    cuda::PhysicalMemory memory;
+    cuda::AddressRange range;
+    cuda::Mapping mapping;
+    std::size_t bytes;
+  };
+  struct Batch {
+    CUevent event;
+    std::vector<std::pair<std::uint64_t, int>> writes; // context, peer
+  };
+
+  void check(const Write &write) const {
+    auto extent = [&](std::uint64_t pitch) {
+      return write.rows ? (write.rows - 1ull) * pitch + write.rowBytes : 0;
+    };
+    if (write.localRegion < 0 || write.localRegion >= static_cast<int>(local_.size()) ||
+        write.localOffset + extent(write.localPitch) > local_[write.localRegion].bytes)
+      throw NetworkError(fmt::format("emulated: a write to node {} reads outside local region {}",
+                                     write.peer, write.localRegion));
+    if (write.peer < 0 || write.peer >= static_cast<int>(peers_.size()) || write.peer == self_)
+      throw NetworkError(fmt::format("emulated: node {} is not a peer", write.peer));
+    const auto &regions = peers_[write.peer];
+    if (write.remote.key >= regions.size())
+      throw NetworkError(fmt::format("emulated: a write to node {} has remote key {:#x}, which "
+                                     "names none of its GPU regions",
+                                     write.peer, write.remote.key));
+    if (write.remoteOffset + extent(write.remotePitch) > regions[write.remote.key]->bytes)
+      throw NetworkError(fmt::format("emulated: a write to node {} overruns its region {} ({} "
+                                     "bytes)",
+                                     write.peer, write.remote.key,
+                                     regions[write.remote.key]->bytes));
+  }
+
+  /// Issues every write whose modelled arrival has come, as one batch of row copies.
+  void issueDue() {
+    const auto now = Clock::now();
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<std::size_t> sizes;
+    Batch batch;
+    for (auto it = pending_.begin(); it != pending_.end() && it->first <= now;) {
+      const Write &w = it->second;
+      const std::uint64_t src = local_[w.localRegion].base + w.localOffset;
+      const std::uint64_t dst = peers_[w.peer][w.remote.key]->range.base() + w.remoteOffset;
+      for (std::uint32_t row = 0; row < w.rows; ++row) {
+        srcs.push_back(src + row * w.localPitch);
+        dsts.push_back(dst + row * w.remotePitch);
+        sizes.push_back(w.rowBytes);
+      }
+      batch.writes.emplace_back(w.context, w.peer);
+      it = pending_.erase(it);
+    }
+    if (batch.writes.empty())
+      return;
+    if (!sizes.empty()) {
+      CUmemcpyAttributes attributes{};
+      attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+      std::size_t attributeOf = 0;
+      MK_CU_CHECK(cu_, cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(),
+                                          &attributes, &attributeOf, 1, stream_));
+    }
+    if (spareEvents_.empty()) {
+      MK_CU_CHECK(cu_, cuEventCreate(&batch.event, CU_EVENT_DISABLE_TIMING));
+    } else {
+      batch.event = spareEvents_.back();
+      spareEvents_.pop_back();
+    }
+    MK_CU_CHECK(cu_, cuEventRecord(batch.event, stream_));
+    inFlight_ += batch.writes.size();
+    issued_.push_back(std::move(batch));
+  }
+
+  GpuPlace gpu_;
+  const cuda::Driver &cu_;
+  double bytesPerSecond_;
+  std::chrono::duration<double, std::micro> latency_;
+  bool reorder_;
+  std::mt19937_64 random_{0x6e6963};
+  CUstream stream_ = nullptr;
+  int self_ = -1;
+  int deviceRegions_ = 0;
+  std::vector<LocalRegion> local_;
+  std::vector<std::vector<std::unique_ptr<PeerRegion>>> peers_; // [node][device region]
+  Clock::time_point linkFree_{};
+  std::multimap<Clock::time_point, Write> pending_; // by modelled arrival
+  std::deque<Batch> issued_;
+  std::vector<CUevent> spareEvents_;
+  std::size_t inFlight_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<Transport> makeEmulatedTransport(const TransportConfig &config,
+                                                 const GpuPlace &gpu) {
+  if (!gpu.driver || !gpu.driver->available())
+    throw NetworkError("emulated: no usable CUDA driver");
+  return std::make_unique<EmulatedTransport>(config, gpu);
+}
+
+} // namespace mkc::net
