@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GEMM + AllReduce on one node, side by side: mkc's fused kernel against cuBLAS and NCCL.
+"""GEMM + AllReduce, side by side: mkc's fused kernel against cuBLAS and NCCL.
 
 The row-parallel linear of tensor parallelism: rank r holds A_r = A[:, K_r] and B_r = B[K_r, :]
 (bf16) and every rank ends with C = sum_r A_r B_r. Timed in the same processes, the same way:
@@ -10,14 +10,24 @@ The row-parallel linear of tensor parallelism: rank r holds A_r = A[:, K_r] and 
               is computed; the fastest of 2, 4 and 8 chunks
   gemm, allreduce  each alone, for the bound max(gemm, allreduce) that overlap can reach
 
+With --network emulated|fabric, the ranks act as nodes of one GPU each (MKC_GPUS_PER_NODE=1),
+so that mkc's tiles cross the network proxy: the emulated NIC (--bandwidth-gbps, --latency-us) or
+libfabric's tcp provider over loopback. Two more variants then use the same transport as mkc:
+
+  mkc_sequential  torch.matmul, then lib/allreduce.mlir (mkc's all-reduce alone) over it
+  mkc_allreduce   that all-reduce alone
+
+and with fabric, NCCL is forced onto its socket transport (NCCL_P2P_DISABLE=1,
+NCCL_SHM_DISABLE=1 over lo), so that cuBLAS -> NCCL crosses loopback TCP too.
+
 Each variant runs `--warmup` times, then `--iters` times back to back, each iteration between
 two CUDA events; the time is the median, taken on the slowest rank. Inputs rotate among as many
 sets as make 3x the L2 cache. The fused result is checked against the sequential one first.
 
-    python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--out DIR]
+    python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--network ...] [--out DIR]
 
 starts itself under torch.distributed.run, one rank per GPU (--gpus), and writes
-gemm_allreduce.csv and gemm_allreduce.png to --out (default bench/results).
+gemm_allreduce[_NETWORK].csv and .png to --out (default bench/results).
 """
 
 import argparse
@@ -45,6 +55,10 @@ def parse_arguments():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    parser.add_argument("--network", choices=("none", "emulated", "fabric"), default="none",
+                        help="run the ranks as nodes of one GPU each, over this network")
+    parser.add_argument("--bandwidth-gbps", default="50", help="emulated NIC's bandwidth")
+    parser.add_argument("--latency-us", default="3", help="emulated NIC's latency")
     parser.add_argument("--sm-splits", default="",
                         help="also time mkc with these SM splits instead of the cost model's, "
                              "';'-separated ROLE=CTAS,... lists "
@@ -61,7 +75,16 @@ def launch(arguments):
         sys.exit(f"gemm_allreduce: needs 2 or more GPUs, this machine has {gpus}")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={gpus}", __file__] + sys.argv[1:]
-    return subprocess.run(command).returncode
+    environment = dict(os.environ)
+    if arguments.network != "none":
+        environment.update(MKC_GPUS_PER_NODE="1", MKC_NET=arguments.network)
+    if arguments.network == "emulated":
+        environment.update(MKC_NET_BANDWIDTH_GBPS=arguments.bandwidth_gbps,
+                           MKC_NET_LATENCY_US=arguments.latency_us)
+    if arguments.network == "fabric":
+        environment.update(MKC_NET_PROVIDER="tcp", MKC_NET_ADDRESS="127.0.0.1",
+                           NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_SOCKET_IFNAME="lo")
+    return subprocess.run(command, env=environment).returncode
 
 
 class Bench:
@@ -95,6 +118,8 @@ def rank_main(arguments):
     import torch
     import torch.distributed as dist
 
+    if arguments.network != "none":
+        os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # a node per rank, a GPU each
     import mkc
 
     runtime = mkc.Runtime(symmetric_bytes=8 << 30)
@@ -178,6 +203,30 @@ def rank_main(arguments):
 
         times = {"mkc": bench.median_ms(fused), "sequential": bench.median_ms(sequential),
                  "gemm": bench.median_ms(gemm), "allreduce": bench.median_ms(allreduce)}
+        if arguments.network != "none":
+            # The same transport as the fused op: cuBLAS into symmetric memory, then mkc's
+            # all-reduce alone; checked like the fused op first.
+            reduce = runtime.compile(mkc.library_program("allreduce"), M=m, N=n)
+            partial, reduced = runtime.empty((m, n), torch.bfloat16), runtime.empty(
+                (m, n), torch.bfloat16)
+
+            def transport_allreduce(i):
+                reduce(partial, reduced, stream=stream)
+
+            def transport_sequential(i):
+                a, b = inputs[i % sets]
+                torch.matmul(a, b, out=partial.torch())
+                reduce(partial, reduced, stream=stream)
+
+            transport_sequential(0)
+            torch.cuda.synchronize()
+            reduce_error = ((reduced.torch().float() - c.float()).norm() / c.float().norm()).item()
+            if not reduce_error < 1e-2:
+                raise SystemExit(f"rank {rank}: M={m}: mkc's all-reduce is off by "
+                                 f"{reduce_error:.3g}")
+            times["mkc_sequential"] = bench.median_ms(transport_sequential)
+            times["mkc_allreduce"] = bench.median_ms(transport_allreduce)
+            reduce.close()
         for chunks in (2, 4, 8):
             times[f"overlap{chunks}"] = bench.median_ms(overlap(chunks))
         best_chunks = min((2, 4, 8), key=lambda chunks: times[f"overlap{chunks}"])
@@ -190,25 +239,28 @@ def rank_main(arguments):
         op.close()
         del inputs
     if rank == 0:
-        report(rows, arguments.out, properties.name, world)
+        report(rows, arguments.out, properties.name, world, arguments.network)
     dist.barrier()
     dist.destroy_process_group()
     runtime.close()
 
 
-def report(rows, out, gpu, world):
+def report(rows, out, gpu, world, network):
     """Writes the CSV and the plot, and prints the table with the ratios."""
     os.makedirs(out, exist_ok=True)
+    across = network != "none"
     columns = ["M", "N", "K", "ranks", "mkc", "sequential", "overlap", "overlap_chunks", "gemm",
-               "allreduce", "error"]
-    path = os.path.join(out, "gemm_allreduce.csv")
+               "allreduce"] + (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
+    name = "gemm_allreduce" + (f"_{network}" if across else "")
+    path = os.path.join(out, f"{name}.csv")
+    where = f"{world} nodes x 1 {gpu} over {network}" if across else f"{world} x {gpu}"
     with open(path, "w", newline="") as file:
-        file.write(f"# {datetime.date.today()} {world} x {gpu}; times in ms (median)\n")
+        file.write(f"# {datetime.date.today()} {where}; times in ms (median)\n")
         writer = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 
-    print(f"\nGEMM+AllReduce, {world} x {gpu}, N={rows[0]['N']}, K={rows[0]['K']} (ms; "
+    print(f"\nGEMM+AllReduce, {where}, N={rows[0]['N']}, K={rows[0]['K']} (ms; "
           f"ratio = baseline / mkc, > 1: mkc is faster)")
     header = (f"{'M':>6} {'mkc':>8} {'seq':>8} {'overlap':>8} {'gemm':>8} {'AR':>8} "
               f"{'seq/mkc':>8} {'ovl/mkc':>8} {'bound/mkc':>9} {'mkc TF/s':>9}")
@@ -220,11 +272,17 @@ def report(rows, out, gpu, world):
               f"{row['overlap']:>8.3f} {row['gemm']:>8.3f} {row['allreduce']:>8.3f} "
               f"{row['sequential'] / row['mkc']:>8.2f} {row['overlap'] / row['mkc']:>8.2f} "
               f"{bound / row['mkc']:>9.2f} {flops / row['mkc'] / 1e9:>9.1f}")
+    if across:
+        print(f"same transport as mkc: {'M':>6} {'mkc seq':>8} {'mkc AR':>8} {'mseq/mkc':>8}")
+        for row in rows:
+            print(f"{'':>22}{row['M']:>6} {row['mkc_sequential']:>8.3f} "
+                  f"{row['mkc_allreduce']:>8.3f} {row['mkc_sequential'] / row['mkc']:>8.2f}")
     print(f"\nwrote {path}")
-    plot(rows, os.path.join(out, "gemm_allreduce.png"), gpu, world)
+    plot(rows, os.path.join(out, f"{name}.png"), where,
+         ("mkc_sequential",) if across else ())
 
 
-def plot(rows, path, gpu, world):
+def plot(rows, path, where, transport_baselines):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,11 +290,10 @@ def plot(rows, path, gpu, world):
 
     sizes = [row["M"] for row in rows]
     figure, (times, ratios) = plt.subplots(1, 2, figsize=(11, 4))
-    for variant in ("mkc", "sequential", "overlap", "gemm", "allreduce"):
+    for variant in ("mkc", "sequential", "overlap", "gemm", "allreduce") + transport_baselines:
         times.plot(sizes, [row[variant] for row in rows], marker="o", label=variant)
-    times.set(yscale="log", xlabel="M", ylabel="ms (median)",
-              title=f"GEMM+AllReduce, {world} x {gpu}")
-    for baseline in ("sequential", "overlap"):
+    times.set(yscale="log", xlabel="M", ylabel="ms (median)", title=f"GEMM+AllReduce, {where}")
+    for baseline in ("sequential", "overlap") + transport_baselines:
         ratios.plot(sizes, [row[baseline] / row["mkc"] for row in rows], marker="o",
                     label=f"{baseline} / mkc")
     ratios.axhline(1.0, color="gray", linewidth=0.8)

@@ -2,6 +2,7 @@
 
 #include "mk/runtime/Runtime.h"
 #include "mk/runtime/TensorMap.h"
+#include "mk/runtime/net/Proxy.h"
 
 #include "mk/runtime/Log.h"
 
@@ -12,7 +13,9 @@
 
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
 
 namespace mkc {
 
@@ -126,6 +129,16 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
     options.symmetricBytes = parseSize("MKC_SYMMETRIC_BYTES", *value);
   if (const std::string *value = variable("MKC_FLAG_WORDS"))
     options.flagWords = parseSize("MKC_FLAG_WORDS", *value);
+  if (const std::string *value = variable("MKC_NET"))
+    options.network = *value;
+  for (auto [name, key] : {std::pair{"MKC_NET_PROVIDER", "provider"},
+                           std::pair{"MKC_NET_ADDRESS", "address"},
+                           std::pair{"MKC_NET_DEVICE", "device"},
+                           std::pair{"MKC_NET_BANDWIDTH_GBPS", "bandwidth_gbps"},
+                           std::pair{"MKC_NET_LATENCY_US", "latency_us"},
+                           std::pair{"MKC_NET_REORDER", "reorder"}})
+    if (const std::string *value = variable(name))
+      options.networkConfig[key] = *value;
   if (const std::string *value = variable("MKC_DEVICE")) {
     int device = -1;
     auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), device);
@@ -154,6 +167,22 @@ struct Runtime::State {
   std::string arch;
   Jit jit;
   std::optional<SymmetricHeap> heap;
+  /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
+  std::unique_ptr<net::LocalMemory> proxyMemory;
+  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<net::Proxy> proxy;
+
+  void connectRail(const RuntimeOptions &options);
+
+  /// Launches across nodes queued on the GPU, as events recorded after them. Their number is
+  /// bounded: a host thread blocked in a launch because the driver's queue is full stalls the
+  /// driver calls of the proxy's thread, which the queued kernels wait for.
+  static constexpr std::size_t kMaxQueuedLaunches = 32;
+  std::mutex queuedMutex;
+  std::deque<CUevent> queuedLaunches;
+  std::vector<CUevent> spareEvents;
+  void awaitLaunchRoom(CUstream stream);
+  void recordLaunch(CUstream stream);
 };
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
@@ -194,6 +223,8 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   place.jobToken = launch.rendezvous.jobToken + "/node" + std::to_string(group.nodeIndex());
   place.timeout = launch.rendezvous.timeout;
   heap.emplace(place, options.symmetricBytes, options.flagWords);
+  if (group.nodeCount() > 1)
+    connectRail(options);
   log::info("runtime: rank {} of {} (node {} of {}, local rank {} of {}) on GPU {} ({}, {}, {} "
             "SMs); {} MiB of symmetric memory",
             group.rank(), group.worldSize(), group.nodeIndex(), group.nodeCount(),
@@ -201,9 +232,87 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
             heap->capacity() >> 20);
 }
 
+void Runtime::State::connectRail(const RuntimeOptions &options) {
+  proxyMemory = net::makeCudaMemory(driver, context.context());
+  net::TransportConfig config(options.networkConfig.begin(), options.networkConfig.end());
+  config["nodes"] = std::to_string(group.nodeCount());
+  net::GpuPlace gpu;
+  gpu.driver = &driver;
+  gpu.context = context.context();
+  gpu.device = context.device();
+  gpu.token = fmt::format("{}/rail{}", group.launch().rendezvous.jobToken, group.localRank());
+  gpu.timeout = group.launch().rendezvous.timeout;
+  transport = net::makeTransport(options.network, config, &gpu);
+  net::Rail rail;
+  rail.node = group.nodeIndex();
+  rail.nodes = group.nodeCount();
+  // The store gathers from every rank; the rail is the ranks of this local rank, by node.
+  rail.allGather = [this](std::span<const std::byte> blob) {
+    std::vector<std::byte> tagged(2 * sizeof(int));
+    const int place[2] = {group.nodeIndex(), group.localRank()};
+    std::memcpy(tagged.data(), place, sizeof place);
+    tagged.insert(tagged.end(), blob.begin(), blob.end());
+    std::vector<std::vector<std::byte>> rail(group.nodeCount());
+    for (const std::vector<std::byte> &theirs : group.store().allGather(tagged)) {
+      int their[2];
+      std::memcpy(their, theirs.data(), sizeof their);
+      if (their[1] == group.localRank())
+        rail[their[0]].assign(theirs.begin() + sizeof their, theirs.end());
+    }
+    return rail;
+  };
+  const auto [base, bytes] = heap->localBlock();
+  proxy = std::make_unique<net::Proxy>(*transport, *proxyMemory,
+                                       net::HeapBlock{base, bytes, net::MemoryKind::Device}, rail);
+  proxy->start();
+}
+
+void Runtime::State::awaitLaunchRoom(CUstream stream) {
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  MK_CU_CHECK(driver, cuStreamIsCapturing(stream, &capture));
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return; // a graph being captured queues nothing now
+  std::unique_lock lock(queuedMutex);
+  while (queuedLaunches.size() >= kMaxQueuedLaunches) {
+    const CUresult result = driver.cuEventQuery(queuedLaunches.front());
+    if (result == CUDA_ERROR_NOT_READY) {
+      proxy->check(); // a failed network stops the kernels' waits; say why rather than wait
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      lock.lock();
+      continue;
+    }
+    driver.check(result, "cuEventQuery(a queued launch)");
+    spareEvents.push_back(queuedLaunches.front());
+    queuedLaunches.pop_front();
+  }
+}
+
+void Runtime::State::recordLaunch(CUstream stream) {
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  MK_CU_CHECK(driver, cuStreamIsCapturing(stream, &capture));
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return;
+  std::lock_guard lock(queuedMutex);
+  CUevent event = nullptr;
+  if (spareEvents.empty()) {
+    MK_CU_CHECK(driver, cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  } else {
+    event = spareEvents.back();
+    spareEvents.pop_back();
+  }
+  MK_CU_CHECK(driver, cuEventRecord(event, stream));
+  queuedLaunches.push_back(event);
+}
+
 Runtime::State::~State() {
+  proxy.reset(); // before the heap it reads goes
   try {
     cuda::ContextScope scope(driver, context.context());
+    for (CUevent event : queuedLaunches)
+      driver.cuEventDestroy(event);
+    for (CUevent event : spareEvents)
+      driver.cuEventDestroy(event);
     heap->close();
   } catch (const std::exception &error) {
     log::error("runtime: closing the symmetric heap: {}", error.what());
@@ -346,10 +455,6 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   std::string failure;
   try {
     program = read();
-    if (group.nodeCount() > 1)
-      throw RuntimeError(fmt::format("the job spans {} nodes; launches across nodes need the "
-                                     "network proxy, which this runtime does not have yet",
-                                     group.nodeCount()));
     std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
     kernel = runtime.jit.load(*compiled);
     const LaunchParameters &launch = kernel->launch();
@@ -391,9 +496,20 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
     }
   }
   bindFlags(parameter, runtime.heap->allocateFlags(std::max(launch.flagWords, 1)));
+  if (runtime.proxy) {
+    // Other nodes count their arrivals here, [nodes][flag words]; zero before any can come.
+    const std::size_t words = std::size_t(group.nodeCount()) * std::max(launch.flagWords, 1);
+    SymmetricBuffer netFlags = runtime.heap->allocate(words * sizeof(mk_u32));
+    MK_CU_CHECK(cu, cuMemsetD32(reinterpret_cast<CUdeviceptr>(netFlags.local), 0, words));
+    group.store().barrier();
+    parameter.net_flags = static_cast<mk_u32 *>(netFlags.local);
+    parameter.queue = runtime.proxy->queue().deviceView();
+  }
   MK_CU_CHECK(cu, cuMemAlloc(&op->epoch, sizeof(mk_u32)));
   MK_CU_CHECK(cu, cuMemsetD32(op->epoch, 1, 1)); // the first launch's epoch
   parameter.epoch = reinterpret_cast<const mk_u32 *>(op->epoch);
+  parameter.nodes = static_cast<mk_u32>(group.nodeCount());
+  parameter.flag_words = static_cast<mk_u32>(std::max(launch.flagWords, 1));
   parameter.node = static_cast<mk_u32>(group.nodeIndex());
   parameter.gpu = static_cast<mk_u32>(group.localRank());
   parameter.abi_version = MK_ABI_VERSION;
@@ -410,6 +526,9 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   if (pointers.size() != op.arguments.size())
     throw RuntimeError(fmt::format("{} takes {} arguments, not {}", op.name, op.arguments.size(),
                                    pointers.size()));
+  // A proxy that failed has stopped kernels' waits: say why instead of launching.
+  if (op.runtime->proxy)
+    op.runtime->proxy->check();
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {
@@ -450,11 +569,15 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   config.attrs = &cooperative;
   config.numAttrs = 1;
   void *kernelParameters[] = {&parameter};
+  if (op.runtime->proxy)
+    op.runtime->awaitLaunchRoom(stream);
   MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
   CUdeviceptr epoch = op.epoch;
   void *advanceParameters[] = {&epoch};
   MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
                                  advanceParameters, nullptr));
+  if (op.runtime->proxy)
+    op.runtime->recordLaunch(stream);
 }
 
 } // namespace mkc

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -62,9 +63,15 @@ struct RuntimeOptions {
   std::optional<int> device;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
+  /// Jobs across nodes: the network backend ("fabric", "verbs" or "emulated") and its settings
+  /// (mk/runtime/net/Transport.h), from MKC_NET and MKC_NET_PROVIDER, MKC_NET_ADDRESS,
+  /// MKC_NET_DEVICE, MKC_NET_BANDWIDTH_GBPS, MKC_NET_LATENCY_US, MKC_NET_REORDER.
+  std::string network = "fabric";
+  std::map<std::string, std::string, std::less<>> networkConfig;
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
-  /// MKC_FLAG_WORDS and MKC_DEVICE; throws RuntimeError naming a malformed variable.
+  /// MKC_FLAG_WORDS, MKC_DEVICE and the MKC_NET variables; throws RuntimeError naming a
+  /// malformed variable.
   static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
 };
 

@@ -30,6 +30,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+
+#include <cuda.h>
 
 namespace mkc {
 
@@ -86,6 +89,10 @@ public:
 
   /// Bytes of buffers the heap holds (the asked capacity rounded up to the block's granularity).
   std::size_t capacity() const;
+
+  /// This rank's block: its device address and size. Buffer offsets are offsets in it, which is
+  /// what the network proxy registers and network commands address (mk/queue.h).
+  std::pair<CUdeviceptr, std::size_t> localBlock() const;
 
 private:
   struct State;
