@@ -1,5 +1,5 @@
 // The whole pipeline on lib/allreduce.mlir, the all-reduce alone: across 2 nodes every tile goes
-// to the other node through the proxy (a put, then its signal) and each node sums the two; the
+// to the other node through the proxy (a put and its signal) and each node sums the two; the
 // cubins for 1x2, 2x1 and 2x4 have no spills.
 
 // RUN: mkc %mkc_lib/allreduce.mlir --topology 2x1 --shape M=8192,N=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
@@ -17,8 +17,11 @@
 // SCHED: mk.wait @ready0[{{.*}}] count 2
 // SCHED: mk.accumulate sum
 
-// CUDA: mk::remote_put(
+// The launch's announcement to the other node, then each tile's put with its signal riding on
+// it (one command; the flag the last argument).
 // CUDA: mk::signal_node(
+// CUDA: mk::remote_put({{.*}}, v{{[0-9]+}});
+// CUDA-NOT: mk::signal_node
 // CUDA: mk::wait_arrivals(
 
 // CUBIN: mkc: allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

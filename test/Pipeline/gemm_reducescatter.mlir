@@ -37,8 +37,10 @@
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
 // CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
 // CUDA: mk::store_chunks(
-// CUDA: mk::remote_put([[ARGS]],
-// CUDA: mk::signal_node([[ARGS]],
+// The node partial goes to the owner's node with its signal in the same command (the flag the
+// last argument, not MK_NO_FLAG).
+// CUDA: mk::remote_put([[ARGS]], {{.*}}, v{{[0-9]+}});
+// CUDA-NOT: mk::signal_node
 // CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
 // CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
 // CUDA: mk::tma_store_reduced([[REDUCE]],

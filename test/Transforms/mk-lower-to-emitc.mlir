@@ -156,3 +156,30 @@ mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>
       }
     }
 }
+
+// -----
+
+// Across nodes, a copy through the proxy followed by a signal to the same node becomes one
+// command, the signal's flag riding on the put; a signal to another node, or one that does not
+// follow a copy, stays a command of its own.
+// CHECK-LABEL: emitc.func @network
+// CHECK: call_opaque "mk::remote_put"
+// CHECK-NOT: "MK_NO_FLAG"
+// CHECK-NOT: call_opaque "mk::signal_node"
+// CHECK: call_opaque "mk::remote_put"{{.*}}#emitc.opaque<"MK_NO_FLAG">
+// CHECK-NEXT: call_opaque "mk::signal_node"
+mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>) grid 132 {
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    mk.flags @arrived [2, 1]
+    %s = mk.buffer : !mk.tensor<[3, 256, 256], bf16, symmetric>
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %x tiles [128, 256] : !mk.tensor<[256, 256], bf16, replicated> {
+        %node, %gpu = mk.place : index, index
+        mk.copy %s[%node, %m, %n] -> %s[%node, %m, %n] at node %c1 via rdma_proxy tile [128, 256] : !mk.tensor<[3, 256, 256], bf16, symmetric>, !mk.tensor<[3, 256, 256], bf16, symmetric>
+        mk.signal @arrived[%m, %n] at node %c1 via rdma_proxy
+        mk.copy %s[%node, %m, %n] -> %s[%node, %m, %n] at node %c1 via rdma_proxy tile [128, 256] : !mk.tensor<[3, 256, 256], bf16, symmetric>, !mk.tensor<[3, 256, 256], bf16, symmetric>
+        mk.signal @arrived[%m, %n] at node %c2 via rdma_proxy
+      }
+    }
+}

@@ -1150,6 +1150,8 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
   }
 };
 
+Value flagOffset(Arith &a, const KernelLayout &layout, StringRef flags, ValueRange indices);
+
 struct CopyLowering : LoweringPattern<CopyOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(CopyOp op, OpAdaptor adaptor,
@@ -1174,11 +1176,22 @@ struct CopyLowering : LoweringPattern<CopyOp> {
       needSymmetric(op.getDest());
     if (op.getScope() == PeerScope::node) {
       needSymmetric(op.getSource());
+      // A signal to the same node right after the copy rides on it: one command to the proxy,
+      // whose flag follows this put's data and every earlier put's, as the signal's would.
+      CallArg flag = std::string("MK_NO_FLAG");
+      auto signal = dyn_cast_or_null<SignalOp>(op->getNextNode());
+      if (signal && signal.getScope() == PeerScope::node && signal.getPeer() == op.getPeer()) {
+        SmallVector<Value> indices;
+        for (Value index : signal.getIndices())
+          indices.push_back(rewriter.getRemappedValue(index));
+        flag = flagOffset(a, layout, signal.getFlags(), indices);
+        rewriter.eraseOp(signal);
+      }
       call(rewriter, loc, {}, "mk::remote_put",
            {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
             a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
             a.mul(to.offset, bytes), from.rows, a.mul(from.cols, bytes),
-            std::to_string(from.ld * bytes), std::to_string(to.ld * bytes), "MK_NO_FLAG"});
+            std::to_string(from.ld * bytes), std::to_string(to.ld * bytes), flag});
       rewriter.eraseOp(op);
       return success();
     }
