@@ -131,6 +131,13 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
     options.flagWords = parseSize("MKC_FLAG_WORDS", *value);
   if (const std::string *value = variable("MKC_NET"))
     options.network = *value;
+  if (const std::string *value = variable("MKC_NET_TIMEOUT")) {
+    int seconds = 0;
+    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), seconds);
+    if (error != std::errc() || end != value->data() + value->size() || seconds <= 0)
+      throw RuntimeError("MKC_NET_TIMEOUT=" + *value + " is not a positive number of seconds");
+    options.networkTimeout = std::chrono::seconds(seconds);
+  }
   for (auto [name, key] : {std::pair{"MKC_NET_PROVIDER", "provider"},
                            std::pair{"MKC_NET_ADDRESS", "address"},
                            std::pair{"MKC_NET_DEVICE", "device"},
@@ -181,8 +188,15 @@ struct Runtime::State {
   std::mutex queuedMutex;
   std::deque<CUevent> queuedLaunches;
   std::vector<CUevent> spareEvents;
+  /// Since when the oldest queued launch has been the oldest: the watchdog's clock.
+  std::chrono::steady_clock::time_point oldestSince;
+  std::chrono::milliseconds launchTimeout{0};
   void awaitLaunchRoom(CUstream stream);
   void recordLaunch(CUstream stream);
+  /// Forgets the queued launches that have finished; the lock must be held.
+  void retireFinishedLaunches();
+  /// Throws if the oldest queued launch has been running longer than the timeout.
+  void watchLaunches();
 };
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
@@ -262,8 +276,12 @@ void Runtime::State::connectRail(const RuntimeOptions &options) {
     return rail;
   };
   const auto [base, bytes] = heap->localBlock();
+  net::ProxyOptions proxyOptions;
+  proxyOptions.timeout = launchTimeout = options.networkTimeout;
+  proxyOptions.watch = [this] { watchLaunches(); };
   proxy = std::make_unique<net::Proxy>(*transport, *proxyMemory,
-                                       net::HeapBlock{base, bytes, net::MemoryKind::Device}, rail);
+                                       net::HeapBlock{base, bytes, net::MemoryKind::Device}, rail,
+                                       proxyOptions);
   proxy->start();
 }
 
@@ -273,19 +291,43 @@ void Runtime::State::awaitLaunchRoom(CUstream stream) {
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return; // a graph being captured queues nothing now
   std::unique_lock lock(queuedMutex);
-  while (queuedLaunches.size() >= kMaxQueuedLaunches) {
+  for (retireFinishedLaunches(); queuedLaunches.size() >= kMaxQueuedLaunches;
+       retireFinishedLaunches()) {
+    proxy->check(); // a failed network stops the kernels' waits; say why rather than wait
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    lock.lock();
+  }
+}
+
+void Runtime::State::retireFinishedLaunches() {
+  while (!queuedLaunches.empty()) {
     const CUresult result = driver.cuEventQuery(queuedLaunches.front());
-    if (result == CUDA_ERROR_NOT_READY) {
-      proxy->check(); // a failed network stops the kernels' waits; say why rather than wait
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      lock.lock();
-      continue;
-    }
+    if (result == CUDA_ERROR_NOT_READY)
+      return;
     driver.check(result, "cuEventQuery(a queued launch)");
     spareEvents.push_back(queuedLaunches.front());
     queuedLaunches.pop_front();
+    oldestSince = std::chrono::steady_clock::now();
   }
+}
+
+void Runtime::State::watchLaunches() {
+  // Never wait for the launching thread here: it may be blocked in the driver, waiting for the
+  // very kernels this thread's transfers finish.
+  std::unique_lock lock(queuedMutex, std::try_to_lock);
+  if (!lock)
+    return;
+  cuda::ContextScope scope(driver, context.context());
+  retireFinishedLaunches();
+  const auto waited = std::chrono::steady_clock::now() - oldestSince;
+  if (!queuedLaunches.empty() && waited > launchTimeout)
+    throw net::NetworkError(fmt::format(
+        "runtime: a launch across nodes has not finished within {} s with no transfer failing: "
+        "another node's rank died or stopped launching (this is node {} of {}; MKC_NET_TIMEOUT "
+        "sets the limit)",
+        std::chrono::duration_cast<std::chrono::seconds>(launchTimeout).count(),
+        group.nodeIndex(), group.nodeCount()));
 }
 
 void Runtime::State::recordLaunch(CUstream stream) {
@@ -302,6 +344,8 @@ void Runtime::State::recordLaunch(CUstream stream) {
     spareEvents.pop_back();
   }
   MK_CU_CHECK(driver, cuEventRecord(event, stream));
+  if (queuedLaunches.empty())
+    oldestSince = std::chrono::steady_clock::now();
   queuedLaunches.push_back(event);
 }
 

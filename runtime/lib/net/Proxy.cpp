@@ -840,8 +840,11 @@ void Proxy::run() {
       const bool progress = engine_->step();
       idle_.store(!progress && engine_->idle(), std::memory_order_release);
       // Deadlines are checked every few thousand rounds: a scan of the writes in flight.
-      if (++rounds % 4096 == 0)
+      if (++rounds % 4096 == 0) {
         engine_->checkDeadlines();
+        if (options_.watch)
+          options_.watch();
+      }
     }
   } catch (const std::exception &failure) {
     {

@@ -469,3 +469,25 @@ TEST_CASE("proxy: bad commands stop it with a message and MK_QUEUE_BAD_COMMAND",
     CHECK(status == 0);
   }
 }
+
+TEST_CASE("proxy: what its owner's watch throws stops it like a network error", "[proxy]") {
+  const int status = runTwoNodes([&](int fd, int node) {
+    Setup setup = setupFor("tcp", ProxyOptions::Protocol::Direct);
+    if (node == 0)
+      setup.options.watch = [] { throw NetworkError("runtime: a launch has not finished"); };
+    Node self(setup, railOver(fd, node));
+    self.proxy->start();
+    if (node == 0) {
+      const auto start = Clock::now();
+      while (!self.proxy->error() && Clock::now() - start < 10s)
+        std::this_thread::sleep_for(1ms);
+      CHECK(self.proxy->error().value_or("no error") == "runtime: a launch has not finished");
+      CHECK(self.proxy->queue().abortReason() == MK_QUEUE_FAILED);
+      CHECK_THROWS_WITH(self.proxy->check(), "runtime: a launch has not finished");
+    }
+    char byte = 0;
+    sendAll(fd, &byte, 1);
+    receiveAll(fd, &byte, 1);
+  });
+  CHECK(status == 0);
+}

@@ -29,6 +29,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -68,6 +69,9 @@ struct RuntimeOptions {
   /// MKC_NET_DEVICE, MKC_NET_BANDWIDTH_GBPS, MKC_NET_LATENCY_US, MKC_NET_REORDER.
   std::string network = "fabric";
   std::map<std::string, std::string, std::less<>> networkConfig;
+  /// How long a transfer, or a launch across nodes, may take before the network is declared
+  /// broken (MKC_NET_TIMEOUT, seconds).
+  std::chrono::milliseconds networkTimeout = std::chrono::seconds(30);
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
   /// MKC_FLAG_WORDS, MKC_DEVICE and the MKC_NET variables; throws RuntimeError naming a

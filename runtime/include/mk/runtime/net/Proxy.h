@@ -75,6 +75,10 @@ struct ProxyOptions {
   std::uint32_t maxInFlight = 256;      ///< writes posted and not completed, at most
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::vector<int> cpus;                ///< where the proxy thread runs; empty: anywhere
+  /// Run by the proxy's thread every millisecond or so; what it throws stops the proxy like a
+  /// network error. The runtime checks there that its launches keep finishing: a kernel waiting
+  /// for a node that died without a write in flight would otherwise wait forever.
+  std::function<void()> watch;
 };
 
 /// Counters a benchmark or a log reads.
