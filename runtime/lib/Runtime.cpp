@@ -11,10 +11,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 namespace mkc {
@@ -104,6 +108,30 @@ LaunchEnvironment detectWithDriver() {
   return detectLaunchEnvironment();
 }
 
+/// The CPUs of the GPU's NUMA node, from sysfs ("0-15,32-47"): where its proxy thread polls.
+/// Empty when the kernel does not say.
+std::vector<int> cpusNear(std::string busId) {
+  std::transform(busId.begin(), busId.end(), busId.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  std::ifstream file("/sys/bus/pci/devices/" + busId + "/local_cpulist");
+  std::string list;
+  std::vector<int> cpus;
+  if (!std::getline(file, list))
+    return cpus;
+  std::istringstream ranges(list);
+  for (std::string range; std::getline(ranges, range, ',');) {
+    int first = 0, last = 0;
+    const char *end = range.data() + range.size();
+    auto [dash, error] = std::from_chars(range.data(), end, first);
+    last = first;
+    if (error == std::errc() && dash != end && *dash == '-')
+      std::from_chars(dash + 1, end, last);
+    for (int cpu = first; cpu <= last; ++cpu)
+      cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
 /// The CUDA device of a rank that did not choose one.
 int defaultDevice(const cuda::Driver &cu, const ProcessGroup &group) {
   int devices = 0;
@@ -172,6 +200,7 @@ struct Runtime::State {
   cuda::PrimaryContext context;
   int smCount;
   std::string arch;
+  std::string busId; ///< the GPU's PCI address, e.g. 0000:00:06.0
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -211,8 +240,9 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
 
   // Two ranks of a node on one GPU would each wait for the other's persistent kernel forever.
-  char busId[32] = {};
-  MK_CU_CHECK(driver, cuDeviceGetPCIBusId(busId, sizeof busId, context.device()));
+  char pciBusId[32] = {};
+  MK_CU_CHECK(driver, cuDeviceGetPCIBusId(pciBusId, sizeof pciBusId, context.device()));
+  busId = pciBusId;
   std::string topology = fmt::format("{}x{}", group.nodeCount(), group.localWorldSize());
   std::vector<std::byte> mine = blobOf({topology, busId});
   std::vector<std::vector<std::byte>> everyone = group.store().allGather(mine);
@@ -278,6 +308,7 @@ void Runtime::State::connectRail(const RuntimeOptions &options) {
   const auto [base, bytes] = heap->localBlock();
   net::ProxyOptions proxyOptions;
   proxyOptions.timeout = launchTimeout = options.networkTimeout;
+  proxyOptions.cpus = cpusNear(busId);
   proxyOptions.watch = [this] { watchLaunches(); };
   proxy = std::make_unique<net::Proxy>(*transport, *proxyMemory,
                                        net::HeapBlock{base, bytes, net::MemoryKind::Device}, rail,
