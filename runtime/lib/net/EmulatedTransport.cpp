@@ -84,7 +84,6 @@ public:
     caps.deviceMemory = true;
     caps.orderedWrites = false; // the copies of a batch land in any order
     caps.immediateData = false;
-    caps.stridedWrites = true;
     caps.maxWriteBytes = std::size_t(1) << 40;
     caps.maxInFlight = 4096;
     return caps;

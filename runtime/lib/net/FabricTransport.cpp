@@ -319,7 +319,6 @@ Capabilities FabricTransport::capabilities() const {
   // connections), so every provider counts as unordered.
   capabilities.orderedWrites = false;
   capabilities.immediateData = true;
-  capabilities.stridedWrites = false;
   capabilities.maxWriteBytes = static_cast<std::size_t>(std::min<std::uint64_t>(
       info_->ep_attr->max_msg_size, std::numeric_limits<std::size_t>::max()));
   capabilities.maxInFlight = maxInFlight_;

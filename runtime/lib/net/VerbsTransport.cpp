@@ -681,7 +681,6 @@ Capabilities VerbsTransport::capabilities() const {
   // from reordering them on the way into memory.
   capabilities.orderedWrites = true;
   capabilities.immediateData = true;
-  capabilities.stridedWrites = false;
   capabilities.maxWriteBytes = portAttributes_.max_msg_sz;
   capabilities.maxInFlight = depth_;
   return capabilities;

@@ -624,7 +624,6 @@ TEST_CASE("fabric: what tcp offers, and writes it can never carry out", "[fabric
   CHECK_FALSE(capabilities.deviceMemory);
   CHECK_FALSE(capabilities.orderedWrites);
   CHECK(capabilities.immediateData);
-  CHECK_FALSE(capabilities.stridedWrites);
   CHECK(capabilities.maxWriteBytes >= (1u << 30));
   CHECK(capabilities.maxInFlight > 0);
 

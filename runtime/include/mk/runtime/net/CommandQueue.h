@@ -40,8 +40,6 @@ public:
   std::optional<mk_command> next() const;
   /// Hands the tail's slot back to the producers.
   void consume();
-  /// Tickets consumed so far.
-  std::uint64_t consumed() const { return tail_; }
 
   /// Tells kernels (and host producers) to stop waiting: the proxy stopped for `reason` (an
   /// MK_QUEUE_* code). The first reason stays.

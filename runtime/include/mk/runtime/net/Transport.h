@@ -68,8 +68,6 @@ struct Capabilities {
   bool orderedWrites = false;
   /// Writes can carry immediate data (Write::immediate).
   bool immediateData = false;
-  /// 2D writes (rows > 1) in one operation; otherwise the proxy posts a write per row.
-  bool stridedWrites = false;
   /// Largest single write, and writes posted but not completed.
   std::size_t maxWriteBytes = 0;
   std::size_t maxInFlight = 0;
@@ -78,7 +76,8 @@ struct Capabilities {
 /// A one-sided write of `rows` rows of `rowBytes` bytes: from `localPitch` apart at
 /// `localOffset` of local region `localRegion` to `remotePitch` apart at `remoteOffset` of a
 /// region of node `peer` (described by `remote`). With `immediate`, the peer gets an
-/// Event::Arrived carrying it once every byte is in place.
+/// Event::Arrived carrying it once every byte is in place. Every backend takes any number of rows
+/// (one operation per row where the network has no strided writes) and reports the write once.
 struct Write {
   int localRegion = -1;
   std::uint64_t localOffset = 0;
