@@ -8,6 +8,8 @@
 
 #include "mk/runtime/net/Proxy.h"
 
+#include "../ChildProcess.h"
+
 #include <catch2/catch.hpp>
 
 #include <poll.h>
@@ -29,6 +31,8 @@
 
 using namespace mkc::net;
 using namespace std::chrono_literals;
+using mkc::test::exitStatus;
+using mkc::test::spawn;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -47,30 +51,6 @@ constexpr std::uint32_t kDoneWord = kWords - 1;
 
 [[noreturn]] void fail(const std::string &what) { throw std::runtime_error(what); }
 
-/// Runs `body` in a child process, which exits 0 if it returns and 1, saying why, if it throws.
-pid_t spawn(const std::function<void()> &body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int status = 0;
-    try {
-      body();
-    } catch (const std::exception &error) {
-      std::fprintf(stderr, "node 1: %s\n", error.what());
-      status = 1;
-    }
-    std::fflush(nullptr);
-    ::_exit(status);
-  }
-  REQUIRE(pid > 0);
-  return pid;
-}
-
-int exitStatus(pid_t pid) {
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 void sendAll(int fd, const void *data, std::size_t bytes) {
   const auto *at = static_cast<const char *>(data);

@@ -5,6 +5,8 @@
 
 #include "mk/runtime/NodeSockets.h"
 
+#include "../ChildProcess.h"
+
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -28,6 +30,8 @@
 
 using namespace mkc;
 using namespace std::chrono_literals;
+using mkc::test::exitStatus;
+using mkc::test::spawn;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -41,31 +45,6 @@ std::string uniqueToken() {
          std::to_string(Clock::now().time_since_epoch().count());
 }
 
-/// Runs `body` in a child process, which exits 0 if it returns and 1, saying why, if it throws.
-pid_t spawn(const std::function<void()> &body) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int status = 0;
-    try {
-      body();
-    } catch (const std::exception &error) {
-      std::fprintf(stderr, "child %d: %s\n", ::getpid(), error.what());
-      status = 1;
-    }
-    std::fflush(nullptr);
-    ::_exit(status);
-  }
-  REQUIRE(pid > 0);
-  return pid;
-}
-
-/// The exit status of child `pid`, or 128 plus the signal that ended it.
-int exitStatus(pid_t pid) {
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 /// Runs `body`, which must throw an error whose message contains `expected`: for child processes,
 /// where Catch2's assertions do not reach the report.
