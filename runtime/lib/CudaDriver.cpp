@@ -107,4 +107,37 @@ ContextScope::~ContextScope() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
+EventQueue::~EventQueue() {
+  for (CUevent event : recorded_)
+    driver_.cuEventDestroy(event);
+  for (CUevent event : spare_)
+    driver_.cuEventDestroy(event);
+}
+
+void EventQueue::record(CUstream stream) {
+  CUevent event = nullptr;
+  if (spare_.empty()) {
+    MK_CU_CHECK(driver_, cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  } else {
+    event = spare_.back();
+    spare_.pop_back();
+  }
+  MK_CU_CHECK(driver_, cuEventRecord(event, stream));
+  recorded_.push_back(event);
+}
+
+std::size_t EventQueue::retire() {
+  std::size_t finished = 0;
+  while (!recorded_.empty()) {
+    const CUresult result = driver_.cuEventQuery(recorded_.front());
+    if (result == CUDA_ERROR_NOT_READY)
+      break;
+    driver_.check(result, "cuEventQuery");
+    spare_.push_back(recorded_.front());
+    recorded_.pop_front();
+    ++finished;
+  }
+  return finished;
+}
+
 } // namespace mkc::cuda

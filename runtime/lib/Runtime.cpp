@@ -15,7 +15,6 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -215,8 +214,7 @@ struct Runtime::State {
   /// driver calls of the proxy's thread, which the queued kernels wait for.
   static constexpr std::size_t kMaxQueuedLaunches = 32;
   std::mutex queuedMutex;
-  std::deque<CUevent> queuedLaunches;
-  std::vector<CUevent> spareEvents;
+  std::optional<cuda::EventQueue> queuedLaunches; // jobs across nodes
   /// Since when the oldest queued launch has been the oldest: the watchdog's clock.
   std::chrono::steady_clock::time_point oldestSince;
   std::chrono::milliseconds launchTimeout{0};
@@ -278,6 +276,7 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
 
 void Runtime::State::connectRail(const RuntimeOptions &options) {
   proxyMemory = net::makeCudaMemory(driver, context.context());
+  queuedLaunches.emplace(driver);
   net::TransportConfig config(options.networkConfig.begin(), options.networkConfig.end());
   config["nodes"] = std::to_string(group.nodeCount());
   net::GpuPlace gpu;
@@ -322,7 +321,7 @@ void Runtime::State::awaitLaunchRoom(CUstream stream) {
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return; // a graph being captured queues nothing now
   std::unique_lock lock(queuedMutex);
-  for (retireFinishedLaunches(); queuedLaunches.size() >= kMaxQueuedLaunches;
+  for (retireFinishedLaunches(); queuedLaunches->size() >= kMaxQueuedLaunches;
        retireFinishedLaunches()) {
     proxy->check(); // a failed network stops the kernels' waits; say why rather than wait
     lock.unlock();
@@ -332,15 +331,8 @@ void Runtime::State::awaitLaunchRoom(CUstream stream) {
 }
 
 void Runtime::State::retireFinishedLaunches() {
-  while (!queuedLaunches.empty()) {
-    const CUresult result = driver.cuEventQuery(queuedLaunches.front());
-    if (result == CUDA_ERROR_NOT_READY)
-      return;
-    driver.check(result, "cuEventQuery(a queued launch)");
-    spareEvents.push_back(queuedLaunches.front());
-    queuedLaunches.pop_front();
+  if (queuedLaunches->retire())
     oldestSince = std::chrono::steady_clock::now();
-  }
 }
 
 void Runtime::State::watchLaunches() {
@@ -352,7 +344,7 @@ void Runtime::State::watchLaunches() {
   cuda::ContextScope scope(driver, context.context());
   retireFinishedLaunches();
   const auto waited = std::chrono::steady_clock::now() - oldestSince;
-  if (!queuedLaunches.empty() && waited > launchTimeout)
+  if (queuedLaunches->size() && waited > launchTimeout)
     throw net::NetworkError(fmt::format(
         "runtime: a launch across nodes has not finished within {} s with no transfer failing: "
         "another node's rank died or stopped launching (this is node {} of {}; MKC_NET_TIMEOUT "
@@ -367,27 +359,16 @@ void Runtime::State::recordLaunch(CUstream stream) {
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return;
   std::lock_guard lock(queuedMutex);
-  CUevent event = nullptr;
-  if (spareEvents.empty()) {
-    MK_CU_CHECK(driver, cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
-  } else {
-    event = spareEvents.back();
-    spareEvents.pop_back();
-  }
-  MK_CU_CHECK(driver, cuEventRecord(event, stream));
-  if (queuedLaunches.empty())
+  if (!queuedLaunches->size())
     oldestSince = std::chrono::steady_clock::now();
-  queuedLaunches.push_back(event);
+  queuedLaunches->record(stream);
 }
 
 Runtime::State::~State() {
   proxy.reset(); // before the heap it reads goes
   try {
     cuda::ContextScope scope(driver, context.context());
-    for (CUevent event : queuedLaunches)
-      driver.cuEventDestroy(event);
-    for (CUevent event : spareEvents)
-      driver.cuEventDestroy(event);
+    queuedLaunches.reset();
     heap->close();
   } catch (const std::exception &error) {
     log::error("runtime: closing the symmetric heap: {}", error.what());

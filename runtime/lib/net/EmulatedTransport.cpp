@@ -62,15 +62,13 @@ public:
       throw NetworkError("emulated: bandwidth_gbps must be positive");
     cuda::ContextScope scope(cu_, gpu_.context);
     MK_CU_CHECK(cu_, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    issuedDone_.emplace(cu_);
   }
 
   ~EmulatedTransport() override {
     cuda::ContextScope scope(cu_, gpu_.context);
     cu_.cuStreamSynchronize(stream_);
-    for (Batch &batch : issued_)
-      cu_.cuEventDestroy(batch.event);
-    for (CUevent event : spareEvents_)
-      cu_.cuEventDestroy(event);
+    issuedDone_.reset(); // its events, while the context is current
     cu_.cuStreamDestroy(stream_);
   }
 
@@ -154,25 +152,21 @@ public:
     const std::size_t before = events.size();
     cuda::ContextScope scope(cu_, gpu_.context);
     issueDue();
-    while (!issued_.empty()) {
-      const CUresult result = cu_.cuEventQuery(issued_.front().event);
-      if (result == CUDA_ERROR_NOT_READY)
-        break;
-      Batch batch = std::move(issued_.front());
-      issued_.pop_front();
-      spareEvents_.push_back(batch.event);
-      for (const auto &[context, peer] : batch.writes) {
+    std::size_t finished = 0;
+    try {
+      finished = issuedDone_->retire();
+    } catch (const cuda::Error &failure) {
+      throw NetworkError(fmt::format("emulated: a batch of copies failed: {}", failure.what()));
+    }
+    for (; finished; --finished) {
+      for (const auto &[context, peer] : issued_.front()) {
         Event event;
         event.context = context;
         event.peer = peer;
-        if (result != CUDA_SUCCESS) {
-          event.kind = Event::Kind::Failed;
-          event.error = fmt::format("emulated: a copy to node {} failed: {}", peer,
-                                    cu_.describe(result));
-        }
         events.push_back(std::move(event));
       }
-      inFlight_ -= batch.writes.size();
+      inFlight_ -= issued_.front().size();
+      issued_.pop_front();
     }
     return events.size() - before;
   }
@@ -194,10 +188,7 @@ private:
     cuda::Mapping mapping;
     std::size_t bytes;
   };
-  struct Batch {
-    CUevent event;
-    std::vector<std::pair<std::uint64_t, int>> writes; // context, peer
-  };
+  using Batch = std::vector<std::pair<std::uint64_t, int>>; // the writes' contexts and peers
 
   void check(const Write &write) const {
     auto extent = [&](std::uint64_t pitch) {
@@ -236,10 +227,10 @@ private:
         dsts.push_back(dst + row * w.remotePitch);
         sizes.push_back(w.rowBytes);
       }
-      batch.writes.emplace_back(w.context, w.peer);
+      batch.emplace_back(w.context, w.peer);
       it = pending_.erase(it);
     }
-    if (batch.writes.empty())
+    if (batch.empty())
       return;
     if (!sizes.empty()) {
       CUmemcpyAttributes attributes{};
@@ -248,14 +239,8 @@ private:
       MK_CU_CHECK(cu_, cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(),
                                           &attributes, &attributeOf, 1, stream_));
     }
-    if (spareEvents_.empty()) {
-      MK_CU_CHECK(cu_, cuEventCreate(&batch.event, CU_EVENT_DISABLE_TIMING));
-    } else {
-      batch.event = spareEvents_.back();
-      spareEvents_.pop_back();
-    }
-    MK_CU_CHECK(cu_, cuEventRecord(batch.event, stream_));
-    inFlight_ += batch.writes.size();
+    issuedDone_->record(stream_);
+    inFlight_ += batch.size();
     issued_.push_back(std::move(batch));
   }
 
@@ -272,8 +257,8 @@ private:
   std::vector<std::vector<std::unique_ptr<PeerRegion>>> peers_; // [node][device region]
   Clock::time_point linkFree_{};
   std::multimap<Clock::time_point, Write> pending_; // by modelled arrival
-  std::deque<Batch> issued_;
-  std::vector<CUevent> spareEvents_;
+  std::deque<Batch> issued_;                   // on the stream, oldest first
+  std::optional<cuda::EventQueue> issuedDone_; // an event after each of them
   std::size_t inFlight_ = 0;
 };
 

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <optional>
 #include <vector>
 
 namespace mkc::net {
@@ -63,17 +63,15 @@ private:
 
 class CudaMemory final : public LocalMemory {
 public:
-  CudaMemory(const cuda::Driver &driver, CUcontext context) : cu_(driver), context_(context) {
+  CudaMemory(const cuda::Driver &driver, CUcontext context)
+      : cu_(driver), context_(context), done_(std::in_place, driver) {
     MK_CU_CHECK(cu_, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
   }
 
   ~CudaMemory() override {
     cuda::ContextScope scope(cu_, context_);
     cu_.cuStreamSynchronize(stream_);
-    for (auto &[token, event] : pending_)
-      cu_.cuEventDestroy(event);
-    for (CUevent event : spare_)
-      cu_.cuEventDestroy(event);
+    done_.reset(); // its events, while the context is current
     cu_.cuStreamDestroy(stream_);
     for (void *block : hostBlocks_)
       cu_.cuMemFreeHost(block);
@@ -129,36 +127,22 @@ public:
   }
 
   bool complete(std::uint64_t token) override {
-    while (!pending_.empty() && pending_.front().first <= token) {
-      CUresult result = cu_.cuEventQuery(pending_.front().second);
-      if (result == CUDA_ERROR_NOT_READY)
-        return false;
-      cu_.check(result, "cuEventQuery(proxy stream)");
-      spare_.push_back(pending_.front().second);
-      pending_.pop_front();
-    }
-    return true;
+    // Operation i is token i and event i of the stream: the first size() tokens from the end
+    // are the ones not yet seen finished.
+    done_->retire();
+    return token <= issued_ - done_->size();
   }
 
 private:
   std::uint64_t record() {
-    CUevent event = nullptr;
-    if (spare_.empty()) {
-      MK_CU_CHECK(cu_, cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
-    } else {
-      event = spare_.back();
-      spare_.pop_back();
-    }
-    MK_CU_CHECK(cu_, cuEventRecord(event, stream_));
-    pending_.emplace_back(++issued_, event);
-    return issued_;
+    done_->record(stream_);
+    return ++issued_;
   }
 
   const cuda::Driver &cu_;
   CUcontext context_;
   CUstream stream_ = nullptr;
-  std::deque<std::pair<std::uint64_t, CUevent>> pending_; // tokens not yet seen complete
-  std::vector<CUevent> spare_;
+  std::optional<cuda::EventQueue> done_; // an event after each operation
   std::uint64_t issued_ = 0;
   std::vector<void *> hostBlocks_;
   std::vector<CUdeviceptr> deviceBlocks_;

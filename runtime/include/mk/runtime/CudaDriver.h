@@ -18,8 +18,10 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <deque>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace mkc::cuda {
 
@@ -178,6 +180,29 @@ public:
 
 private:
   const Driver &driver_;
+};
+
+/// Events recorded on streams, oldest first, to learn how far the work before them has come
+/// without waiting; finished events are reused. Every call, and the destructor, needs the events'
+/// context current.
+class EventQueue {
+public:
+  explicit EventQueue(const Driver &driver) : driver_(driver) {}
+  ~EventQueue();
+  EventQueue(const EventQueue &) = delete;
+  EventQueue &operator=(const EventQueue &) = delete;
+
+  /// Appends an event recorded on `stream` now.
+  void record(CUstream stream);
+  /// Drops the finished events at the front; returns how many. Throws Error if one failed.
+  std::size_t retire();
+  /// Events not yet seen finished.
+  std::size_t size() const { return recorded_.size(); }
+
+private:
+  const Driver &driver_;
+  std::deque<CUevent> recorded_;
+  std::vector<CUevent> spare_;
 };
 
 } // namespace mkc::cuda
