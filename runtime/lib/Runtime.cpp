@@ -218,7 +218,7 @@ struct Runtime::State {
   /// Since when the oldest queued launch has been the oldest: the watchdog's clock.
   std::chrono::steady_clock::time_point oldestSince;
   std::chrono::milliseconds launchTimeout{0};
-  void awaitLaunchRoom(CUstream stream);
+  void awaitLaunchRoom();
   void recordLaunch(CUstream stream);
   /// Forgets the queued launches that have finished; the lock must be held.
   void retireFinishedLaunches();
@@ -315,11 +315,7 @@ void Runtime::State::connectRail(const RuntimeOptions &options) {
   proxy->start();
 }
 
-void Runtime::State::awaitLaunchRoom(CUstream stream) {
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  MK_CU_CHECK(driver, cuStreamIsCapturing(stream, &capture));
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return; // a graph being captured queues nothing now
+void Runtime::State::awaitLaunchRoom() {
   std::unique_lock lock(queuedMutex);
   for (retireFinishedLaunches(); queuedLaunches->size() >= kMaxQueuedLaunches;
        retireFinishedLaunches()) {
@@ -354,10 +350,6 @@ void Runtime::State::watchLaunches() {
 }
 
 void Runtime::State::recordLaunch(CUstream stream) {
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  MK_CU_CHECK(driver, cuStreamIsCapturing(stream, &capture));
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return;
   std::lock_guard lock(queuedMutex);
   if (!queuedLaunches->size())
     oldestSince = std::chrono::steady_clock::now();
@@ -625,14 +617,21 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   config.attrs = &cooperative;
   config.numAttrs = 1;
   void *kernelParameters[] = {&parameter};
-  if (op.runtime->proxy)
-    op.runtime->awaitLaunchRoom(stream);
+  // Launches across nodes are counted as they queue; a graph being captured queues nothing now.
+  bool counted = false;
+  if (op.runtime->proxy) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    MK_CU_CHECK(cu, cuStreamIsCapturing(stream, &capture));
+    counted = capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  if (counted)
+    op.runtime->awaitLaunchRoom();
   MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
   CUdeviceptr epoch = op.epoch;
   void *advanceParameters[] = {&epoch};
   MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
                                  advanceParameters, nullptr));
-  if (op.runtime->proxy)
+  if (counted)
     op.runtime->recordLaunch(stream);
 }
 

@@ -36,6 +36,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// Writes posted and not yet complete, at most.
+constexpr std::size_t kMaxInFlight = 4096;
+
 /// Remote keys of regions peers cannot write (host memory is not shared between ranks here).
 constexpr std::uint64_t kHostRegionKey = ~std::uint64_t(0);
 
@@ -83,7 +86,7 @@ public:
     caps.orderedWrites = false; // the copies of a batch land in any order
     caps.immediateData = false;
     caps.maxWriteBytes = std::size_t(1) << 40;
-    caps.maxInFlight = 4096;
+    caps.maxInFlight = kMaxInFlight;
     return caps;
   }
 
@@ -131,7 +134,7 @@ public:
     std::size_t taken = 0;
     const auto now = Clock::now();
     for (const Write &write : writes) {
-      if (pending_.size() + inFlight_ >= capabilities().maxInFlight)
+      if (pending_.size() + inFlight_ >= kMaxInFlight)
         break;
       check(write);
       const double bytes = double(write.rowBytes) * write.rows;
