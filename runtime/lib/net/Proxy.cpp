@@ -175,7 +175,9 @@ private:
   void validateRange(const mk_command &command,
                      const std::function<void(const std::string &)> &bad) const;
   std::uint64_t sourceAddress(const mk_command &command) const;
-  bool fenceHolds() const;
+  /// Whether anything this proxy sent is not yet complete at its destination (writes posted,
+  /// queued or being packed, signals waiting, slots not yet credited back).
+  bool sending() const;
 
   void postData(int peer, std::uint64_t src, bool fromStaging, const mk_command &command);
   void queueSignal(int peer, std::uint64_t signalOffset);
@@ -286,11 +288,10 @@ Proxy::Engine::Engine(Transport &transport, LocalMemory &memory, CommandQueue &q
 }
 
 bool Proxy::Engine::idle() const {
-  if (writesInFlight_ || !toPost_.empty() || !packing_.empty() || fencing_ || !barriers_.empty())
+  if (fencing_ || !barriers_.empty() || sending())
     return false;
   for (const Peer &p : peers_)
-    if (!p.signals.empty() || !p.backlog.empty() || !p.unpacking.empty() || !p.arrived.empty() ||
-        p.creditsPosted != p.slotsFreed || nodeCreditsTo(&p - peers_.data()) != p.slotsSent)
+    if (!p.unpacking.empty() || !p.arrived.empty() || p.creditsPosted != p.slotsFreed)
       return false;
   return true;
 }
@@ -302,7 +303,7 @@ std::uint64_t Proxy::Engine::nodeCreditsTo(int node) const {
                          __ATOMIC_ACQUIRE);
 }
 
-bool Proxy::Engine::fenceHolds() const {
+bool Proxy::Engine::sending() const {
   for (int node = 0; node < rail_.nodes; ++node) {
     const Peer &p = peers_[node];
     if (!p.incomplete.empty() || !p.signals.empty() || !p.backlog.empty() ||
@@ -331,7 +332,7 @@ bool Proxy::Engine::intake() {
   bool progress = false;
   while (true) {
     if (fencing_) {
-      if (fenceHolds())
+      if (sending())
         return progress;
       fencing_ = false;
       // A barrier's signals go out once its fence has cleared.
