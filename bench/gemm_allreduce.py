@@ -59,6 +59,9 @@ def parse_arguments():
                         help="run the ranks as nodes of one GPU each, over this network")
     parser.add_argument("--bandwidth-gbps", default="50", help="emulated NIC's bandwidth")
     parser.add_argument("--latency-us", default="3", help="emulated NIC's latency")
+    parser.add_argument("--timeout", type=float, default=0,
+                        help="seconds after which a rank prints every thread's stack and exits "
+                             "(0: never)")
     parser.add_argument("--sm-splits", default="",
                         help="also time mkc with these SM splits instead of the cost model's, "
                              "';'-separated ROLE=CTAS,... lists "
@@ -115,8 +118,13 @@ class Bench:
 
 
 def rank_main(arguments):
+    import faulthandler
+
     import torch
     import torch.distributed as dist
+
+    if arguments.timeout:
+        faulthandler.dump_traceback_later(arguments.timeout, exit=True)
 
     if arguments.network != "none":
         os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # a node per rank, a GPU each
@@ -126,6 +134,10 @@ def rank_main(arguments):
     torch.cuda.set_device(runtime.device)
     device = torch.device("cuda", runtime.device)
     dist.init_process_group("nccl", device_id=device)
+    # NCCL connects on its first collective, with CUDA calls that may wait for the device: done
+    # here, before a fused kernel can be waiting for the proxy's own CUDA calls.
+    dist.all_reduce(torch.ones(1, device=device))
+    torch.cuda.synchronize()
     rank, world = runtime.rank, runtime.world_size
     bench = Bench(torch, dist, arguments.warmup, arguments.iters)
     properties = torch.cuda.get_device_properties(device)
@@ -177,6 +189,7 @@ def rank_main(arguments):
         # Correctness first: the fused result against cuBLAS + NCCL on the same inputs.
         torch.cuda.synchronize()
         fused(0)
+        torch.cuda.synchronize()
         sequential(0)
         torch.cuda.synchronize()
         result = fused_c.torch().float()

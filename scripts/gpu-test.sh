@@ -2,7 +2,8 @@
 # The GPU tests (ctest label gpu) on the GPU machine, from a build made on the dev machine.
 #
 #   scripts/gpu-test.sh pack   # dev machine: build, then put in build-gpu/ what the GPU tests
-#                              # need (ctest's files and the stripped binaries they run)
+#                              # need (ctest's files and the stripped binaries they run) and
+#                              # the benchmarks' binaries
 #   scripts/gpu-test.sh        # GPU machine, with build-gpu/ carried there: run them
 #
 # The GPU machine has cmake (ctest), CUDA, PyTorch and the driver, but no LLVM: binaries are
@@ -37,6 +38,10 @@ for test in json.load(sys.stdin)["tests"]:
       mkdir -p "build-gpu/$(dirname "$binary")" && strip -o "build-gpu/$binary" "build/$binary"
     done
   mkdir -p build-gpu/lib && strip -o build-gpu/lib/libmkc.so build/lib/libmkc.so
+  # The benchmarks that are not also a GPU test's binary.
+  for binary in bench/net/mkc-proxy-gpu-bench; do
+    mkdir -p "build-gpu/$(dirname "$binary")" && strip -o "build-gpu/$binary" "build/$binary"
+  done
   du -sh build-gpu
 }
 

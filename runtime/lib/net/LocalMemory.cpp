@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -44,6 +45,7 @@ public:
     __atomic_store_n(reinterpret_cast<std::uint32_t *>(address), value, __ATOMIC_RELEASE);
     return ++issued_;
   }
+  void flush() override {}
   bool complete(std::uint64_t) override { return true; }
 
 private:
@@ -105,45 +107,64 @@ public:
   std::uint64_t copy(std::uint64_t dst, std::uint64_t dstPitch, std::uint64_t src,
                      std::uint64_t srcPitch, std::uint64_t rowBytes,
                      std::uint32_t rows) override {
-    // Unified addressing: the driver tells device from pinned host memory by the address.
-    CUDA_MEMCPY2D copy{};
-    copy.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
-    copy.srcDevice = src;
-    copy.srcPitch = rows > 1 ? srcPitch : rowBytes;
-    copy.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
-    copy.dstDevice = dst;
-    copy.dstPitch = rows > 1 ? dstPitch : rowBytes;
-    copy.WidthInBytes = rowBytes;
-    copy.Height = rows;
-    MK_CU_CHECK(cu_, cuMemcpy2DAsync(&copy, stream_));
-    return record();
+    const std::uint64_t end = dst + (rows ? (rows - 1) * dstPitch + rowBytes : 0);
+    for (const auto &[from, to] : destinations_)
+      if (dst < to && from < end) {
+        flush();
+        break;
+      }
+    destinations_.emplace_back(dst, end);
+    copies_.push_back(cuda::pitchedCopy(dst, dstPitch, src, srcPitch, rowBytes, rows));
+    return issued_ + 1;
   }
 
   std::uint64_t store(std::uint64_t address, std::uint32_t value) override {
+    CUstreamBatchMemOpParams op{};
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = address;
+    op.writeValue.value = value;
     // The default flag puts a system-wide fence before the write: the copies before it are
     // visible to whoever sees the value.
-    MK_CU_CHECK(cu_, cuStreamWriteValue32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
-    return record();
+    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    stores_.push_back(op);
+    return issued_ + 1;
+  }
+
+  void flush() override {
+    if (copies_.empty() && stores_.empty())
+      return;
+    if (!copies_.empty())
+      MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, stream_));
+    for (std::size_t at = 0; at < stores_.size(); at += kMaxMemOps) {
+      const auto count = static_cast<unsigned>(std::min(kMaxMemOps, stores_.size() - at));
+      MK_CU_CHECK(cu_, cuStreamBatchMemOp(stream_, count, stores_.data() + at, 0));
+    }
+    copies_.clear();
+    destinations_.clear();
+    stores_.clear();
+    done_->record(stream_);
+    ++issued_;
   }
 
   bool complete(std::uint64_t token) override {
-    // Operation i is token i and event i of the stream: the first size() tokens from the end
-    // are the ones not yet seen finished.
+    // Flush i is token i and event i of the stream: the first size() tokens from the end are
+    // the ones not yet seen finished.
     done_->retire();
     return token <= issued_ - done_->size();
   }
 
 private:
-  std::uint64_t record() {
-    done_->record(stream_);
-    return ++issued_;
-  }
+  /// cuStreamBatchMemOp takes fewer than 256 operations a call.
+  static constexpr std::size_t kMaxMemOps = 255;
 
   const cuda::Driver &cu_;
   CUcontext context_;
   CUstream stream_ = nullptr;
-  std::optional<cuda::EventQueue> done_; // an event after each operation
-  std::uint64_t issued_ = 0;
+  std::optional<cuda::EventQueue> done_; // an event after each flush
+  std::uint64_t issued_ = 0;             // flushes
+  std::vector<CUDA_MEMCPY3D_BATCH_OP> copies_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> destinations_; // the copies' [begin, end)
+  std::vector<CUstreamBatchMemOpParams> stores_;
   std::vector<void *> hostBlocks_;
   std::vector<CUdeviceptr> deviceBlocks_;
 };

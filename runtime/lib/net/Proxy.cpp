@@ -20,7 +20,6 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <set>
 #include <unordered_map>
 
 namespace mkc::net {
@@ -139,7 +138,10 @@ private:
     // Writes to the peer, numbered in posting order: queued, posted, and not yet complete.
     std::uint64_t writesQueued = 0;
     std::uint64_t writesPosted = 0;
-    std::set<std::uint64_t> incomplete;
+    // Writes before `completeBelow` are complete; completedFrom[i]: whether write
+    // completeBelow + i is (a window, not a set: completions come nearly in order).
+    std::uint64_t completeBelow = 0;
+    std::deque<bool> completedFrom;
     // Direct: signals waiting for the writes before them (their count) to complete.
     std::deque<std::pair<std::uint64_t, std::uint64_t>> signals; // {fence, signal offset}
     std::unordered_map<std::uint64_t, std::uint32_t> signalled;  // our count per flag word
@@ -214,6 +216,7 @@ private:
   std::vector<std::uint64_t> freeContexts_;
   std::size_t writesInFlight_ = 0;
   std::deque<Write> toPost_;
+  std::vector<Write> batch_; // drainPosts()'s, kept for its capacity
   Clock::time_point lastPost_ = Clock::now(); // when the transport last took a write
   std::deque<Packing> packing_;
   std::size_t backlogged_ = 0; // pieces in the peers' backlogs
@@ -306,7 +309,7 @@ std::uint64_t Proxy::Engine::nodeCreditsTo(int node) const {
 bool Proxy::Engine::sending() const {
   for (int node = 0; node < rail_.nodes; ++node) {
     const Peer &p = peers_[node];
-    if (!p.incomplete.empty() || !p.signals.empty() || !p.backlog.empty() ||
+    if (p.completeBelow != p.writesPosted || !p.signals.empty() || !p.backlog.empty() ||
         nodeCreditsTo(node) != p.slotsSent)
       return true;
   }
@@ -319,6 +322,7 @@ bool Proxy::Engine::step() {
   progress |= intake();
   if (staged_) {
     progress |= packPieces();
+    memory_.flush(); // this round's unpacking (from pollEvents) and packing
     progress |= postPacked();
     progress |= returnCredits();
   } else {
@@ -479,9 +483,8 @@ bool Proxy::Engine::sendSignals() {
     while (!p.signals.empty()) {
       const auto [fence, offset] = p.signals.front();
       // Writes before the signal: posted and (unless the transport keeps order) complete.
-      const std::uint64_t posted = p.writesPosted;
-      const std::uint64_t complete = p.incomplete.empty() ? posted : *p.incomplete.begin();
-      if (posted < fence || (!caps_.orderedWrites && complete < fence) || freeValueSlots_.empty())
+      if (p.writesPosted < fence || (!caps_.orderedWrites && p.completeBelow < fence) ||
+          freeValueSlots_.empty())
         break;
       p.signals.pop_front();
       const int slot = takeValueSlot(++p.signalled[offset]);
@@ -675,9 +678,9 @@ bool Proxy::Engine::drainPosts() {
   bool progress = false;
   while (!toPost_.empty() && writesInFlight_ < options_.maxInFlight) {
     const std::size_t room = options_.maxInFlight - writesInFlight_;
-    std::vector<Write> batch(toPost_.begin(),
-                             toPost_.begin() + static_cast<std::ptrdiff_t>(std::min(room, toPost_.size())));
-    const std::size_t taken = transport_.post(batch);
+    batch_.assign(toPost_.begin(),
+                  toPost_.begin() + static_cast<std::ptrdiff_t>(std::min(room, toPost_.size())));
+    const std::size_t taken = transport_.post(batch_);
     if (taken == 0)
       break;
     lastPost_ = Clock::now();
@@ -685,13 +688,13 @@ bool Proxy::Engine::drainPosts() {
     writes += taken;
     const auto now = Clock::now();
     for (std::size_t i = 0; i < taken; ++i) {
-      const Write &write = batch[i];
+      const Write &write = batch_[i];
       InFlight &entry = inFlight_[write.context];
       Peer &p = peer(write.peer);
       ++p.writesPosted;
       entry.posted = true;
       entry.postedAt = now;
-      p.incomplete.insert(entry.sequence);
+      p.completedFrom.push_back(false); // writes to a peer are posted in their order
       toPost_.pop_front();
     }
     writesInFlight_ += taken;
@@ -714,7 +717,11 @@ bool Proxy::Engine::pollEvents() {
     case Event::Kind::Completed: {
       InFlight &entry = inFlight_.at(event.context);
       Peer &p = peer(entry.peer);
-      p.incomplete.erase(entry.sequence);
+      p.completedFrom[entry.sequence - p.completeBelow] = true;
+      while (!p.completedFrom.empty() && p.completedFrom.front()) {
+        p.completedFrom.pop_front();
+        ++p.completeBelow;
+      }
       p.lastProgress = Clock::now();
       if (entry.valueSlot >= 0)
         freeValueSlots_.push_back(entry.valueSlot);

@@ -57,6 +57,60 @@ MK_KERNEL proxy_push(mk_command_queue queue, int per_cta) {
   }
 }
 
+// mkc-proxy-gpu-bench's kernels: puts of 64 bytes to node 1, put i reading heap offset 64 i (the
+// bench's transport tells puts apart by it).
+__device__ __forceinline__ mk_command bench_put(mk_u64 i) {
+  mk_command command = {};
+  command.op = MK_CMD_PUT;
+  command.dst_node = 1;
+  command.src_offset = command.dst_offset = 64 * i;
+  command.rows = 1;
+  command.row_bytes = 64;
+  return command;
+}
+
+__device__ __forceinline__ mk_u64 global_timer() {
+  mk_u64 ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+// Enqueue latency: one CTA pushes `count` puts, each once the one before has been posted
+// (`*posted` counts posts), so each finds an empty ring and an idle proxy. stamps[2 i] is the
+// GPU's clock before put i is pushed, stamps[2 i + 1] when its post was seen.
+MK_KERNEL proxy_enqueue_latency(mk_command_queue queue, const mk_u32 *posted, int count,
+                                mk_u64 *stamps) {
+  for (int i = 0; i < count; ++i) {
+    const mk_u64 start = global_timer();
+    mk::proxy_push(queue, bench_put(i));
+    if (mk::team_thread() == 0) {
+      while (mk::ptx::load_acquire_sys(posted) < mk_u32(i + 1)) {
+      }
+      stamps[2 * i] = start;
+      stamps[2 * i + 1] = global_timer();
+    }
+  }
+}
+
+// Command rate: every CTA pushes `per_cta` puts as fast as the ring takes them.
+MK_KERNEL proxy_enqueue_rate(mk_command_queue queue, int per_cta) {
+  for (int i = 0; i < per_cta; ++i)
+    mk::proxy_push(queue, bench_put(mk_u64(blockIdx.x) * per_cta + i));
+}
+
+// The GPU's clock against the host's: round i waits for *go == i + 1 from the host, stamps the
+// clock and answers with *done = i + 1.
+MK_KERNEL clock_probe(const mk_u32 *go, mk_u32 *done, int rounds, mk_u64 *stamps) {
+  if (threadIdx.x != 0)
+    return;
+  for (int i = 0; i < rounds; ++i) {
+    while (mk::ptx::load_acquire_sys(go) != mk_u32(i + 1)) {
+    }
+    stamps[i] = global_timer();
+    mk::ptx::store_release_sys(done, mk_u32(i + 1));
+  }
+}
+
 // dst = the sum of the two [rows x cols] bf16 slots of src (a [2 x rows x cols] tensor), 128 x 256
 // tiles walked by a few persistent CTAs through TmaReduce (src's map has boxes {64, 128, 1},
 // dst's {64, 128}); each tile adds 1 to *tiles_done once it is stored. MK_CTA_THREADS threads.

@@ -73,6 +73,7 @@ namespace mkc::cuda {
   X(cuMemcpyDtoDAsync, 3020)                                                                       \
   X(cuMemcpy2DAsync, 3020)                                                                         \
   X(cuMemcpyBatchAsync, 13000)                                                                     \
+  X(cuMemcpy3DBatchAsync, 13000)                                                                   \
   X(cuMemsetD16Async, 3020)                                                                        \
   X(cuMemsetD32Async, 3020)                                                                        \
   X(cuMemHostAlloc, 2020)                                                                          \
@@ -96,6 +97,7 @@ namespace mkc::cuda {
   X(cuStreamQuery, 2000)                                                                           \
   X(cuStreamIsCapturing, 10000)                                                                    \
   X(cuStreamWriteValue32, 11070)                                                                   \
+  X(cuStreamBatchMemOp, 11070)                                                                     \
   X(cuStreamBeginCapture, 10010)                                                                   \
   X(cuStreamEndCapture, 10000)                                                                     \
   X(cuGraphInstantiateWithFlags, 11040)                                                            \
@@ -204,6 +206,23 @@ private:
   std::deque<CUevent> recorded_;
   std::vector<CUevent> spare_;
 };
+
+/// One entry of a cuMemcpy3DBatchAsync: `rows` rows of `rowBytes` from `src` (rows `srcPitch`
+/// apart) to `dst` (rows `dstPitch` apart), any memory of unified addressing, in stream order.
+/// One entry per strided block, not per row: the copy engines' cost is per entry.
+inline CUDA_MEMCPY3D_BATCH_OP pitchedCopy(CUdeviceptr dst, std::size_t dstPitch, CUdeviceptr src,
+                                          std::size_t srcPitch, std::size_t rowBytes,
+                                          std::size_t rows) {
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.src.type = op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.src.op.ptr.ptr = src;
+  op.src.op.ptr.rowLength = rows > 1 ? srcPitch : 0; // in bytes: pointer elements are bytes
+  op.dst.op.ptr.ptr = dst;
+  op.dst.op.ptr.rowLength = rows > 1 ? dstPitch : 0;
+  op.extent = {rowBytes, rows, 1};
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  return op;
+}
 
 } // namespace mkc::cuda
 
