@@ -115,7 +115,8 @@ Result runNode(int node, const Rendezvous &rendezvous, const std::string &provid
     result.statistics = proxy.statistics();
     std::vector<double> latencies;
     for (long i = 0; i < settings.samples; ++i) {
-      const std::uint64_t ticket = __atomic_load_n(queue.head, __ATOMIC_ACQUIRE);
+      const std::uint64_t ticket =
+          __atomic_load_n(&queue.head[MK_QUEUE_NEXT_TICKET], __ATOMIC_ACQUIRE);
       const auto pushed = Clock::now();
       push(i);
       while (__atomic_load_n(queue.tail, __ATOMIC_ACQUIRE) <= ticket)

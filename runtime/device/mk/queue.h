@@ -13,7 +13,9 @@
  * writes first), for small payloads or memory outside the heap.
  *
  * Publication. A producer takes a ticket t = atomicAdd(head, 1), waits until t - *tail <
- * capacity (back-pressure: the slot's previous command was consumed), writes words 1-7 of slot
+ * capacity (back-pressure: the slot's previous command was consumed; a copy of the tail in device
+ * memory, head[MK_QUEUE_TAIL_SEEN], answers that without a PCIe read while the ring has room),
+ * writes words 1-7 of slot
  * t mod capacity, then stores word 0 (`ticket` = (u32)t + 1, `op`, `view`) as one 64-bit store
  * with release semantics (st.release.sys on the GPU). The proxy waits for its next ticket with an
  * acquire load of word 0, copies the command out, and advances *tail, which hands the slot back.
@@ -40,7 +42,7 @@
 #ifndef MK_QUEUE_H
 #define MK_QUEUE_H
 
-#define MK_QUEUE_VERSION 1
+#define MK_QUEUE_VERSION 2
 
 typedef unsigned short mk_u16;
 typedef unsigned int mk_u32;
@@ -103,10 +105,15 @@ typedef struct mk_command {
 
 #define MK_NO_SIGNAL 0xffffffffffffffffull
 
+/* The words at mk_command_queue::head: the next ticket (taken with atomicAdd), and the highest
+ * *tail a producer has read (raised with an atomic max: producers that find room below it skip
+ * the read of host memory). */
+enum { MK_QUEUE_NEXT_TICKET = 0, MK_QUEUE_TAIL_SEEN = 1, MK_QUEUE_HEAD_WORDS = 2 };
+
 /* One rank's queue, as its kernels see it. */
 typedef struct mk_command_queue {
   mk_command *slots;           /* `capacity` commands, host memory mapped into the device */
-  mk_u64 *head;                /* the next ticket: device memory, taken with atomicAdd */
+  mk_u64 *head;                /* device memory, two words (MK_QUEUE_NEXT_TICKET, _TAIL_SEEN) */
   const volatile mk_u64 *tail; /* tickets consumed by the proxy: host memory */
   const volatile mk_u32 *abort; /* MK_QUEUE_RUNNING, or why the proxy stopped: host memory */
   unsigned char *staging;      /* MK_VIEW_STAGING sources: host memory mapped into the device */

@@ -34,7 +34,7 @@ CommandQueue::CommandQueue(LocalMemory &memory, std::uint32_t capacity, std::siz
   SharedMemory slots = memory.allocateShared(std::size_t(capacity) * sizeof(mk_command));
   SharedMemory control = memory.allocateShared(sizeof(ControlWords));
   SharedMemory staging = memory.allocateShared(std::max<std::size_t>(stagingBytes, 1));
-  std::uint64_t head = memory.allocateDevice(sizeof(mk_u64));
+  std::uint64_t head = memory.allocateDevice(MK_QUEUE_HEAD_WORDS * sizeof(mk_u64));
 
   auto fill = [&](mk_command_queue &view, auto address) {
     view.slots = reinterpret_cast<mk_command *>(address(slots));
@@ -82,7 +82,8 @@ std::uint32_t CommandQueue::abortReason() const {
 
 PushResult pushCommand(const mk_command_queue &queue, const mk_command &command,
                        std::chrono::milliseconds timeout) {
-  const std::uint64_t ticket = __atomic_fetch_add(queue.head, 1, __ATOMIC_ACQ_REL);
+  const std::uint64_t ticket =
+      __atomic_fetch_add(&queue.head[MK_QUEUE_NEXT_TICKET], 1, __ATOMIC_ACQ_REL);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // Back-pressure: the slot is free once the proxy consumed the command a lap before.
   while (ticket - __atomic_load_n(queue.tail, __ATOMIC_ACQUIRE) >= queue.capacity) {

@@ -881,7 +881,8 @@ bool Proxy::drain(std::chrono::milliseconds timeout) {
   while (Clock::now() < deadline) {
     if (error())
       return false;
-    const std::uint64_t published = host.head ? __atomic_load_n(host.head, __ATOMIC_ACQUIRE) : 0;
+    const std::uint64_t published =
+        host.head ? __atomic_load_n(&host.head[MK_QUEUE_NEXT_TICKET], __ATOMIC_ACQUIRE) : 0;
     if (__atomic_load_n(host.tail, __ATOMIC_ACQUIRE) >= published &&
         idle_.load(std::memory_order_acquire))
       return true;

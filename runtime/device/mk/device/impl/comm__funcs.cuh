@@ -162,13 +162,20 @@ __device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_c
   // The engine's tile stores (bulk copies of this thread) are complete before the proxy reads.
   ptx::bulk_wait_all();
   ptx::fence_proxy_async();
-  const mk_u64 ticket = atomicAdd(q.head, 1ull);
-  // The slot is free once the proxy has consumed the command a lap before.
-  detail::Backoff backoff;
-  for (unsigned spins = 1; ticket - ptx::load_acquire_sys(q.tail) >= q.capacity; ++spins) {
-    if (spins % detail::kAbortCheckSpins == 0 && proxy_aborted(q))
-      return;
-    backoff.pause();
+  const mk_u64 ticket = atomicAdd(&q.head[MK_QUEUE_NEXT_TICKET], 1ull);
+  // The slot is free once the proxy has consumed the command a lap before. The tail a producer
+  // last read (in device memory) usually shows it, saving a read across PCIe.
+  mk_u64 *tail_seen = &q.head[MK_QUEUE_TAIL_SEEN];
+  if (ticket - ptx::load_acquire_gpu(tail_seen) >= q.capacity) {
+    detail::Backoff backoff;
+    mk_u64 tail;
+    for (unsigned spins = 1; ticket - (tail = ptx::load_acquire_sys(q.tail)) >= q.capacity;
+         ++spins) {
+      if (spins % detail::kAbortCheckSpins == 0 && proxy_aborted(q))
+        return;
+      backoff.pause();
+    }
+    ptx::red_max_release_gpu(tail_seen, tail);
   }
   mk_u64 *slot = reinterpret_cast<mk_u64 *>(&q.slots[ticket & (q.capacity - 1)]);
   const mk_u64 *words = reinterpret_cast<const mk_u64 *>(&command);

@@ -322,6 +322,18 @@ __device__ __forceinline__ void red_add_release_sys(mk_u32 *address, mk_u32 valu
   asm volatile("red.release.sys.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
+// ---- GPU-scope synchronisation (this GPU's CTAs) ---------------------------------------
+
+__device__ __forceinline__ mk_u64 load_acquire_gpu(const mk_u64 *address) {
+  mk_u64 value;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void red_max_release_gpu(mk_u64 *address, mk_u64 value) {
+  asm volatile("red.release.gpu.global.max.u64 [%0], %1;\n" ::"l"(address), "l"(value) : "memory");
+}
+
 // ---- Named barriers and register reallocation -----------------------------------------
 
 /// Waits until `kThreads` threads (whole warps) have arrived at barrier `kId` (1-15; 0 is
