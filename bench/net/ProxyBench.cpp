@@ -98,8 +98,8 @@ Result runNode(int node, const Rendezvous &rendezvous, const std::string &provid
   put.signal_offset = (std::uint64_t(node) * 1024 + kSignalWord) * sizeof(std::uint32_t);
   const mk_command_queue &queue = proxy.queue().hostView();
   auto push = [&](long i) {
-    put.src_offset = put.dst_offset =
-        kDataOffset + std::uint64_t(i) * settings.bytes % (kHeapBytes - kDataOffset - 4096);
+    const std::uint64_t places = (kHeapBytes - kDataOffset) / std::max<long>(settings.bytes, 1);
+    put.src_offset = put.dst_offset = kDataOffset + std::uint64_t(i) % places * settings.bytes;
     if (pushCommand(queue, put, std::chrono::seconds(60)) != PushResult::Pushed)
       throw std::runtime_error("push failed: " + proxy.error().value_or("ring stayed full"));
   };

@@ -107,6 +107,24 @@ ContextScope::~ContextScope() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
+StreamCounter::StreamCounter(const Driver &driver) : driver_(driver) {
+  void *word = nullptr;
+  MK_CU_CHECK(driver_, cuMemHostAlloc(&word, sizeof(std::uint64_t),
+                                      CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  word_ = static_cast<std::uint64_t *>(word);
+  *word_ = 0;
+  MK_CU_CHECK(driver_, cuMemHostGetDevicePointer(&device_, word, 0));
+}
+
+StreamCounter::~StreamCounter() { driver_.cuMemFreeHost(word_); }
+
+std::uint64_t StreamCounter::mark(CUstream stream) {
+  // The default flag fences the work before the store: whoever reads the number sees it done.
+  MK_CU_CHECK(driver_, cuStreamWriteValue64(stream, device_, marked_ + 1,
+                                            CU_STREAM_WRITE_VALUE_DEFAULT));
+  return ++marked_;
+}
+
 EventQueue::~EventQueue() {
   for (CUevent event : recorded_)
     driver_.cuEventDestroy(event);

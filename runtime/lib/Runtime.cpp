@@ -170,7 +170,8 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
                            std::pair{"MKC_NET_DEVICE", "device"},
                            std::pair{"MKC_NET_BANDWIDTH_GBPS", "bandwidth_gbps"},
                            std::pair{"MKC_NET_LATENCY_US", "latency_us"},
-                           std::pair{"MKC_NET_REORDER", "reorder"}})
+                           std::pair{"MKC_NET_REORDER", "reorder"},
+                           std::pair{"MKC_NET_COPY_STREAMS", "copy_streams"}})
     if (const std::string *value = variable(name))
       options.networkConfig[key] = *value;
   if (const std::string *value = variable("MKC_DEVICE")) {

@@ -12,19 +12,24 @@
 //
 // Writes that are due are issued together, one strided copy each, with one cuMemcpy3DBatchAsync
 // per poll: the host's cost of a write is then an array entry rather than a driver call, and the
-// copy engines see a tile as one copy (a copy per row made 8192^3 take ~270 ms a launch). Nothing
-// orders the copies of a batch, so the transport promises no order (the proxy fences its flags).
+// copy engines see a tile as one copy (a copy per row made 8192^3 take ~270 ms a launch). Batches
+// take "copy_streams" streams in turn, so that several copy engines work at once; a store of the
+// batch's number into pinned memory after it tells the proxy's thread it finished without a
+// driver call. Nothing orders the copies of a batch, or batches of different streams, so the
+// transport promises no order (the proxy fences its flags).
 //
 //===----------------------------------------------------------------------===//
 
 #include "mk/runtime/net/Transport.h"
 
+#include "mk/runtime/Log.h"
 #include "mk/runtime/NodeSockets.h"
 #include "mk/runtime/VirtualMemory.h"
 
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <memory>
@@ -65,15 +70,25 @@ public:
     if (bytesPerSecond_ <= 0)
       throw NetworkError("emulated: bandwidth_gbps must be positive");
     cuda::ContextScope scope(cu_, gpu_.context);
-    MK_CU_CHECK(cu_, cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
-    issuedDone_.emplace(cu_);
+    const double streams = number(config, "copy_streams", 4);
+    if (streams < 1 || streams > 64 || streams != std::floor(streams))
+      throw NetworkError(fmt::format("emulated: copy_streams={} is not a count from 1 to 64",
+                                     streams));
+    while (lanes_.size() < streams) {
+      Lane &lane = lanes_.emplace_back();
+      MK_CU_CHECK(cu_, cuStreamCreate(&lane.stream, CU_STREAM_NON_BLOCKING));
+      lane.done.emplace(cu_);
+    }
   }
 
   ~EmulatedTransport() override {
+    log::info("{}: {} writes issued in {} batches of copies", describe(), writesIssued_, batches_);
     cuda::ContextScope scope(cu_, gpu_.context);
-    cu_.cuStreamSynchronize(stream_);
-    issuedDone_.reset(); // its events, while the context is current
-    cu_.cuStreamDestroy(stream_);
+    for (Lane &lane : lanes_) {
+      cu_.cuStreamSynchronize(lane.stream);
+      lane.done.reset(); // its memory, while the context is current
+      cu_.cuStreamDestroy(lane.stream);
+    }
   }
 
   std::string describe() const override {
@@ -154,23 +169,19 @@ public:
 
   std::size_t poll(std::vector<Event> &events) override {
     const std::size_t before = events.size();
-    cuda::ContextScope scope(cu_, gpu_.context);
     issueDue();
-    std::size_t finished = 0;
-    try {
-      finished = issuedDone_->retire();
-    } catch (const cuda::Error &failure) {
-      throw NetworkError(fmt::format("emulated: a batch of copies failed: {}", failure.what()));
-    }
-    for (; finished; --finished) {
-      for (const auto &[context, peer] : issued_.front()) {
-        Event event;
-        event.context = context;
-        event.peer = peer;
-        events.push_back(std::move(event));
+    // A batch whose copies fail never completes: the proxy's timeout names the write.
+    for (Lane &lane : lanes_) {
+      const std::uint64_t done = lane.done->done();
+      for (; !lane.issued.empty() && lane.issued.front().first <= done; lane.issued.pop_front()) {
+        for (const auto &[context, peer] : lane.issued.front().second) {
+          Event event;
+          event.context = context;
+          event.peer = peer;
+          events.push_back(std::move(event));
+        }
+        inFlight_ -= lane.issued.front().second.size();
       }
-      inFlight_ -= issued_.front().size();
-      issued_.pop_front();
     }
     return events.size() - before;
   }
@@ -219,6 +230,8 @@ private:
   /// Issues every write whose modelled arrival has come, as one batch of copies.
   void issueDue() {
     const auto now = Clock::now();
+    if (pending_.empty() || pending_.begin()->first > now)
+      return;
     copies_.clear();
     Batch batch;
     for (auto it = pending_.begin(); it != pending_.end() && it->first <= now;) {
@@ -230,13 +243,15 @@ private:
       batch.emplace_back(w.context, w.peer);
       it = pending_.erase(it);
     }
-    if (batch.empty())
-      return;
+    // The caller has the context current (GpuPlace): no push and pop around the calls.
+    // Batches take the lanes in turn: each stream feeds a copy engine of its own.
+    Lane &lane = lanes_[batches_ % lanes_.size()];
     if (!copies_.empty())
-      MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, stream_));
-    issuedDone_->record(stream_);
+      MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, lane.stream));
     inFlight_ += batch.size();
-    issued_.push_back(std::move(batch));
+    writesIssued_ += batch.size();
+    ++batches_;
+    lane.issued.emplace_back(lane.done->mark(lane.stream), std::move(batch));
   }
 
   GpuPlace gpu_;
@@ -245,7 +260,6 @@ private:
   std::chrono::duration<double, std::micro> latency_;
   bool reorder_;
   std::mt19937_64 random_{0x6e6963};
-  CUstream stream_ = nullptr;
   int self_ = -1;
   int deviceRegions_ = 0;
   std::vector<LocalRegion> local_;
@@ -253,9 +267,15 @@ private:
   Clock::time_point linkFree_{};
   std::multimap<Clock::time_point, Write> pending_; // by modelled arrival
   std::vector<CUDA_MEMCPY3D_BATCH_OP> copies_;      // issueDue()'s, kept for their capacity
-  std::deque<Batch> issued_;                   // on the stream, oldest first
-  std::optional<cuda::EventQueue> issuedDone_; // an event after each of them
+  /// A stream of copies, and its batches with their marks, oldest first.
+  struct Lane {
+    CUstream stream = nullptr;
+    std::optional<cuda::StreamCounter> done;
+    std::deque<std::pair<std::uint64_t, Batch>> issued;
+  };
+  std::deque<Lane> lanes_; // a deque: a lane does not move
   std::size_t inFlight_ = 0;
+  std::uint64_t writesIssued_ = 0, batches_ = 0;
 };
 
 } // namespace

@@ -73,7 +73,7 @@ public:
   ~CudaMemory() override {
     cuda::ContextScope scope(cu_, context_);
     cu_.cuStreamSynchronize(stream_);
-    done_.reset(); // its events, while the context is current
+    done_.reset(); // its memory, while the context is current
     cu_.cuStreamDestroy(stream_);
     for (void *block : hostBlocks_)
       cu_.cuMemFreeHost(block);
@@ -142,16 +142,11 @@ public:
     copies_.clear();
     destinations_.clear();
     stores_.clear();
-    done_->record(stream_);
-    ++issued_;
+    issued_ = done_->mark(stream_);
   }
 
-  bool complete(std::uint64_t token) override {
-    // Flush i is token i and event i of the stream: the first size() tokens from the end are
-    // the ones not yet seen finished.
-    done_->retire();
-    return token <= issued_ - done_->size();
-  }
+  // Flush i is token i and mark i of the stream: no driver call to learn what finished.
+  bool complete(std::uint64_t token) override { return token <= done_->done(); }
 
 private:
   /// cuStreamBatchMemOp takes fewer than 256 operations a call.
@@ -160,8 +155,8 @@ private:
   const cuda::Driver &cu_;
   CUcontext context_;
   CUstream stream_ = nullptr;
-  std::optional<cuda::EventQueue> done_; // an event after each flush
-  std::uint64_t issued_ = 0;             // flushes
+  std::optional<cuda::StreamCounter> done_; // a mark after each flush
+  std::uint64_t issued_ = 0;                // flushes
   std::vector<CUDA_MEMCPY3D_BATCH_OP> copies_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> destinations_; // the copies' [begin, end)
   std::vector<CUstreamBatchMemOpParams> stores_;

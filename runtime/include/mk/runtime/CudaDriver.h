@@ -18,6 +18,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <cstdint>
 #include <deque>
 #include <stdexcept>
 #include <string>
@@ -97,6 +98,7 @@ namespace mkc::cuda {
   X(cuStreamQuery, 2000)                                                                           \
   X(cuStreamIsCapturing, 10000)                                                                    \
   X(cuStreamWriteValue32, 11070)                                                                   \
+  X(cuStreamWriteValue64, 11070)                                                                   \
   X(cuStreamBatchMemOp, 11070)                                                                     \
   X(cuStreamBeginCapture, 10010)                                                                   \
   X(cuStreamEndCapture, 10000)                                                                     \
@@ -205,6 +207,30 @@ private:
   const Driver &driver_;
   std::deque<CUevent> recorded_;
   std::vector<CUevent> spare_;
+};
+
+/// Progress of work on streams, read without a driver call: mark() enqueues, after the work
+/// before it, a store of the next number into pinned host memory; done() reads the last number
+/// stored. For a thread that must not enter the driver to learn what finished (the network
+/// proxy: a driver call can wait behind another thread's). A failed stream stops counting, so
+/// callers bound their waits. The constructor and destructor need the context current.
+class StreamCounter {
+public:
+  explicit StreamCounter(const Driver &driver);
+  ~StreamCounter();
+  StreamCounter(const StreamCounter &) = delete;
+  StreamCounter &operator=(const StreamCounter &) = delete;
+
+  /// Enqueues the store of the next number on `stream`; returns that number (1, 2, ...).
+  std::uint64_t mark(CUstream stream);
+  /// The last number stored (the work before its mark is complete and visible).
+  std::uint64_t done() const { return __atomic_load_n(word_, __ATOMIC_ACQUIRE); }
+
+private:
+  const Driver &driver_;
+  std::uint64_t *word_ = nullptr;
+  CUdeviceptr device_ = 0;
+  std::uint64_t marked_ = 0;
 };
 
 /// One entry of a cuMemcpy3DBatchAsync: `rows` rows of `rowBytes` from `src` (rows `srcPitch`

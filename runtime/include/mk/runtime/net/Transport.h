@@ -133,7 +133,7 @@ public:
 /// Settings of a backend, from MKC_NET_* variables or the caller: "provider" (fabric: tcp, shm,
 /// verbs, efa; default: the first that works), "address" (fabric: the interface address to bind,
 /// e.g. 127.0.0.1), "device" (verbs: e.g. mlx5_0), "nodes" (verbs: the rail's length),
-/// "bandwidth_gbps", "latency_us", "reorder" (emulated).
+/// "bandwidth_gbps", "latency_us", "reorder", "copy_streams" (emulated).
 using TransportConfig = std::map<std::string, std::string, std::less<>>;
 
 /// This rank's GPU and how to meet the rail's other ranks on this host: what the emulated NIC
@@ -154,7 +154,8 @@ std::unique_ptr<Transport> makeTransport(const std::string &name, const Transpor
 std::unique_ptr<Transport> makeFabricTransport(const TransportConfig &config);
 std::unique_ptr<Transport> makeVerbsTransport(const TransportConfig &config);
 /// Settings: "bandwidth_gbps" (default 50: a 400 Gb/s NIC per GPU), "latency_us" (default 3),
-/// "reorder" (1: writes land out of order, as on an unordered fabric; default 0).
+/// "reorder" (1: writes land out of order, as on an unordered fabric; default 0), "copy_streams"
+/// (streams the copies are spread over, default 4).
 std::unique_ptr<Transport> makeEmulatedTransport(const TransportConfig &config,
                                                  const GpuPlace &gpu);
 
