@@ -11,9 +11,11 @@
 // All-reduce on 2 nodes x 4 GPUs: the compute role hands each tile to its owner GPU (round-robin)
 // in the slot of the sender; the owner sums the 4 slots, keeps the node partial in its node's
 // slot and sends it to the same GPU of the other node; there the 2 node partials are summed and
-// republished to every GPU of the node.
+// republished to every GPU of the node. Node partials are kept tile-major, each slot a
+// [tiles * 128, 256] matrix with tile (m / 128, n / 256) at row (m / 128 * 4 + n / 256) * 128, so
+// that a tile crosses the network in one piece.
 // CHECK-LABEL: mk.program @all_reduce_2x4
-// CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 1024, 1024], bf16, symmetric>
+// CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 4096, 256], bf16, symmetric>
 // CHECK-DAG: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 1024], bf16, symmetric>
 // CHECK: mk.role compute {
 // CHECK: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M:.+]], %[[N:.+]]] tile [128, 256]
@@ -22,12 +24,17 @@
 // CHECK: mk.role intra_reduce {
 // CHECK: mk.tile_grid {{.*}} distribute gpus
 // CHECK: mk.accumulate sum %[[STAGE]][:, %{{.*}}, %{{.*}}]
-// CHECK: mk.store %{{.*}}, %[[NODES]][%[[MYNODE:.+]], %{{.*}}, %{{.*}}]
+// CHECK: %[[ROW:.+]] = arith.divsi %{{.*}}, %c128
+// CHECK: %[[COL:.+]] = arith.divsi %{{.*}}, %c256
+// CHECK: %[[BEFORE:.+]] = arith.muli %[[ROW]], %c512
+// CHECK: %[[BESIDE:.+]] = arith.muli %[[COL]], %c128
+// CHECK: %[[FIRST:.+]] = arith.addi %[[BEFORE]], %[[BESIDE]]
+// CHECK: mk.store %{{.*}}, %[[NODES]][%[[MYNODE:[^,]+]], %[[FIRST]], %c0]
 // CHECK: scf.for
-// CHECK: mk.copy %[[NODES]][%{{.*}}] -> %[[NODES]][%{{.*}}] at node %{{.*}} via rdma_proxy tile [128, 256]
+// CHECK: mk.copy %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] -> %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] at node %{{.*}} via rdma_proxy tile [128, 256]
 // CHECK: mk.role inter_reduce {
 // CHECK: mk.tile_grid {{.*}} distribute gpus
-// CHECK: mk.accumulate sum %[[NODES]][:, %{{.*}}, %{{.*}}]
+// CHECK: mk.accumulate sum %[[NODES]][:, %{{.*}}, %c0]
 // CHECK: scf.for
 // CHECK: mk.put %{{.*}} at gpu %{{.*}} via nvlink_store
 // CHECK-NOT: mk.all_reduce

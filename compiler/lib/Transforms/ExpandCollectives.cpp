@@ -260,19 +260,50 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   bool intraStep = axis != MeshAxis::nodes && gpus > 1;
   bool interStep = axis != MeshAxis::gpus && nodes > 1;
 
-  // Where a node's partial goes, and who keeps the final tile.
+  // Where a node's partial goes, and who keeps the final tile. An all-reduce's node partials of
+  // R x C tiles are kept tile-major: a slot is a [tiles * R, C] matrix whose rows t R .. t R +
+  // R - 1 hold tile t (row-major over the grid), so that a tile crosses the network as one
+  // contiguous block (one write, one copy) rather than R rows. Still three dims: the TMA paths of
+  // stores and reductions stay those of the other stages.
   Value nodePartials;
+  int64_t tileCols = 0; // tile-major: tiles along the columns of dest
   if (interStep) {
-    stageShape.insert(stageShape.begin(), nodes);
-    nodePartials = buffer(loc, stageShape, tile.getElementType());
-    stageShape.erase(stageShape.begin());
+    if (!scatter && destType.getRank() == 2 && dest.wholeDims.empty() && tile.getRank() == 2 &&
+        destType.hasStaticShape()) {
+      tileCols = llvm::divideCeil(destType.getShape()[1], sizes[1]);
+      int64_t tiles = llvm::divideCeil(destType.getShape()[0], sizes[0]) * tileCols;
+      nodePartials =
+          buffer(loc, {nodes, tiles * extents[0], extents[1]}, tile.getElementType());
+    } else {
+      stageShape.insert(stageShape.begin(), nodes);
+      nodePartials = buffer(loc, stageShape, tile.getElementType());
+      stageShape.erase(stageShape.begin());
+    }
   }
+  // The node partials of one tile: slot `node`'s, or every node's for a null one.
+  auto nodePartialsOf = [&](OpBuilder &b, Location l, const Access &tileAt, Value node) {
+    if (!tileCols)
+      return tileAt.inSlot(nodePartials, node);
+    // The first row of tile (m / R, n / C): (m / R * tileCols + n / C) * R.
+    Value tileRow = arith::DivSIOp::create(b, l, tileAt.indices[0], constant(sizes[0]));
+    Value tileCol = arith::DivSIOp::create(b, l, tileAt.indices[1], constant(sizes[1]));
+    Value rowsBefore = arith::MulIOp::create(b, l, tileRow, constant(tileCols * sizes[0]));
+    Value rowsBeside = arith::MulIOp::create(b, l, tileCol, constant(sizes[0]));
+    Value row = arith::AddIOp::create(b, l, rowsBefore, rowsBeside);
+    Access slot{nodePartials, {}, {}};
+    if (node)
+      slot.indices.push_back(node);
+    else
+      slot.wholeDims.push_back(0);
+    slot.indices.append({row, constant(0)});
+    return slot;
+  };
 
   // A rank's node partial of one tile: kept in its slot, and sent to the same GPU of the nodes
   // that combine it (all of them, or the owner's).
   auto sendNodePartial = [&](OpBuilder &b, Location l, Value partial, const Access &tileAt) {
     auto [node, gpu] = place(b, l);
-    Access mySlot = tileAt.inSlot(nodePartials, node);
+    Access mySlot = nodePartialsOf(b, l, tileAt, node);
     StoreOp::create(b, l, partial, mySlot.tensor, mySlot.indices, mySlot.wholeDims);
     auto sendTo = [&](OpBuilder &nb, Value peer) {
       copy(nb, l, mySlot, mySlot, Peer{PeerScope::node, peer, Link::rdma_proxy}, extents);
@@ -303,8 +334,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     });
   };
 
-  auto reduceSlots = [&](OpBuilder &b, Location l, Value stage, const Access &tileAt) {
-    Value sum = accumulate(b, l, tileAt.inSlot(stage, Value()), tile);
+  auto reduceSlots = [&](OpBuilder &b, Location l, const Access &slots) {
+    Value sum = accumulate(b, l, slots, tile);
     return ConvertOp::create(b, l, tile, sum).getResult();
   };
 
@@ -336,7 +367,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
                   .order = producer.getOrderAttr()},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
-               Value partial = reduceSlots(gb, loc, stage, tileAt);
+               Value partial = reduceSlots(gb, loc, tileAt.inSlot(stage, Value()));
                if (interStep)
                  sendNodePartial(gb, loc, partial, tileAt);
                else
@@ -353,7 +384,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     tileGrid(rb, loc, dest.tensor, sizes, Grid{.masked = masked, .distribute = distribute},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
-               finish(gb, loc, reduceSlots(gb, loc, nodePartials, tileAt), tileAt);
+               finish(gb, loc, reduceSlots(gb, loc, nodePartialsOf(gb, loc, tileAt, Value())),
+                      tileAt);
              });
   }
   op.erase();

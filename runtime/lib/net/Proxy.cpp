@@ -414,12 +414,20 @@ std::uint64_t Proxy::Engine::sourceAddress(const mk_command &c) const {
   return (c.view == MK_VIEW_STAGING ? queue_.stagingAddress() : heap_.base) + c.src_offset;
 }
 
-void Proxy::Engine::execute(const mk_command &c) {
+void Proxy::Engine::execute(const mk_command &command) {
   try {
-    validate(c);
+    validate(command);
   } catch (const NetworkError &) {
     queue_.abort(MK_QUEUE_BAD_COMMAND);
     throw;
+  }
+  // Rows that lie back to back at both ends (a tile-major tile) travel as one row: one write
+  // for a network without strided writes, one copy for the emulated NIC.
+  mk_command c = command;
+  if (c.rows > 1 && c.src_pitch == c.row_bytes && c.dst_pitch == c.row_bytes &&
+      std::uint64_t(c.rows) * c.row_bytes <= UINT32_MAX) {
+    c.row_bytes *= c.rows;
+    c.rows = 1;
   }
   const int node = static_cast<int>(c.dst_node);
   switch (c.op) {
