@@ -12,7 +12,7 @@
 // in the slot of the sender; the owner sums the 4 slots, keeps the node partial in its node's
 // slot and sends it to the same GPU of the other node; there the 2 node partials are summed and
 // republished to every GPU of the node. Node partials are kept tile-major, each slot a
-// [tiles * 128, 256] matrix with tile (m / 128, n / 256) at row (m / 128 * 4 + n / 256) * 128, so
+// [tiles * 128, 256] matrix whose tile row m * 4 + n holds tile (m, n) (indices count tiles), so
 // that a tile crosses the network in one piece.
 // CHECK-LABEL: mk.program @all_reduce_2x4
 // CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 4096, 256], bf16, symmetric>
@@ -24,11 +24,8 @@
 // CHECK: mk.role intra_reduce {
 // CHECK: mk.tile_grid {{.*}} distribute gpus
 // CHECK: mk.accumulate sum %[[STAGE]][:, %{{.*}}, %{{.*}}]
-// CHECK: %[[ROW:.+]] = arith.divsi %{{.*}}, %c128
-// CHECK: %[[COL:.+]] = arith.divsi %{{.*}}, %c256
-// CHECK: %[[BEFORE:.+]] = arith.muli %[[ROW]], %c512
-// CHECK: %[[BESIDE:.+]] = arith.muli %[[COL]], %c128
-// CHECK: %[[FIRST:.+]] = arith.addi %[[BEFORE]], %[[BESIDE]]
+// CHECK: %[[BEFORE:.+]] = arith.muli %[[M:.+]], %c4
+// CHECK: %[[FIRST:.+]] = arith.addi %[[BEFORE]], %[[N:[^ ]+]]
 // CHECK: mk.store %{{.*}}, %[[NODES]][%[[MYNODE:[^,]+]], %[[FIRST]], %c0]
 // CHECK: scf.for
 // CHECK: mk.copy %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] -> %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] at node %{{.*}} via rdma_proxy tile [128, 256]

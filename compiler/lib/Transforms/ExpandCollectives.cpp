@@ -261,10 +261,10 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   bool interStep = axis != MeshAxis::gpus && nodes > 1;
 
   // Where a node's partial goes, and who keeps the final tile. An all-reduce's node partials of
-  // R x C tiles are kept tile-major: a slot is a [tiles * R, C] matrix whose rows t R .. t R +
-  // R - 1 hold tile t (row-major over the grid), so that a tile crosses the network as one
-  // contiguous block (one write, one copy) rather than R rows. Still three dims: the TMA paths of
-  // stores and reductions stay those of the other stages.
+  // R x C tiles are kept tile-major: a slot is a [tiles * R, C] matrix whose tile row t holds
+  // grid tile t (row-major), so that a tile crosses the network as one contiguous block (one
+  // write, one copy) rather than R rows. Still three dims: the TMA paths of stores and reductions
+  // stay those of the other stages.
   Value nodePartials;
   int64_t tileCols = 0; // tile-major: tiles along the columns of dest
   if (interStep) {
@@ -280,22 +280,19 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
       stageShape.erase(stageShape.begin());
     }
   }
-  // The node partials of one tile: slot `node`'s, or every node's for a null one.
+  // The node partials of one tile: slot `node`'s, or every node's for a null one. Indices count
+  // tiles: tile (m, n) is tile row m * tileCols + n of a slot.
   auto nodePartialsOf = [&](OpBuilder &b, Location l, const Access &tileAt, Value node) {
     if (!tileCols)
       return tileAt.inSlot(nodePartials, node);
-    // The first row of tile (m / R, n / C): (m / R * tileCols + n / C) * R.
-    Value tileRow = arith::DivSIOp::create(b, l, tileAt.indices[0], constant(sizes[0]));
-    Value tileCol = arith::DivSIOp::create(b, l, tileAt.indices[1], constant(sizes[1]));
-    Value rowsBefore = arith::MulIOp::create(b, l, tileRow, constant(tileCols * sizes[0]));
-    Value rowsBeside = arith::MulIOp::create(b, l, tileCol, constant(sizes[0]));
-    Value row = arith::AddIOp::create(b, l, rowsBefore, rowsBeside);
+    Value rowsBefore = arith::MulIOp::create(b, l, tileAt.indices[0], constant(tileCols));
+    Value tileRow = arith::AddIOp::create(b, l, rowsBefore, tileAt.indices[1]);
     Access slot{nodePartials, {}, {}};
     if (node)
       slot.indices.push_back(node);
     else
       slot.wholeDims.push_back(0);
-    slot.indices.append({row, constant(0)});
+    slot.indices.append({tileRow, constant(0)});
     return slot;
   };
 
