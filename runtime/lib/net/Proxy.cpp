@@ -21,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace mkc::net {
 
@@ -127,24 +128,27 @@ private:
   struct InFlight {
     Purpose purpose;
     int peer;
-    std::uint64_t sequence; // the write's number among those to its peer
+    std::uint64_t sequence; // Data: the write's number among the data writes to its peer
     int valueSlot = -1;     // Flag, Credit
     int sendSlot = -1;      // Slot
+    std::uint64_t flagWord; // Flag: the heap offset it counts on
     bool posted = false;
     Clock::time_point postedAt;
   };
   struct Peer {
     RemoteRegion heap, inbox, credits;
-    // Writes to the peer, numbered in posting order: queued, posted, and not yet complete.
-    std::uint64_t writesQueued = 0;
-    std::uint64_t writesPosted = 0;
-    // Writes before `completeBelow` are complete; completedFrom[i]: whether write
-    // completeBelow + i is (a window, not a set: completions come nearly in order).
-    std::uint64_t completeBelow = 0;
-    std::deque<bool> completedFrom;
-    // Direct: signals waiting for the writes before them (their count) to complete.
+    std::size_t incomplete = 0; // writes of any purpose posted and not complete
+    // Data writes to the peer, numbered in posting order: queued, posted, and not yet complete.
+    std::uint64_t dataQueued = 0;
+    std::uint64_t dataPosted = 0;
+    // Data writes before `dataCompleteBelow` are complete; dataCompletedFrom[i]: whether data
+    // write dataCompleteBelow + i is (a window, not a set: completions come nearly in order).
+    std::uint64_t dataCompleteBelow = 0;
+    std::deque<bool> dataCompletedFrom;
+    // Direct: signals waiting for the data writes before them (their count) to complete.
     std::deque<std::pair<std::uint64_t, std::uint64_t>> signals; // {fence, signal offset}
     std::unordered_map<std::uint64_t, std::uint32_t> signalled;  // our count per flag word
+    std::unordered_set<std::uint64_t> flagsInFlight;             // words with a count on its way
     // Staged, sending: transfers (slots) sent, and pieces waiting for a slot or a credit.
     std::uint64_t slotsSent = 0;
     struct Pending {
@@ -193,7 +197,8 @@ private:
   void arrived(std::uint32_t immediate);
 
   int takeValueSlot(std::uint64_t value);
-  void enqueue(Write write, Purpose purpose, int valueSlot = -1, int sendSlot = -1);
+  void enqueue(Write write, Purpose purpose, int valueSlot = -1, int sendSlot = -1,
+               std::uint64_t flagWord = 0);
   Peer &peer(int node) { return peers_[node]; }
 
   Transport &transport_;
@@ -309,7 +314,7 @@ std::uint64_t Proxy::Engine::nodeCreditsTo(int node) const {
 bool Proxy::Engine::sending() const {
   for (int node = 0; node < rail_.nodes; ++node) {
     const Peer &p = peers_[node];
-    if (p.completeBelow != p.writesPosted || !p.signals.empty() || !p.backlog.empty() ||
+    if (p.incomplete || !p.signals.empty() || !p.backlog.empty() ||
         nodeCreditsTo(node) != p.slotsSent)
       return true;
   }
@@ -481,7 +486,7 @@ void Proxy::Engine::postData(int node, std::uint64_t src, bool fromStaging, cons
 
 void Proxy::Engine::queueSignal(int node, std::uint64_t signalOffset) {
   Peer &p = peer(node);
-  p.signals.emplace_back(p.writesQueued, signalOffset);
+  p.signals.emplace_back(p.dataQueued, signalOffset);
 }
 
 bool Proxy::Engine::sendSignals() {
@@ -490,11 +495,17 @@ bool Proxy::Engine::sendSignals() {
     Peer &p = peer(node);
     while (!p.signals.empty()) {
       const auto [fence, offset] = p.signals.front();
-      // Writes before the signal: posted and (unless the transport keeps order) complete.
-      if (p.writesPosted < fence || (!caps_.orderedWrites && p.completeBelow < fence) ||
+      // Data writes before the signal: posted and, unless the transport keeps order, complete
+      // (not earlier flags: waiting for each flag's round trip would serialize the tiles). A
+      // count for the same word must not be overtaken: counts are absolute, a late one would
+      // take a newer one back.
+      const bool unordered = !caps_.orderedWrites;
+      if (p.dataPosted < fence ||
+          (unordered && (p.dataCompleteBelow < fence || p.flagsInFlight.contains(offset))) ||
           freeValueSlots_.empty())
         break;
       p.signals.pop_front();
+      p.flagsInFlight.insert(offset);
       const int slot = takeValueSlot(++p.signalled[offset]);
       Write write;
       write.localRegion = valueRegion_.id;
@@ -503,7 +514,7 @@ bool Proxy::Engine::sendSignals() {
       write.remote = p.heap;
       write.remoteOffset = offset;
       write.rowBytes = sizeof(std::uint32_t);
-      enqueue(write, Purpose::Flag, slot);
+      enqueue(write, Purpose::Flag, slot, -1, offset);
       progress = true;
     }
   }
@@ -667,7 +678,8 @@ int Proxy::Engine::takeValueSlot(std::uint64_t value) {
   return slot;
 }
 
-void Proxy::Engine::enqueue(Write write, Purpose purpose, int valueSlot, int sendSlot) {
+void Proxy::Engine::enqueue(Write write, Purpose purpose, int valueSlot, int sendSlot,
+                            std::uint64_t flagWord) {
   std::uint64_t context;
   if (freeContexts_.empty()) {
     context = inFlight_.size();
@@ -676,8 +688,9 @@ void Proxy::Engine::enqueue(Write write, Purpose purpose, int valueSlot, int sen
     context = freeContexts_.back();
     freeContexts_.pop_back();
   }
-  inFlight_[context] = {purpose, write.peer, peer(write.peer).writesQueued++, valueSlot, sendSlot,
-                        false, {}};
+  Peer &p = peer(write.peer);
+  inFlight_[context] = {purpose,  write.peer, purpose == Purpose::Data ? p.dataQueued++ : 0,
+                        valueSlot, sendSlot,  flagWord, false, {}};
   write.context = context;
   toPost_.push_back(write);
 }
@@ -699,10 +712,13 @@ bool Proxy::Engine::drainPosts() {
       const Write &write = batch_[i];
       InFlight &entry = inFlight_[write.context];
       Peer &p = peer(write.peer);
-      ++p.writesPosted;
+      ++p.incomplete;
       entry.posted = true;
       entry.postedAt = now;
-      p.completedFrom.push_back(false); // writes to a peer are posted in their order
+      if (entry.purpose == Purpose::Data) {
+        ++p.dataPosted;
+        p.dataCompletedFrom.push_back(false); // data writes to a peer are posted in their order
+      }
       toPost_.pop_front();
     }
     writesInFlight_ += taken;
@@ -725,11 +741,16 @@ bool Proxy::Engine::pollEvents() {
     case Event::Kind::Completed: {
       InFlight &entry = inFlight_.at(event.context);
       Peer &p = peer(entry.peer);
-      p.completedFrom[entry.sequence - p.completeBelow] = true;
-      while (!p.completedFrom.empty() && p.completedFrom.front()) {
-        p.completedFrom.pop_front();
-        ++p.completeBelow;
+      --p.incomplete;
+      if (entry.purpose == Purpose::Data) {
+        p.dataCompletedFrom[entry.sequence - p.dataCompleteBelow] = true;
+        while (!p.dataCompletedFrom.empty() && p.dataCompletedFrom.front()) {
+          p.dataCompletedFrom.pop_front();
+          ++p.dataCompleteBelow;
+        }
       }
+      if (entry.purpose == Purpose::Flag)
+        p.flagsInFlight.erase(entry.flagWord);
       p.lastProgress = Clock::now();
       if (entry.valueSlot >= 0)
         freeValueSlots_.push_back(entry.valueSlot);

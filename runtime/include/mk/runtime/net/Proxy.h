@@ -11,8 +11,9 @@
 //   this node's count for the flag word (an ever-growing absolute value, from a slot of the
 //   proxy's registered value ring that stays untouched until the write completes) into the
 //   destination's net_flags[this node][flag]. On an ordered transport the signal follows its puts
-//   on the wire; on an unordered one it is posted only once every earlier write to that node has
-//   completed there.
+//   on the wire; on an unordered one it is posted only once every earlier put to that node has
+//   completed there, and no earlier count for the same word is still on its way (a late one
+//   would take the newer count back). Flags for other words do not wait for each other.
 //
 // - staged, when it cannot (GPU memory over tcp or shm): the proxy packs a put's rows from the
 //   heap into a send slot of pinned host memory, then writes slot header and payload in one write,
