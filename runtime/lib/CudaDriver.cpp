@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <type_traits>
 
 namespace mkc::cuda {
@@ -123,6 +125,14 @@ std::uint64_t StreamCounter::mark(CUstream stream) {
   MK_CU_CHECK(driver_, cuStreamWriteValue64(stream, device_, marked_ + 1,
                                             CU_STREAM_WRITE_VALUE_DEFAULT));
   return ++marked_;
+}
+
+void batchMemOps(const Driver &driver, CUstream stream, std::vector<CUstreamBatchMemOpParams> &ops) {
+  constexpr std::size_t kMaxOps = 255;
+  for (std::size_t at = 0; at < ops.size(); at += kMaxOps) {
+    const auto count = static_cast<unsigned>(std::min(kMaxOps, ops.size() - at));
+    MK_CU_CHECK(driver, cuStreamBatchMemOp(stream, count, ops.data() + at, 0));
+  }
 }
 
 EventQueue::~EventQueue() {

@@ -10,9 +10,10 @@
 // writes pass each other as on an unordered fabric. The copy engines move data far faster than
 // the modelled link, so the model, not the copies, sets the pace.
 //
-// Writes that are due are issued together, one strided copy each, with one cuMemcpy3DBatchAsync
-// per poll: the host's cost of a write is then an array entry rather than a driver call, and the
-// copy engines see a tile as one copy (a copy per row made 8192^3 take ~270 ms a launch). Batches
+// Writes that are due are issued together, per poll: contiguous blocks in one cuMemcpyBatchAsync,
+// strided ones in one cuMemcpy3DBatchAsync (a copy per block, not per row: a copy per row made
+// 8192^3 take ~270 ms a launch), and small values from host memory (the proxy's flag counts) as
+// stream memory operations, which cost no copy. Batches
 // take "copy_streams" streams in turn, so that several copy engines work at once; a store of the
 // batch's number into pinned memory after it tells the proxy's thread it finished without a
 // driver call. Nothing orders the copies of a batch, or batches of different streams, so the
@@ -30,6 +31,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -82,7 +84,9 @@ public:
   }
 
   ~EmulatedTransport() override {
-    log::info("{}: {} writes issued in {} batches of copies", describe(), writesIssued_, batches_);
+    log::info("{}: {} writes issued in {} batches, {:.1f} ms in the driver issuing them",
+              describe(), writesIssued_, batches_,
+              std::chrono::duration<double, std::milli>(inDriver_).count());
     cuda::ContextScope scope(cu_, gpu_.context);
     for (Lane &lane : lanes_) {
       cu_.cuStreamSynchronize(lane.stream);
@@ -227,32 +231,82 @@ private:
                                      regions[write.remote.key]->bytes));
   }
 
-  /// Issues every write whose modelled arrival has come, as one batch of copies.
+  /// Issues every write whose modelled arrival has come, in at most four driver calls: small
+  /// values from host memory (flag counts) as stream memory operations, contiguous blocks as one
+  /// batch of copies, strided ones as another, then the lane's mark.
   void issueDue() {
     const auto now = Clock::now();
     if (pending_.empty() || pending_.begin()->first > now)
       return;
-    copies_.clear();
+    values_.clear();
+    blocks_.clear();
+    strided_.clear();
     Batch batch;
     for (auto it = pending_.begin(); it != pending_.end() && it->first <= now;) {
       const Write &w = it->second;
-      if (w.rows && w.rowBytes)
-        copies_.push_back(cuda::pitchedCopy(
-            peers_[w.peer][w.remote.key]->range.base() + w.remoteOffset, w.remotePitch,
-            local_[w.localRegion].base + w.localOffset, w.localPitch, w.rowBytes, w.rows));
+      const LocalRegion &local = local_[w.localRegion];
+      const CUdeviceptr src = local.base + w.localOffset;
+      const CUdeviceptr dst = peers_[w.peer][w.remote.key]->range.base() + w.remoteOffset;
+      if (w.rows == 1 && local.kind == MemoryKind::Host &&
+          (w.rowBytes == sizeof(std::uint32_t) || w.rowBytes == sizeof(std::uint64_t))) {
+        // Read now: the proxy leaves a value untouched until its write completes.
+        CUstreamBatchMemOpParams op{};
+        op.writeValue.address = dst;
+        op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+        if (w.rowBytes == sizeof(std::uint32_t)) {
+          op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+          std::memcpy(&op.writeValue.value, reinterpret_cast<const void *>(src), w.rowBytes);
+        } else {
+          op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+          std::memcpy(&op.writeValue.value64, reinterpret_cast<const void *>(src), w.rowBytes);
+        }
+        values_.push_back(op);
+      } else if (w.rows == 1 && w.rowBytes) {
+        blocks_.add(dst, src, w.rowBytes);
+      } else if (w.rows && w.rowBytes) {
+        strided_.push_back(
+            cuda::pitchedCopy(dst, w.remotePitch, src, w.localPitch, w.rowBytes, w.rows));
+      }
       batch.emplace_back(w.context, w.peer);
       it = pending_.erase(it);
     }
     // The caller has the context current (GpuPlace): no push and pop around the calls.
     // Batches take the lanes in turn: each stream feeds a copy engine of its own.
+    const auto entered = Clock::now();
     Lane &lane = lanes_[batches_ % lanes_.size()];
-    if (!copies_.empty())
-      MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, lane.stream));
+    if (!blocks_.sizes.empty()) {
+      CUmemcpyAttributes attributes{};
+      attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+      std::size_t attributesFrom = 0;
+      MK_CU_CHECK(cu_, cuMemcpyBatchAsync(blocks_.dsts.data(), blocks_.srcs.data(),
+                                          blocks_.sizes.data(), blocks_.sizes.size(), &attributes,
+                                          &attributesFrom, 1, lane.stream));
+    }
+    if (!strided_.empty())
+      MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(strided_.size(), strided_.data(), 0, lane.stream));
+    cuda::batchMemOps(cu_, lane.stream, values_);
     inFlight_ += batch.size();
     writesIssued_ += batch.size();
     ++batches_;
     lane.issued.emplace_back(lane.done->mark(lane.stream), std::move(batch));
+    inDriver_ += Clock::now() - entered;
   }
+
+  /// The arrays of a cuMemcpyBatchAsync.
+  struct Blocks {
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<std::size_t> sizes;
+    void add(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+      dsts.push_back(dst);
+      srcs.push_back(src);
+      sizes.push_back(bytes);
+    }
+    void clear() {
+      dsts.clear();
+      srcs.clear();
+      sizes.clear();
+    }
+  };
 
   GpuPlace gpu_;
   const cuda::Driver &cu_;
@@ -266,7 +320,11 @@ private:
   std::vector<std::vector<std::unique_ptr<PeerRegion>>> peers_; // [node][device region]
   Clock::time_point linkFree_{};
   std::multimap<Clock::time_point, Write> pending_; // by modelled arrival
-  std::vector<CUDA_MEMCPY3D_BATCH_OP> copies_;      // issueDue()'s, kept for their capacity
+  // issueDue()'s, kept for their capacity.
+  std::vector<CUstreamBatchMemOpParams> values_;
+  Blocks blocks_;
+  std::vector<CUDA_MEMCPY3D_BATCH_OP> strided_;
+  Clock::duration inDriver_{}; // issueDue()'s driver calls
   /// A stream of copies, and its batches with their marks, oldest first.
   struct Lane {
     CUstream stream = nullptr;

@@ -135,10 +135,7 @@ public:
       return;
     if (!copies_.empty())
       MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, stream_));
-    for (std::size_t at = 0; at < stores_.size(); at += kMaxMemOps) {
-      const auto count = static_cast<unsigned>(std::min(kMaxMemOps, stores_.size() - at));
-      MK_CU_CHECK(cu_, cuStreamBatchMemOp(stream_, count, stores_.data() + at, 0));
-    }
+    cuda::batchMemOps(cu_, stream_, stores_);
     copies_.clear();
     destinations_.clear();
     stores_.clear();
@@ -149,9 +146,6 @@ public:
   bool complete(std::uint64_t token) override { return token <= done_->done(); }
 
 private:
-  /// cuStreamBatchMemOp takes fewer than 256 operations a call.
-  static constexpr std::size_t kMaxMemOps = 255;
-
   const cuda::Driver &cu_;
   CUcontext context_;
   CUstream stream_ = nullptr;

@@ -233,6 +233,10 @@ private:
   std::uint64_t marked_ = 0;
 };
 
+/// Enqueues `ops` (stream memory operations) on `stream`, in as few cuStreamBatchMemOp calls as
+/// its limit of fewer than 256 a call allows.
+void batchMemOps(const Driver &driver, CUstream stream, std::vector<CUstreamBatchMemOpParams> &ops);
+
 /// One entry of a cuMemcpy3DBatchAsync: `rows` rows of `rowBytes` from `src` (rows `srcPitch`
 /// apart) to `dst` (rows `dstPitch` apart), any memory of unified addressing, in stream order.
 /// One entry per strided block, not per row: the copy engines' cost is per entry.
