@@ -24,19 +24,20 @@ struct RoleWork {
   double ctaBytes = 0;     // bytes its CTAs load and store
   double nvlinkBytes = 0;  // bytes it sends over NVLink
   double networkBytes = 0; // bytes it hands to the proxy
+  double proxyPushes = 0;  // transfers it hands to the proxy, each holding its CTA a while
   int64_t ctas = 1;
 
   bool isCompute() const { return kind == RoleKind::compute; }
 };
 
 struct CostModel {
-  double smFlops, ctaBytesPerSecond, nvlinkBytesPerSecond, networkBytesPerSecond;
+  double smFlops, ctaBytesPerSecond, nvlinkBytesPerSecond, networkBytesPerSecond, pushSeconds;
 
   /// Seconds per launch with `ctas` CTAs: compute scales with CTAs; transfers scale with CTAs
   /// until the link they use is the limit.
   double seconds(const RoleWork &work, int64_t ctas) const {
     double compute = work.flops / (smFlops * ctas);
-    double copy = work.ctaBytes / (ctaBytesPerSecond * ctas);
+    double copy = (work.ctaBytes / ctaBytesPerSecond + work.proxyPushes * pushSeconds) / ctas;
     double links = std::max(work.nvlinkBytes / nvlinkBytesPerSecond,
                             work.networkBytes / networkBytesPerSecond);
     return std::max(compute + copy, links);
@@ -109,8 +110,10 @@ private:
   void account(Operation *op, RoleWork &work) {
     double times = repetitions(op);
     auto linkBytes = [&](std::optional<Link> link, PeerScope scope, double bytes) {
-      if (scope == PeerScope::node)
+      if (scope == PeerScope::node) {
         work.networkBytes += bytes;
+        work.proxyPushes += times;
+      }
       else if (scope == PeerScope::gpu)
         work.nvlinkBytes += bytes;
       // Stores and SM copies go through the CTA; bulk and proxy copies do not.
@@ -135,6 +138,9 @@ private:
                        bytesOf(source.getElementType(), accumulate.getResult().getType().getShape());
     } else if (auto store = dyn_cast<StoreOp>(op)) {
       TileType tile = store.getValue().getType();
+      work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
+    } else if (auto load = dyn_cast<LoadOp>(op)) {
+      TileType tile = load.getResult().getType();
       work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
     }
   }
@@ -164,7 +170,7 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
       return signalPassFailure();
     }
     CostModel model{computeTflops * 1e12 / smCount, ctaCopyGBps * 1e9, nvlinkGBps * 1e9,
-                    networkGBps * 1e9};
+                    networkGBps * 1e9, proxyPushUs * 1e-6};
 
     std::string source;
     if (failed(split(program, works, model, source)))

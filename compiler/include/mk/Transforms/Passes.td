@@ -107,6 +107,11 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
            "bytes one CTA moves (loads and stores) per second, GB/s">,
     Option<"nvlinkGBps", "nvlink-gbps", "double", "370.0", "NVLink bandwidth per GPU, GB/s">,
     Option<"networkGBps", "network-gbps", "double", "48.0", "network bandwidth per GPU, GB/s">,
+    // Measured on an H200 (docs/notes/network.md): lib/allreduce.mlir across 2 nodes took ~14 us
+    // a tile on each of its 2 pushing CTAs; the push itself is ~2 us, the rest the wait for the
+    // tile's stores to land before the proxy may read them.
+    Option<"proxyPushUs", "proxy-push-us", "double", "8.0",
+           "time a CTA spends handing one transfer to the network proxy, us">,
     Option<"explain", "explain", "bool", "false", "report the estimates and the split as a remark">,
   ];
 }
