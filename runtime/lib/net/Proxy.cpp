@@ -29,18 +29,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// The first bytes of a staged slot, written by the sender: where the payload goes, and the flag.
+/// The first bytes of a staged slot, written by the sender: its place in the sender's sequence
+/// and how many pieces it carries; their headers follow, then their payloads.
 struct SlotHeader {
   std::uint64_t sequence; ///< transfers from the sender to this node, counted from 0
+  std::uint32_t pieces;
+  std::uint32_t reserved[13];
+};
+static_assert(sizeof(SlotHeader) == 64, "piece headers start at a 64-byte boundary");
+
+/// One piece of a slot: where its payload lies in the slot and goes in the heap, and the flag.
+struct PieceHeader {
   std::uint64_t dstOffset;
   std::uint64_t signalOffset; ///< MK_NO_SIGNAL for none
   std::uint32_t rows;
   std::uint32_t rowBytes;
   std::uint32_t dstPitch;
-  std::uint32_t reserved;
-  std::uint64_t reserved2[3];
+  std::uint32_t payloadAt; ///< from the slot's start
 };
-static_assert(sizeof(SlotHeader) == 64, "a slot's payload starts at a 64-byte boundary");
+static_assert(sizeof(PieceHeader) == 32, "piece header layout");
+
+/// A slot carries the pieces of several puts (to one node) in one write: fewer, larger writes.
+constexpr std::uint32_t kPiecesPerSlot = 30;
+constexpr std::size_t kSlotHeaderBytes = sizeof(SlotHeader) + kPiecesPerSlot * sizeof(PieceHeader);
+static_assert(kSlotHeaderBytes == 1024, "payloads start at a 1 KiB boundary");
+constexpr std::uint64_t kPayloadAlignment = 64;
 
 /// Immediate data of a staged write: the sender and the slot it wrote.
 constexpr std::uint32_t kSlotBits = 16;
@@ -247,7 +260,7 @@ Proxy::Engine::Engine(Transport &transport, LocalMemory &memory, CommandQueue &q
   EndpointBlob mine;
   mine.staged = staged;
   if (staged) {
-    slotPayload_ = options.slotBytes - sizeof(SlotHeader);
+    slotPayload_ = options.slotBytes - kSlotHeaderBytes;
     const std::size_t sendSlots = std::size_t(options.slotsPerPeer) * std::max(rail.nodes - 1, 1);
     send_ = memory.allocateShared(sendSlots * options.slotBytes);
     sendRegion_ = transport.registerMemory(send_.host, sendSlots * options.slotBytes,
@@ -546,29 +559,41 @@ bool Proxy::Engine::packPieces() {
     Peer &p = peer(node);
     while (!p.backlog.empty() && !freeSendSlots_.empty() &&
            p.slotsSent - nodeCreditsTo(node) < options_.slotsPerPeer) {
-      const auto [piece, signalOffset] = p.backlog.front();
-      p.backlog.pop_front();
-      --backlogged_;
       const int sendSlot = freeSendSlots_.back();
       freeSendSlots_.pop_back();
-      auto *slot = static_cast<unsigned char *>(send_.host) + std::size_t(sendSlot) * options_.slotBytes;
+      const std::size_t slotAt = std::size_t(sendSlot) * options_.slotBytes;
+      auto *slot = static_cast<unsigned char *>(send_.host) + slotAt;
       SlotHeader header{};
       header.sequence = p.slotsSent;
-      header.dstOffset = piece.dst;
-      header.signalOffset = signalOffset;
-      header.rows = piece.rows;
-      header.rowBytes = static_cast<std::uint32_t>(piece.rowBytes);
-      header.dstPitch = static_cast<std::uint32_t>(piece.dstPitch);
-      std::memcpy(slot, &header, sizeof header);
-      const std::uint64_t payload = piece.rows * piece.rowBytes;
-      Packing packing{node, sendSlot, sizeof header + payload,
+      Packing packing{node, sendSlot, kSlotHeaderBytes,
                       static_cast<std::uint32_t>(p.slotsSent % options_.slotsPerPeer), 0};
-      // Rows travel packed; the receiver spreads them to the header's pitch.
-      if (payload)
-        packing.token = memory_.copy(send_.device + std::size_t(sendSlot) * options_.slotBytes +
-                                         sizeof header,
-                                     piece.rowBytes, piece.src, piece.srcPitch, piece.rowBytes,
-                                     piece.rows);
+      // As many waiting pieces as fit (the first always does: split() sized it).
+      while (!p.backlog.empty() && header.pieces < kPiecesPerSlot) {
+        const auto [piece, signalOffset] = p.backlog.front();
+        const std::uint64_t payload = piece.rows * piece.rowBytes;
+        const std::uint64_t at =
+            (packing.bytes + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
+        if (header.pieces && at + payload > options_.slotBytes)
+          break;
+        p.backlog.pop_front();
+        --backlogged_;
+        const PieceHeader described{piece.dst,
+                                    signalOffset,
+                                    piece.rows,
+                                    static_cast<std::uint32_t>(piece.rowBytes),
+                                    static_cast<std::uint32_t>(piece.dstPitch),
+                                    static_cast<std::uint32_t>(at)};
+        std::memcpy(slot + sizeof header + header.pieces * sizeof described, &described,
+                    sizeof described);
+        ++header.pieces;
+        // Rows travel packed; the receiver spreads them to the piece's pitch.
+        if (payload) {
+          packing.token = memory_.copy(send_.device + slotAt + at, piece.rowBytes, piece.src,
+                                       piece.srcPitch, piece.rowBytes, piece.rows);
+          packing.bytes = at + payload;
+        }
+      }
+      std::memcpy(slot, &header, sizeof header);
       ++p.slotsSent;
       packing_.push_back(packing);
       progress = true;
@@ -617,25 +642,38 @@ void Proxy::Engine::arrived(std::uint32_t immediate) {
     p.arrived.erase(p.arrived.begin());
     ++p.nextSequence;
     const std::uint64_t at = (std::size_t(sender) * options_.slotsPerPeer + turn) * options_.slotBytes;
-    std::memcpy(&header, static_cast<const unsigned char *>(inbox_.host) + at, sizeof header);
-    const std::uint64_t payload = std::uint64_t(header.rows) * header.rowBytes;
-    // The sender's heap checks its own commands; the receiver checks what lands in its heap.
-    if (payload && header.dstOffset + payload > heap_.bytes)
-      throw NetworkError(fmt::format("proxy: node {} sent {} bytes for heap offset {}, past the "
-                                     "heap ({} bytes)",
-                                     sender, payload, header.dstOffset, heap_.bytes));
-    if (header.signalOffset != MK_NO_SIGNAL &&
-        (header.signalOffset % 4 || header.signalOffset + 4 > heap_.bytes))
-      throw NetworkError(fmt::format("proxy: node {} signals heap offset {}, not a word of the "
-                                     "heap",
-                                     sender, header.signalOffset));
+    const auto *arrival = static_cast<const unsigned char *>(inbox_.host) + at;
+    std::memcpy(&header, arrival, sizeof header);
+    if (header.pieces > kPiecesPerSlot)
+      throw NetworkError(fmt::format("proxy: node {} sent a slot of {} pieces; a slot holds {}",
+                                     sender, header.pieces, kPiecesPerSlot));
     std::uint64_t token = 0;
-    if (payload)
-      token = memory_.copy(heap_.base + header.dstOffset, header.dstPitch,
-                           inbox_.device + at + sizeof header, header.rowBytes, header.rowBytes,
-                           header.rows);
-    if (header.signalOffset != MK_NO_SIGNAL)
-      token = memory_.store(heap_.base + header.signalOffset, ++p.received[header.signalOffset]);
+    for (std::uint32_t i = 0; i < header.pieces; ++i) {
+      PieceHeader piece;
+      std::memcpy(&piece, arrival + sizeof header + i * sizeof piece, sizeof piece);
+      // The sender's heap checks its own commands; the receiver checks what lands in its heap.
+      const std::uint64_t payload = std::uint64_t(piece.rows) * piece.rowBytes;
+      const std::uint64_t extent =
+          piece.rows ? (piece.rows - 1ull) * piece.dstPitch + piece.rowBytes : 0;
+      if (payload && (piece.dstOffset + extent > heap_.bytes ||
+                      piece.payloadAt + payload > options_.slotBytes ||
+                      piece.payloadAt < kSlotHeaderBytes))
+        throw NetworkError(fmt::format("proxy: node {} sent {} bytes for heap offset {} (pitch "
+                                       "{}), past the heap ({} bytes) or its slot",
+                                       sender, payload, piece.dstOffset, piece.dstPitch,
+                                       heap_.bytes));
+      if (piece.signalOffset != MK_NO_SIGNAL &&
+          (piece.signalOffset % 4 || piece.signalOffset + 4 > heap_.bytes))
+        throw NetworkError(fmt::format("proxy: node {} signals heap offset {}, not a word of the "
+                                       "heap",
+                                       sender, piece.signalOffset));
+      if (payload)
+        token = memory_.copy(heap_.base + piece.dstOffset, piece.dstPitch,
+                             inbox_.device + at + piece.payloadAt, piece.rowBytes, piece.rowBytes,
+                             piece.rows);
+      if (piece.signalOffset != MK_NO_SIGNAL)
+        token = memory_.store(heap_.base + piece.signalOffset, ++p.received[piece.signalOffset]);
+    }
     p.unpacking.push_back(token);
   }
 }
@@ -809,7 +847,7 @@ Proxy::Proxy(Transport &transport, LocalMemory &memory, const HeapBlock &heap, c
     throw NetworkError(fmt::format("proxy: {} nodes or {} slots per node is more than the "
                                    "immediate data can name",
                                    rail.nodes, options.slotsPerPeer));
-  if (options.slotBytes <= sizeof(SlotHeader) || options.slotBytes % 64)
+  if (options.slotBytes <= kSlotHeaderBytes || options.slotBytes % kPayloadAlignment)
     throw NetworkError(fmt::format("proxy: a slot of {} bytes does not hold a header and a "
                                    "payload (a multiple of 64 bytes is needed)",
                                    options.slotBytes));

@@ -15,13 +15,15 @@
 //   completed there, and no earlier count for the same word is still on its way (a late one
 //   would take the newer count back). Flags for other words do not wait for each other.
 //
-// - staged, when it cannot (GPU memory over tcp or shm): the proxy packs a put's rows from the
-//   heap into a send slot of pinned host memory, then writes slot header and payload in one write,
-//   carrying immediate data (sender node, slot), into the slot the destination keeps for this
-//   node. The destination's proxy, on that arrival, unpacks the payload into its heap and, once
-//   every earlier transfer from that node has been unpacked (headers carry a per-pair sequence),
-//   stores the flag count after it in stream order; when the unpack has completed it returns the
-//   slot with a credit write. Credits bound what a sender has in flight per destination.
+// - staged, when it cannot (GPU memory over tcp or shm): the proxy packs the rows of the puts
+//   waiting for a node (up to 30 pieces) from the heap into a send slot of pinned host memory,
+//   then writes headers and payloads in one write, carrying immediate data (sender node, slot),
+//   into the slot the destination keeps for this node: fewer, larger writes, which is what a
+//   socket-based provider needs. The destination's proxy, on that arrival, unpacks each piece
+//   into its heap and, once every earlier transfer from that node has been unpacked (slots carry
+//   a per-pair sequence), stores each flag count after its data in stream order; when the unpack
+//   has completed it returns the slot with a credit write. Credits bound what a sender has in
+//   flight per destination.
 //
 // Every write in flight is timed: one that neither completes nor fails within the timeout stops
 // the proxy with an error naming the node. On any error the proxy stores MK_QUEUE_FAILED (or
@@ -71,8 +73,8 @@ struct ProxyOptions {
   std::uint32_t queueCapacity = 4096;   ///< commands in the ring (a power of two)
   std::size_t stagingBytes = 1 << 20;   ///< the queue's staging area
   enum class Protocol { Automatic, Direct, Staged } protocol = Protocol::Automatic;
-  std::size_t slotBytes = 256 << 10;    ///< staged: a slot's header and payload
-  std::uint32_t slotsPerPeer = 32;      ///< staged: slots each node keeps for each other node
+  std::size_t slotBytes = 1 << 20;      ///< staged: a slot's headers (1 KiB) and payloads
+  std::uint32_t slotsPerPeer = 16;      ///< staged: slots each node keeps for each other node
   std::uint32_t maxInFlight = 256;      ///< writes posted and not completed, at most
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::vector<int> cpus;                ///< where the proxy thread runs; empty: anywhere
