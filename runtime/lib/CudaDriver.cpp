@@ -120,11 +120,15 @@ StreamCounter::StreamCounter(const Driver &driver) : driver_(driver) {
 
 StreamCounter::~StreamCounter() { driver_.cuMemFreeHost(word_); }
 
-std::uint64_t StreamCounter::mark(CUstream stream) {
+std::uint64_t StreamCounter::mark(std::vector<CUstreamBatchMemOpParams> &ops) {
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  op.writeValue.address = device_;
+  op.writeValue.value64 = ++marked_;
   // The default flag fences the work before the store: whoever reads the number sees it done.
-  MK_CU_CHECK(driver_, cuStreamWriteValue64(stream, device_, marked_ + 1,
-                                            CU_STREAM_WRITE_VALUE_DEFAULT));
-  return ++marked_;
+  op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  ops.push_back(op);
+  return marked_;
 }
 
 void batchMemOps(const Driver &driver, CUstream stream, std::vector<CUstreamBatchMemOpParams> &ops) {

@@ -231,9 +231,9 @@ private:
                                      regions[write.remote.key]->bytes));
   }
 
-  /// Issues every write whose modelled arrival has come, in at most four driver calls: small
-  /// values from host memory (flag counts) as stream memory operations, contiguous blocks as one
-  /// batch of copies, strided ones as another, then the lane's mark.
+  /// Issues every write whose modelled arrival has come, in at most three driver calls:
+  /// contiguous blocks as one batch of copies, strided ones as another, then small values from
+  /// host memory (flag counts) as stream memory operations with the lane's mark after them.
   void issueDue() {
     const auto now = Clock::now();
     if (pending_.empty() || pending_.begin()->first > now)
@@ -284,11 +284,12 @@ private:
     }
     if (!strided_.empty())
       MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(strided_.size(), strided_.data(), 0, lane.stream));
+    const std::uint64_t mark = lane.done->mark(values_);
     cuda::batchMemOps(cu_, lane.stream, values_);
     inFlight_ += batch.size();
     writesIssued_ += batch.size();
     ++batches_;
-    lane.issued.emplace_back(lane.done->mark(lane.stream), std::move(batch));
+    lane.issued.emplace_back(mark, std::move(batch));
     inDriver_ += Clock::now() - entered;
   }
 

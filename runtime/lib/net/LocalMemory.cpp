@@ -135,11 +135,11 @@ public:
       return;
     if (!copies_.empty())
       MK_CU_CHECK(cu_, cuMemcpy3DBatchAsync(copies_.size(), copies_.data(), 0, stream_));
+    issued_ = done_->mark(stores_);
     cuda::batchMemOps(cu_, stream_, stores_);
     copies_.clear();
     destinations_.clear();
     stores_.clear();
-    issued_ = done_->mark(stream_);
   }
 
   // Flush i is token i and mark i of the stream: no driver call to learn what finished.

@@ -97,8 +97,6 @@ namespace mkc::cuda {
   X(cuStreamSynchronize, 2000)                                                                     \
   X(cuStreamQuery, 2000)                                                                           \
   X(cuStreamIsCapturing, 10000)                                                                    \
-  X(cuStreamWriteValue32, 11070)                                                                   \
-  X(cuStreamWriteValue64, 11070)                                                                   \
   X(cuStreamBatchMemOp, 11070)                                                                     \
   X(cuStreamBeginCapture, 10010)                                                                   \
   X(cuStreamEndCapture, 10000)                                                                     \
@@ -209,9 +207,9 @@ private:
   std::vector<CUevent> spare_;
 };
 
-/// Progress of work on streams, read without a driver call: mark() enqueues, after the work
-/// before it, a store of the next number into pinned host memory; done() reads the last number
-/// stored. For a thread that must not enter the driver to learn what finished (the network
+/// Progress of work on streams, read without a driver call: mark() adds, to the stream memory
+/// operations a caller is about to enqueue after its work, a store of the next number into pinned
+/// host memory (no call of its own); done() reads the last number stored. For a thread that must not enter the driver to learn what finished (the network
 /// proxy: a driver call can wait behind another thread's). A failed stream stops counting, so
 /// callers bound their waits. The constructor and destructor need the context current.
 class StreamCounter {
@@ -221,8 +219,9 @@ public:
   StreamCounter(const StreamCounter &) = delete;
   StreamCounter &operator=(const StreamCounter &) = delete;
 
-  /// Enqueues the store of the next number on `stream`; returns that number (1, 2, ...).
-  std::uint64_t mark(CUstream stream);
+  /// Appends the store of the next number to `ops`, which the caller enqueues (batchMemOps)
+  /// after the work it marks; returns that number (1, 2, ...).
+  std::uint64_t mark(std::vector<CUstreamBatchMemOpParams> &ops);
   /// The last number stored (the work before its mark is complete and visible).
   std::uint64_t done() const { return __atomic_load_n(word_, __ATOMIC_ACQUIRE); }
 
