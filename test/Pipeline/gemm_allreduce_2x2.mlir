@@ -8,6 +8,9 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x2 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x2 --rank 0 --shape M=8192,N=8192,K=8192 -o %t.r0.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x2 --rank 3 --shape M=8192,N=8192,K=8192 -o %t.r3.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=FLAT
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=BYTES
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=BYTES4
 
 // SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x2> ({{.*}}) grid 132 {
 // Compute: each partial tile to its owner GPU of this node, over NVLink.
@@ -31,3 +34,9 @@
 // CUDA-NOT: mk::signal_node
 
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// What a rank hands the network per launch, counted on the compiled schedule: with G GPUs a node,
+// 1/G of a flat all-reduce's (2x1: the whole 8192 x 8192 bf16 partial, 134.2 MB).
+// FLAT: compute {{[0-9]+}} CTAs: {{.*}}, 134.2 MB over the network
+// BYTES: intra_reduce {{[0-9]+}} CTAs: {{.*}}, 67.1 MB over the network
+// BYTES4: intra_reduce {{[0-9]+}} CTAs: {{.*}}, 33.6 MB over the network
