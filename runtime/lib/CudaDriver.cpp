@@ -121,13 +121,8 @@ StreamCounter::StreamCounter(const Driver &driver) : driver_(driver) {
 StreamCounter::~StreamCounter() { driver_.cuMemFreeHost(word_); }
 
 std::uint64_t StreamCounter::mark(std::vector<CUstreamBatchMemOpParams> &ops) {
-  CUstreamBatchMemOpParams op{};
-  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-  op.writeValue.address = device_;
-  op.writeValue.value64 = ++marked_;
-  // The default flag fences the work before the store: whoever reads the number sees it done.
-  op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-  ops.push_back(op);
+  // Fenced: whoever reads the number sees the work before it done.
+  ops.push_back(writeValue(device_, ++marked_));
   return marked_;
 }
 

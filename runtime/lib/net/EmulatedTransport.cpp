@@ -13,10 +13,9 @@
 // Writes that are due are issued together, per poll: contiguous blocks in one cuMemcpyBatchAsync,
 // strided ones in one cuMemcpy3DBatchAsync (a copy per block, not per row: a copy per row made
 // 8192^3 take ~270 ms a launch), and small values from host memory (the proxy's flag counts) as
-// stream memory operations, which cost no copy. Batches
-// take "copy_streams" streams in turn, so that several copy engines work at once; a store of the
-// batch's number into pinned memory after it tells the proxy's thread it finished without a
-// driver call. Nothing orders the copies of a batch, or batches of different streams, so the
+// stream memory operations, which cost no copy. Batches take "copy_streams" streams in turn, so
+// that several copy engines work at once; a store of the batch's number into pinned memory after
+// it tells the proxy's thread it finished without a driver call. Nothing orders the copies of a batch, or batches of different streams, so the
 // transport promises no order (the proxy fences its flags).
 //
 //===----------------------------------------------------------------------===//
@@ -49,6 +48,12 @@ constexpr std::size_t kMaxInFlight = 4096;
 
 /// Remote keys of regions peers cannot write (host memory is not shared between ranks here).
 constexpr std::uint64_t kHostRegionKey = ~std::uint64_t(0);
+
+template <typename T> T load(const void *at) {
+  T value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
 
 double number(const TransportConfig &config, std::string_view key, double fallback) {
   auto found = config.find(key);
@@ -250,17 +255,10 @@ private:
       if (w.rows == 1 && local.kind == MemoryKind::Host &&
           (w.rowBytes == sizeof(std::uint32_t) || w.rowBytes == sizeof(std::uint64_t))) {
         // Read now: the proxy leaves a value untouched until its write completes.
-        CUstreamBatchMemOpParams op{};
-        op.writeValue.address = dst;
-        op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-        if (w.rowBytes == sizeof(std::uint32_t)) {
-          op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-          std::memcpy(&op.writeValue.value, reinterpret_cast<const void *>(src), w.rowBytes);
-        } else {
-          op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-          std::memcpy(&op.writeValue.value64, reinterpret_cast<const void *>(src), w.rowBytes);
-        }
-        values_.push_back(op);
+        const auto *value = reinterpret_cast<const void *>(src);
+        values_.push_back(w.rowBytes == sizeof(std::uint32_t)
+                              ? cuda::writeValue(dst, load<std::uint32_t>(value))
+                              : cuda::writeValue(dst, load<std::uint64_t>(value)));
       } else if (w.rows == 1 && w.rowBytes) {
         blocks_.add(dst, src, w.rowBytes);
       } else if (w.rows && w.rowBytes) {

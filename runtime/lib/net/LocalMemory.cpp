@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -119,14 +118,8 @@ public:
   }
 
   std::uint64_t store(std::uint64_t address, std::uint32_t value) override {
-    CUstreamBatchMemOpParams op{};
-    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = address;
-    op.writeValue.value = value;
-    // The default flag puts a system-wide fence before the write: the copies before it are
-    // visible to whoever sees the value.
-    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    stores_.push_back(op);
+    // Fenced: the copies before it are visible to whoever sees the value.
+    stores_.push_back(cuda::writeValue(address, value));
     return issued_ + 1;
   }
 

@@ -848,9 +848,9 @@ Proxy::Proxy(Transport &transport, LocalMemory &memory, const HeapBlock &heap, c
                                    "immediate data can name",
                                    rail.nodes, options.slotsPerPeer));
   if (options.slotBytes <= kSlotHeaderBytes || options.slotBytes % kPayloadAlignment)
-    throw NetworkError(fmt::format("proxy: a slot of {} bytes does not hold a header and a "
-                                   "payload (a multiple of 64 bytes is needed)",
-                                   options.slotBytes));
+    throw NetworkError(fmt::format("proxy: a slot of {} bytes does not hold its {} bytes of "
+                                   "headers and a payload (a multiple of {} bytes is needed)",
+                                   options.slotBytes, kSlotHeaderBytes, kPayloadAlignment));
   const Capabilities caps = transport.capabilities();
   const bool canRegisterHeap = heap.kind == MemoryKind::Host || caps.deviceMemory;
   switch (options.protocol) {

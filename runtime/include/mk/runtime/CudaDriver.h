@@ -209,9 +209,10 @@ private:
 
 /// Progress of work on streams, read without a driver call: mark() adds, to the stream memory
 /// operations a caller is about to enqueue after its work, a store of the next number into pinned
-/// host memory (no call of its own); done() reads the last number stored. For a thread that must not enter the driver to learn what finished (the network
-/// proxy: a driver call can wait behind another thread's). A failed stream stops counting, so
-/// callers bound their waits. The constructor and destructor need the context current.
+/// host memory (no call of its own); done() reads the last number stored. For a thread that must
+/// not enter the driver to learn what finished (the network proxy: a driver call can wait behind
+/// another thread's). A failed stream stops counting, so callers bound their waits. The
+/// constructor and destructor need the context current.
 class StreamCounter {
 public:
   explicit StreamCounter(const Driver &driver);
@@ -235,6 +236,23 @@ private:
 /// Enqueues `ops` (stream memory operations) on `stream`, in as few cuStreamBatchMemOp calls as
 /// its limit of fewer than 256 a call allows.
 void batchMemOps(const Driver &driver, CUstream stream, std::vector<CUstreamBatchMemOpParams> &ops);
+
+/// A stream memory operation storing `value` (32 or 64 bits) at `address` once the work before it
+/// on the stream is complete and visible (the default flag's system-wide fence).
+template <typename T> CUstreamBatchMemOpParams writeValue(CUdeviceptr address, T value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.address = address;
+  op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  if constexpr (sizeof(T) == 4) {
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.value = value;
+  } else {
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op.writeValue.value64 = value;
+  }
+  return op;
+}
 
 /// One entry of a cuMemcpy3DBatchAsync: `rows` rows of `rowBytes` from `src` (rows `srcPitch`
 /// apart) to `dst` (rows `dstPitch` apart), any memory of unified addressing, in stream order.

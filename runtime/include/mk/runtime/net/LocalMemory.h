@@ -4,10 +4,10 @@
 // counts, in an order that must hold on the GPU: a flag is stored only after the data it announces
 // is in place. On a GPU (makeCudaMemory) that is one CUDA stream, and a token says when an
 // operation completed. Operations gather until flush(), which issues them with two driver calls
-// (a batch of copies, then a batch of stores) and one event: per operation, a driver call costs
-// more than a tile takes on the wire. Within a flush, copies run in any order, but every store
-// follows every copy; a copy overlapping the destination of one already gathered flushes first,
-// so copies to one place keep their order. Without a GPU (makeHostMemory: the proxy's tests,
+// (a batch of copies, then a batch of stores ending with a counter the proxy reads): per
+// operation, a driver call costs more than a tile takes on the wire. Within a flush, copies run
+// in any order, but every store follows every copy; a copy overlapping the destination of one
+// already gathered flushes first, so copies to one place keep their order. Without a GPU (makeHostMemory: the proxy's tests,
 // where a host thread plays the kernel) the same operations happen at once.
 //
 // Addresses are plain 64-bit addresses of this process: device pointers, or host pointers of
@@ -49,7 +49,7 @@ public:
   virtual std::uint64_t allocateDevice(std::size_t bytes) = 0;
 
   /// Copies `rows` rows of `rowBytes` from `src` (rows `srcPitch` apart) to `dst` (rows
-  /// `dstPitch` apart), after every store gathered before it. Returns its token.
+  /// `dstPitch` apart), after every operation of earlier flushes. Returns its token.
   virtual std::uint64_t copy(std::uint64_t dst, std::uint64_t dstPitch, std::uint64_t src,
                              std::uint64_t srcPitch, std::uint64_t rowBytes,
                              std::uint32_t rows) = 0;
