@@ -52,6 +52,7 @@ struct Config {
 };
 const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false},
                            {"gemm_bf16_256x3_kn", 256, false},
+                           {"gemm_bf16_256x3e4_kn", 256, false},
                            {"gemm_bf16_128x6_kn", 128, false},
                            {"gemm_bf16_256x4_nk", 256, true}};
 
@@ -99,7 +100,7 @@ void launch(CUfunction f, unsigned grid, unsigned threads, unsigned smem, Args..
 mk_tensor_map map2d(CUdeviceptr base, long long inner, long long outer, unsigned boxInner,
                     unsigned boxOuter) {
   mk_tensor_map_spec spec{};
-  spec.element_bytes = 2;
+  spec.element = MK_MAP_ELEMENT_BF16;
   spec.rank = 2;
   spec.dims[0] = inner;
   spec.dims[1] = outer;

@@ -17,18 +17,25 @@ mk_tensor_map encodeTensorMap(const cuda::Driver &driver, const mk_tensor_map_sp
       dims += fmt::format("{}{}", d ? "x" : "", spec.dims[d]);
       box += fmt::format("{}{}", d ? "x" : "", spec.box[d]);
     }
-    return fmt::format("tensor {} ({}, {}-byte elements, box {}, swizzle {})", spec.tensor, dims,
-                       spec.element_bytes, box, spec.swizzle_bytes);
+    return fmt::format("tensor {} ({}, element type {}, box {}, swizzle {})", spec.tensor, dims,
+                       spec.element, box, spec.swizzle_bytes);
   };
   if (spec.rank < 1 || spec.rank > MK_MAP_MAX_RANK)
     throw cuda::Error(CUDA_ERROR_INVALID_VALUE, fmt::format("a tensor map of rank {}: {}", spec.rank, describe()));
+  // The exact type, not just the size: TMA reductions add as this type and fault on the others.
   CUtensorMapDataType type;
-  switch (spec.element_bytes) {
-  case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
-  case 2: type = CU_TENSOR_MAP_DATA_TYPE_UINT16; break;
-  case 4: type = CU_TENSOR_MAP_DATA_TYPE_UINT32; break;
-  case 8: type = CU_TENSOR_MAP_DATA_TYPE_UINT64; break;
-  default: throw cuda::Error(CUDA_ERROR_INVALID_VALUE, "a tensor map of " + describe() + ": no such element size");
+  cuuint64_t elementBytes;
+  switch (spec.element) {
+  case MK_MAP_ELEMENT_U8: type = CU_TENSOR_MAP_DATA_TYPE_UINT8, elementBytes = 1; break;
+  case MK_MAP_ELEMENT_U16: type = CU_TENSOR_MAP_DATA_TYPE_UINT16, elementBytes = 2; break;
+  case MK_MAP_ELEMENT_U32: type = CU_TENSOR_MAP_DATA_TYPE_UINT32, elementBytes = 4; break;
+  case MK_MAP_ELEMENT_U64: type = CU_TENSOR_MAP_DATA_TYPE_UINT64, elementBytes = 8; break;
+  case MK_MAP_ELEMENT_I32: type = CU_TENSOR_MAP_DATA_TYPE_INT32, elementBytes = 4; break;
+  case MK_MAP_ELEMENT_F16: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16, elementBytes = 2; break;
+  case MK_MAP_ELEMENT_BF16: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, elementBytes = 2; break;
+  case MK_MAP_ELEMENT_F32: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32, elementBytes = 4; break;
+  case MK_MAP_ELEMENT_F64: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT64, elementBytes = 8; break;
+  default: throw cuda::Error(CUDA_ERROR_INVALID_VALUE, "a tensor map of " + describe() + ": no such element type");
   }
   CUtensorMapSwizzle swizzle;
   switch (spec.swizzle_bytes) {
@@ -40,7 +47,7 @@ mk_tensor_map encodeTensorMap(const cuda::Driver &driver, const mk_tensor_map_sp
   }
   cuuint64_t dims[MK_MAP_MAX_RANK], strides[MK_MAP_MAX_RANK];
   cuuint32_t box[MK_MAP_MAX_RANK], elementStrides[MK_MAP_MAX_RANK];
-  cuuint64_t stride = spec.element_bytes;
+  cuuint64_t stride = elementBytes;
   for (mk_u32 d = 0; d < spec.rank; ++d) {
     dims[d] = spec.dims[d];
     box[d] = spec.box[d];

@@ -4,6 +4,9 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --in-place-all-reduce=false -o %t.1x2.roles.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --sm-split compute=119,intra_reduce=13 --emit=mlir | FileCheck %s --check-prefix=ROLES
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=INPLACE
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
@@ -41,15 +44,17 @@
 // CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
 // Compute on the GEMM engine: the producer loads, the consumers multiply and store each partial
 // to its owner through TMA.
-// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>(mk_smem);
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>(mk_smem);
 // CUDA: if (mk::gemm_is_producer()) {
 // CUDA: mk::gemm_load([[ENGINE]],
 // CUDA: mk::gemm_consumer_begin([[ENGINE]]);
 // CUDA: mk::signal_gpu([[ARGS]],
 // CUDA: mk::signal_node([[ARGS]],
 // CUDA: mk::gemm_mma([[ENGINE]], 16);
-// CUDA: mk::wait_arrivals([[ARGS]], {{.*}}, 5);
+// CUDA: mk::gemm_consumer_wait_arrivals([[ENGINE]], [[ARGS]], {{.*}}, 5);
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
+// The partial's flag is raised once its store lands, without the consumers waiting for it.
+// CUDA: mk::gemm_signal_gpu([[ENGINE]], [[ARGS]],
 // The node's 4 partials, combined in chunks; 2 node partials, combined through TMA.
 // CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
 // CUDA: mk::store_chunks(
@@ -60,3 +65,12 @@
 // CUDA: extern "C" __device__ const int gemm_allreduce_grid = 132;
 
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// On one node of two GPUs the all-reduce is in place: every CTA computes, and a rank hands
+// NVLink one tile's bytes per tile (half of the tiles stored, half added). A split that gives
+// CTAs to a reduce role asks for that role instead.
+// INPLACE: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
+// INPLACE-NEXT: compute 132 CTAs: {{.*}} 134.2 MB over NVLink
+// INPLACE-NOT: intra_reduce
+// ROLES: mk.role compute ctas 119
+// ROLES: mk.role intra_reduce ctas 13

@@ -1,4 +1,5 @@
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-expand-collectives=in-place-all-reduce=false | FileCheck %s --check-prefix=ROLES
 
 // mk-expand-collectives turns collective intents into hierarchical transfers in roles: NVLink
 // within the node first, then rail-aligned RDMA between the same GPU index of each node, then
@@ -49,12 +50,35 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 !B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
 !C = !mk.tensor<[1024, 1024], bf16, replicated>
 
-// One node: no network step; the owner republishes its sum directly.
+// One node of two GPUs: in place, in the compute role. Each GPU starts with its own slice of tile
+// rows and puts those tiles to both GPUs, then raises the tile's flag on the other; there the
+// other tiles wait for it and add into both copies.
 // CHECK-LABEL: mk.program @all_reduce_1x2
-// CHECK: mk.role compute
-// CHECK: mk.role intra_reduce
-// CHECK-NOT: rdma_proxy
-// CHECK-NOT: mk.role inter_reduce
+// CHECK: mk.flags @[[INIT:initialized0]] [8, 4]
+// CHECK-NOT: mk.buffer
+// CHECK: mk.role compute {
+// CHECK: mk.tile_grid (%[[M:.+]], %[[N:.+]]) over %{{.*}} order <row_major, local_first>
+// CHECK: %{{.*}}, %[[FIRST:.+]] = mk.owner %{{.*}}[%[[M]], %[[N]]] tile [128, 256] row_slices
+// CHECK: %{{.*}}, %[[ME:.+]] = mk.place
+// CHECK: %[[MINE:.+]] = arith.cmpi eq, %[[FIRST]], %[[ME]]
+// CHECK: scf.if %[[MINE]] {
+// CHECK: scf.for
+// CHECK: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store :
+// CHECK: mk.signal @[[INIT]][%[[M]], %[[N]]] at gpu
+// CHECK: } else {
+// CHECK-NEXT: mk.wait @[[INIT]][%[[M]], %[[N]]] count 1
+// CHECK: scf.for
+// CHECK: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store combine sum
+// CHECK-NOT: mk.role
+// CHECK-NOT: mk.all_reduce
+
+// With in-place-all-reduce=false, the owner sums the slots and republishes the tile.
+// ROLES-LABEL: mk.program @all_reduce_1x2
+// ROLES: mk.role compute
+// ROLES-NOT: combine
+// ROLES: mk.role intra_reduce
+// ROLES-NOT: rdma_proxy
+// ROLES-NOT: mk.role inter_reduce
 mk.program @all_reduce_1x2 [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
   mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
     %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
@@ -72,6 +96,7 @@ mk.program @all_reduce_1x2 [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
 // One GPU per node: no NVLink step; the compute role sends its partial over the network itself,
 // and the sum is stored where it is made.
 // CHECK-LABEL: mk.program @all_reduce_2x1
+// ROLES-LABEL: mk.program @all_reduce_2x1
 // CHECK: mk.role compute
 // CHECK: mk.copy {{.*}} at node %{{.*}} via rdma_proxy
 // CHECK-NOT: mk.role intra_reduce

@@ -97,3 +97,17 @@ mk.program @no_k_tile [] mesh <1x1> (%a: !A) grid 132 {
     }
   }
 }
+
+// -----
+
+// A put that combines a tile the GEMM engine did not produce.
+!S = !mk.tensor<[256, 256], bf16, replicated>
+mk.program @combine_splat [] mesh <1x2> (%s: !S) grid 132 {
+  mk.role compute ctas 132 {
+    %i = arith.constant 0 : index
+    %zero = arith.constant 0.0 : bf16
+    %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+    // expected-error @+1 {{'mk.put' op combines into its destination, which mkc lowers only from the GEMM engine's epilogue into a rank-2 tensor}}
+    mk.put %t, %s[%i, %i] at gpu %i via nvlink_store combine sum : !mk.tile<[128, 128], bf16>, !S
+  }
+}

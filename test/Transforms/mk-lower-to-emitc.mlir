@@ -16,7 +16,7 @@
 // CHECK-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
 // CHECK-DAG: call_opaque "mk::cta"()
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
 // CHECK: if %[[PRODUCER]]
 // CHECK: call_opaque "mk::gemm_producer_begin"(%[[ENGINE]])
@@ -28,12 +28,12 @@
 // CHECK: call_opaque "mk::signal_gpu"
 // CHECK: {{^ +}}for %
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]]) {args = [0 : index, #emitc.opaque<"8">]}
-// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>">
-// CHECK: call_opaque "mk::wait_arrivals"
+// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>">
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
 // CHECK: %[[MAP:.+]] = call_opaque "mk::tensor_map"
 // CHECK: call_opaque "mk::gemm_store"(%[[ENGINE]], %[[ACC]], %[[MAP]]
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::bf16">]
-// CHECK: call_opaque "mk::signal_gpu"
+// CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: call_opaque "mk::gemm_finish"(%[[ENGINE]])
 // The reduction walks every tile in the compute role's order (swizzled) and keeps this GPU's,
 // so that it takes tiles up as they are finished; it puts the sum to every GPU, then signals
@@ -65,7 +65,7 @@
 // CHECK: {{^ +}}return
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
 // CHECK-SAME: gemm_allreduce_grid = 132;
-// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256>(), false>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
+// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
 // CHECK-SAME: gemm_allreduce_flag_words = 65;
 // CHECK-SAME: gemm_allreduce_arguments = 3;
 // CHECK-SAME: gemm_allreduce_tensors = 4;
@@ -77,10 +77,10 @@
 // TMA maps: A and B, the slots on each GPU (the partials' owner) and here (the reduction), the
 // output on each GPU.
 // CHECK-SAME: gemm_allreduce_tensor_map_count = 7;
-// CHECK-SAME: gemm_allreduce_tensor_maps[] = {{[{][{]}}0, MK_MAP_LOCAL, 2, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, 2, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, 2, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, 2, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, 2, 2, {1024ull, 1024ull}, {64, 128}, 128}};
+// CHECK-SAME: gemm_allreduce_tensor_maps[] = {{[{][{]}}0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}};
 // CHECK-NOT: mk.
 // The ring depth, overridden.
-// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false>>
+// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4>>
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
@@ -183,3 +183,76 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
       }
     }
 }
+
+// -----
+
+// GEMM + all-reduce in place on 1 x 2 (mk-expand-collectives): one engine role. Each GPU's own
+// rows come first (rotated by the GPU's slice); a first writer stages the tile once and stores it
+// to both GPUs, then raises the tile's flag on the other; the other waits for that flag and adds
+// its tile into both copies. Flags after the engine's stores are held back until the stores land,
+// and waits raise them first.
+// CHECK-LABEL: emitc.func @gemm_allreduce
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>"()
+// CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
+// CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]])
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: if
+// CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index]
+// CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
+// CHECK: } else {
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_store_add_gpus"(%[[ENGINE]], %[[ACC]]
+// CHECK: {{^ +}}for %
+// CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_finish"(%[[ENGINE]])
+// CHECK-NOT: TmaReduce
+mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c2 = arith.constant 2 : index
+  mk.flags @launched [1]
+  mk.flags @arrived0 [8, 4]
+  mk.flags @initialized0 [8, 4]
+  mk.role compute ctas 132 {
+    mk.single_cta {
+      %node, %gpu = mk.place : index, index
+      scf.for %arg3 = %c0 to %c2 step %c1 {
+        %0 = arith.addi %gpu, %arg3 : index
+        %1 = arith.remsi %0, %c2 : index
+        mk.signal @launched[%c0] at gpu %1 via nvlink_store
+      }
+    }
+    mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] order <swizzle 8, local_first> masked : !mk.tensor<[1024, 1024], bf16, replicated> {
+      %0 = mk.matmul %arg0[%arg3, :], %arg1[:, %arg4] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+      %1 = mk.convert %0 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      %node, %gpu = mk.owner %arg2[%arg3, %arg4] tile [128, 256] row_slices : !mk.tensor<[1024, 1024], bf16, replicated>
+      %node_0, %gpu_1 = mk.place : index, index
+      %2 = arith.cmpi eq, %gpu, %gpu_1 : index
+      mk.wait @launched[%c0] count 2
+      scf.if %2 {
+        scf.for %arg5 = %c1 to %c3 step %c1 {
+          %5 = arith.addi %gpu_1, %arg5 : index
+          %6 = arith.remsi %5, %c2 : index
+          mk.put %1, %arg2[%arg3, %arg4] at gpu %6 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+        }
+        %3 = arith.addi %gpu_1, %c1 : index
+        %4 = arith.remsi %3, %c2 : index
+        mk.signal @initialized0[%arg3, %arg4] at gpu %4 via nvlink_store
+      } else {
+        mk.wait @initialized0[%arg3, %arg4] count 1
+        scf.for %arg5 = %c1 to %c3 step %c1 {
+          %3 = arith.addi %gpu_1, %arg5 : index
+          %4 = arith.remsi %3, %c2 : index
+          mk.put %1, %arg2[%arg3, %arg4] at gpu %4 via nvlink_store combine sum : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+          mk.signal @arrived0[%arg3, %arg4] at gpu %4 via nvlink_store
+        }
+      }
+    }
+    mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] order <swizzle 8, local_first> masked : !mk.tensor<[1024, 1024], bf16, replicated> {
+      mk.wait @arrived0[%arg3, %arg4] count 1
+    }
+  }
+}
+

@@ -460,7 +460,7 @@ void testTmaReduce(const Module &module, int M, int N, unsigned ctas) {
   DeviceArray<bf16> dSrc(src), dDst(plane);
   dDst.poison();
   mk_tensor_map_spec spec{};
-  spec.element_bytes = 2;
+  spec.element = MK_MAP_ELEMENT_BF16;
   spec.rank = 3;
   spec.dims[0] = N, spec.dims[1] = M, spec.dims[2] = 2;
   spec.box[0] = 64, spec.box[1] = 128, spec.box[2] = 1;

@@ -67,6 +67,22 @@ def close_to(result, reference, label):
           f"{tolerance.min().item():.3g})")
 
 
+def same_on_every_rank(tensor, label):
+    """Checks that every rank holds `tensor` bit for bit (a weighted checksum of its bits, gathered
+    over gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    bits = tensor.contiguous().view(torch.int16).flatten().to(torch.int64)
+    weights = torch.arange(1, bits.numel() + 1, device=bits.device, dtype=torch.int64) % 65521
+    digest = torch.stack([bits.sum(), (bits * weights).sum()]).cpu()
+    digests = [torch.empty_like(digest) for _ in range(dist.get_world_size())]
+    dist.all_gather(digests, digest)
+    check(all(torch.equal(d, digests[0]) for d in digests), f"{label} is the same on every rank")
+
+
 def rank_main():
     import torch
 
@@ -96,6 +112,7 @@ def rank_main():
     op(a, b, c)
     torch.cuda.synchronize()
     close_to(c_view, reference, f"rank {rank}: C = A B")
+    same_on_every_rank(c_view, f"rank {rank}: C")
 
     # 2 B is exact in bf16, so C is 2 A B.
     side = torch.cuda.Stream()
@@ -112,6 +129,7 @@ def rank_main():
 
     torch.cuda.synchronize()
     runtime.close()
+    torch.distributed.destroy_process_group()
     return 1 if failures else 0
 
 

@@ -53,6 +53,10 @@ cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl
                          cl::cat(category));
 cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
                            cl::cat(category));
+cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
+                               cl::desc("All-reduce in place on one node of two GPUs, in the "
+                                        "compute role (default; =false keeps a reduce role)"),
+                               cl::init(true), cl::cat(category));
 cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
                                      "deepest that fits the tile)"),
@@ -121,6 +125,7 @@ int run() {
   options.smSplit = smSplit;
   options.smCount = smCount;
   options.explainSplit = explainSplit;
+  options.inPlaceAllReduce = inPlaceAllReduce;
   mlir::mk::buildSchedulePipeline(pm, options);
   if (gemmStages < 0 || gemmStages == 1) {
     llvm::errs() << "mkc: error: --gemm-stages=" << gemmStages

@@ -29,6 +29,9 @@ struct PipelineOptions {
   int64_t smCount = 132;
   /// Report the SM split as a remark.
   bool explainSplit = false;
+  /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an
+  /// `intra_reduce` role asks for that role instead.
+  bool inPlaceAllReduce = true;
 };
 
 /// Adds the passes from program level to the scheduled level (mk.program with roles, transfers,

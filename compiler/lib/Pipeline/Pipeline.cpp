@@ -19,7 +19,10 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   specialize.shapes.assign(options.shapes.begin(), options.shapes.end());
   programs.addPass(createMkSpecialize(specialize));
   programs.addPass(createMkTileAndOrder());
-  programs.addPass(createMkExpandCollectives());
+  MkExpandCollectivesOptions expand;
+  expand.inPlaceAllReduce = options.inPlaceAllReduce &&
+                            !llvm::StringRef(options.smSplit).contains("intra_reduce");
+  programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
   partition.smCount = options.smCount;
   partition.smSplit = options.smSplit;

@@ -61,9 +61,9 @@ struct Peer {
 
 class Expander {
 public:
-  Expander(ProgramOp program)
+  Expander(ProgramOp program, bool inPlaceAllReduce)
       : program(program), context(program.getContext()), mesh(program.getMesh()),
-        nodes(mesh.getNodes()), gpus(mesh.getGpus()) {}
+        nodes(mesh.getNodes()), gpus(mesh.getGpus()), inPlaceAllReduce(inPlaceAllReduce) {}
 
   LogicalResult run();
 
@@ -78,6 +78,13 @@ private:
   /// The reduction shared by all-reduce and reduce-scatter: partials of `value` go to the GPU of
   /// this node that owns the tile, node partials to the same GPU of the nodes that keep it.
   template <typename OpT> LogicalResult expandReduction(OpT op, MeshAxis axis);
+  /// Whether `op` all-reduces in place (see expandAllReduceInPlace).
+  bool allReducesInPlace(AllReduceOp op);
+  /// An all-reduce over the two GPUs of one node, in the compute role: each GPU starts with its
+  /// own slice of tile rows and stores those tiles to both GPUs; the other GPU, reaching them
+  /// half a grid later, adds its partials into both copies where they lie. Every SM computes,
+  /// each GPU sends a tile's bytes once, and the sum of two contributions is the same on both.
+  void expandAllReduceInPlace(AllReduceOp op);
   /// Gathers the shards of `source` into a new symmetric buffer, chunk by chunk, and returns it.
   Value gather(Location loc, Value source, ArrayRef<int64_t> chunk);
 
@@ -104,7 +111,8 @@ private:
                   function_ref<void(OpBuilder &, Value)> body);
   /// Runs `body` for every other node.
   void forEachOtherNode(OpBuilder &b, Location loc, function_ref<void(OpBuilder &, Value)> body);
-  void put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer);
+  void put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer,
+           std::optional<ReduceKind> combine = std::nullopt);
   void copy(OpBuilder &b, Location loc, const Access &source, const Access &dest, Peer peer,
             ArrayRef<int64_t> tile);
   Value accumulate(OpBuilder &b, Location loc, const Access &source, TileType tile);
@@ -117,6 +125,8 @@ private:
   MLIRContext *context;
   MeshAttr mesh;
   int64_t nodes, gpus;
+  bool inPlaceAllReduce;
+  int64_t flagCount = 0;
   RoleOp computeRole;
   DenseMap<int64_t, Value> constants;
   /// For each dispatch's origins, where each of the tokens' routed copies went.
@@ -196,10 +206,12 @@ void Expander::forEachOtherNode(OpBuilder &b, Location loc,
                      });
 }
 
-void Expander::put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer) {
+void Expander::put(OpBuilder &b, Location loc, Value tile, const Access &dest, Peer peer,
+                   std::optional<ReduceKind> combine) {
   PutOp::create(b, loc, tile, dest.tensor, dest.indices, b.getDenseI64ArrayAttr(dest.wholeDims),
                 PeerScopeAttr::get(context, peer.scope), peer.index,
-                peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr());
+                peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr(),
+                combine ? ReduceKindAttr::get(context, *combine) : ReduceKindAttr());
 }
 
 void Expander::copy(OpBuilder &b, Location loc, const Access &source, const Access &dest,
@@ -389,7 +401,76 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   return success();
 }
 
+bool Expander::allReducesInPlace(AllReduceOp op) {
+  DistTensorType dest = op.getDest().getType();
+  Type element = dest.getElementType();
+  auto producer = op->getParentOfType<TileGridOp>();
+  // The GEMM engine's epilogue is what adds a tile where it lies.
+  auto convert = op.getValue().getDefiningOp<ConvertOp>();
+  bool fromMatmul = convert && convert.getSource().getDefiningOp<MatmulOp>();
+  // Two contributions, so that the sum does not depend on the order in which they land.
+  return inPlaceAllReduce && fromMatmul && op.getKind() == ReduceKind::sum && nodes == 1 && gpus == 2 && op.getAxis() != MeshAxis::nodes &&
+         producer && producer->getParentOp() == computeRole && dest.getRank() == 2 &&
+         dest.hasStaticShape() && op.getWholeDims().empty() &&
+         op.getValue().getType().getRank() == 2 &&
+         (element.isBF16() || element.isF16() || element.isF32());
+}
+
+void Expander::expandAllReduceInPlace(AllReduceOp op) {
+  Location loc = op.getLoc();
+  auto producer = op->getParentOfType<TileGridOp>();
+  TileOrderAttr order = producer.getOrderAttr();
+  producer.setOrderAttr(TileOrderAttr::get(context, order ? order.getKind() : TileOrderKind::row_major,
+                                           order ? order.getGroup() : 1, /*localFirst=*/true));
+
+  DistTensorType destType = op.getDest().getType();
+  TileType tile = op.getValue().getType();
+  SmallVector<int64_t> sizes(tile.getShape());
+  Access dest{op.getDest(), llvm::to_vector(op.getIndices()), {}};
+  SmallVector<int64_t> flagShape;
+  for (auto [extent, size] : llvm::zip(destType.getShape(), sizes))
+    flagShape.push_back(llvm::divideCeil(extent, size));
+  // The one ordering the transfers cannot show: a tile is added to only once it holds the first
+  // contribution, on both GPUs.
+  OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  std::string name = ("initialized" + Twine(flagCount++)).str();
+  FlagsOp::create(pb, loc, pb.getStringAttr(name), pb.getDenseI64ArrayAttr(flagShape));
+  auto initialized = FlatSymbolRefAttr::get(context, name);
+  auto nvlink = LinkAttr::get(context, Link::nvlink_store);
+
+  OpBuilder b(op);
+  auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
+                               dest.indices, sizes, /*row_slices=*/true);
+  auto [node, gpu] = place(b, loc);
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, owner.getGpu(), gpu);
+  scf::IfOp::create(
+      b, loc, first,
+      [&](OpBuilder &tb, Location l) {
+        forEachGpu(tb, l, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
+          put(nb, l, op.getValue(), dest, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+        });
+        forEachGpu(tb, l, /*includeSelf=*/false, [&](OpBuilder &nb, Value peer) {
+          SignalOp::create(nb, l, initialized, dest.indices,
+                           PeerScopeAttr::get(context, PeerScope::gpu), peer, nvlink);
+        });
+        scf::YieldOp::create(tb, l);
+      },
+      [&](OpBuilder &eb, Location l) {
+        WaitOp::create(eb, l, initialized, dest.indices, eb.getI64IntegerAttr(1));
+        forEachGpu(eb, l, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
+          put(nb, l, op.getValue(), dest, Peer{PeerScope::gpu, peer, Link::nvlink_store},
+              ReduceKind::sum);
+        });
+        scf::YieldOp::create(eb, l);
+      });
+  op.erase();
+}
+
 LogicalResult Expander::expandAllReduce(AllReduceOp op) {
+  if (allReducesInPlace(op)) {
+    expandAllReduceInPlace(op);
+    return success();
+  }
   return expandReduction(op, op.getAxis());
 }
 
@@ -658,8 +739,9 @@ LogicalResult Expander::run() {
 }
 
 struct ExpandCollectivesPass : mk::impl::MkExpandCollectivesBase<ExpandCollectivesPass> {
+  using MkExpandCollectivesBase::MkExpandCollectivesBase;
   void runOnOperation() override {
-    if (failed(Expander(getOperation()).run()))
+    if (failed(Expander(getOperation(), inPlaceAllReduce).run()))
       signalPassFailure();
   }
 };

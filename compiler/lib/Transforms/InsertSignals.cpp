@@ -350,8 +350,18 @@ private:
   /// What peers put into an argument is output the caller reads once the launch completes, and a
   /// rank's kernel may finish before the peers' last puts land. So each write into such an
   /// argument signals a per-tile flag where it lands, and the role that puts waits, after its own
-  /// tiles, for every tile of its rank (each is written once per launch, by one rank).
-  LogicalResult awaitOutput(BlockArgument argument, ArrayRef<TileAccess> writes) {
+  /// tiles, for every tile of its rank (each is written once per launch, by one rank). Where puts
+  /// combine into a tile, the program has already ordered them after its first contribution:
+  /// only they signal, one combining rank per tile.
+  LogicalResult awaitOutput(BlockArgument argument, SmallVector<TileAccess> writes) {
+    auto combines = [&](const TileAccess &write) {
+      auto put = dyn_cast<PutOp>(write.op);
+      return write.tensor == argument && put && put.getCombine();
+    };
+    if (llvm::any_of(writes, combines))
+      llvm::erase_if(writes, [&](const TileAccess &write) {
+        return write.tensor == argument && !combines(write);
+      });
     const TileAccess *remote = nullptr;
     for (const TileAccess &write : writes)
       if (write.tensor == argument && isa<PutOp, CopyOp>(write.op))

@@ -72,6 +72,19 @@ struct KernelLayout {
   /// The engine's ring depth, or 0 for the deepest that fits.
   int64_t gemmStages = 0;
 
+  /// A tensor map's element type (mk/abi.h): exact for what TMA reductions add, else by size.
+  static StringRef mapElement(Type element) {
+    unsigned bits = element.getIntOrFloatBitWidth();
+    if (element.isBF16())
+      return "MK_MAP_ELEMENT_BF16";
+    if (isa<FloatType>(element) && bits >= 16)
+      return bits == 16 ? "MK_MAP_ELEMENT_F16" : bits == 32 ? "MK_MAP_ELEMENT_F32" : "MK_MAP_ELEMENT_F64";
+    if (element.isInteger(32))
+      return "MK_MAP_ELEMENT_I32";
+    return bits == 8 ? "MK_MAP_ELEMENT_U8" : bits == 16 ? "MK_MAP_ELEMENT_U16"
+           : bits == 32 ? "MK_MAP_ELEMENT_U32" : "MK_MAP_ELEMENT_U64";
+  }
+
   /// The index of the map over tensor `index` (of `type`) held by this rank (no `gpu`) or by GPU
   /// `gpu` of the node, moving `box` (innermost first) through 128-byte swizzled shared memory.
   int64_t tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
@@ -80,7 +93,7 @@ struct KernelLayout {
     llvm::raw_string_ostream os(spec);
     int64_t rank = type.getRank();
     os << "{" << index << ", " << (gpu ? std::to_string(*gpu) : "MK_MAP_LOCAL") << ", "
-       << type.getElementType().getIntOrFloatBitWidth() / 8 << ", " << rank << ", {";
+       << mapElement(type.getElementType()) << ", " << rank << ", {";
     for (int64_t d = rank - 1; d >= 0; --d)
       os << type.getLocalExtent(d, mesh) << "ull" << (d ? ", " : "");
     os << "}, {";
@@ -286,11 +299,17 @@ std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
   });
   if (other.wasInterrupted())
     return std::nullopt;
+  // Stores to a peer drain slowly: stage a 256-column tile whole, so that they hold up the next
+  // tile's epilogue (a mainloop later) rather than this tile's later chunks.
+  bool toPeer = llvm::any_of(convert->getUsers(), [](Operation *user) { return isa<PutOp>(user); });
+  std::string buffers = toPeer && bn == 256 ? "4" : "2";
   std::string name = elementName(element);
   std::string depth = stages > 0 ? std::to_string(stages)
-                                 : "mk::gemm_max_stages<" + name + ", " + std::to_string(bn) + ">()";
+                                 : "mk::gemm_max_stages<" + name + ", " + std::to_string(bn) +
+                                       ", " + buffers + ">()";
   bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
-  return name + ", " + std::to_string(bn) + ", " + depth + ", " + (bKMajor ? "true" : "false");
+  return name + ", " + std::to_string(bn) + ", " + depth + ", " + (bKMajor ? "true" : "false") +
+         ", " + buffers;
 }
 
 /// The mk::TmaReduce arguments for `accumulate` (marked "tma"): slots, source and result
@@ -366,19 +385,26 @@ void markReductions(Operation *root) {
   });
 }
 
-/// A loop that puts a TMA-reduced tile to each GPU and signals each after its put would wait for
-/// each put to complete before the next one starts (a signal follows its data): split it in two,
-/// every put then every signal, so that the puts are in flight together and one wait covers them.
+/// The ops of a loop's body that touch memory or flags.
+SmallVector<Operation *> effectsOf(scf::ForOp loop) {
+  SmallVector<Operation *> effects;
+  for (Operation &op : loop.getBody()->without_terminator())
+    if (!isMemoryEffectFree(&op))
+      effects.push_back(&op);
+  return effects;
+}
+
+/// A loop that puts a tile staged for TMA (the engine's or a TMA reduction's) to each GPU and
+/// signals each after its put would wait for each put to complete before the next one starts (a
+/// signal follows its data): split it in two, every put then every signal, so that the puts are
+/// in flight together and one wait covers them.
 void signalAfterAllPuts(Operation *root) {
   SmallVector<scf::ForOp> loops;
   root->walk([&](scf::ForOp loop) {
-    SmallVector<Operation *> effects;
-    for (Operation &op : loop.getBody()->without_terminator())
-      if (!isMemoryEffectFree(&op))
-        effects.push_back(&op);
+    SmallVector<Operation *> effects = effectsOf(loop);
     auto how = effects.empty() ? StringAttr() : effects[0]->getAttrOfType<StringAttr>(kLoweringAttr);
     if (effects.size() == 2 && isa<PutOp>(effects[0]) && isa<SignalOp>(effects[1]) && how &&
-        how.getValue() == "tma")
+        (how.getValue() == "tma" || how.getValue() == "store"))
       loops.push_back(loop);
   });
   for (scf::ForOp loop : loops) {
@@ -387,6 +413,50 @@ void signalAfterAllPuts(Operation *root) {
     auto signals = cast<scf::ForOp>(b.clone(*loop));
     (*loop.getBody()->getOps<SignalOp>().begin())->erase();
     (*signals.getBody()->getOps<PutOp>().begin())->erase();
+  }
+}
+
+/// The offsets [begin, end) of the GPUs a merged engine store goes to: GPU (this one + offset)
+/// mod the node's GPUs.
+constexpr StringLiteral kGpuOffsetsAttr = "mk.gpu_offsets";
+
+/// A loop over the GPUs of the node (forEachGpu's: GPU (g + i) mod G) whose only effect is an
+/// engine store of one tile to each would stage the tile in shared memory once per GPU: make it
+/// one store that stages the tile once and sends each chunk to every GPU.
+void storeToGpusAtOnce(Operation *root, int64_t gpus) {
+  SmallVector<scf::ForOp> loops;
+  root->walk([&](scf::ForOp loop) {
+    SmallVector<Operation *> effects = effectsOf(loop);
+    auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
+    auto how = put ? put->getAttrOfType<StringAttr>(kLoweringAttr) : StringAttr();
+    if (!how || how.getValue() != "store" || put.getScope() != PeerScope::gpu ||
+        put.getDest().getType().getPlacement().isSharded() || put.getDest().getType().getRank() != 2)
+      return;
+    auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
+    auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
+    APInt modulus, begin, end, step;
+    if (!sum || !matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) || modulus != gpus ||
+        sum.getRhs() != loop.getInductionVar() || loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) ||
+        !matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) ||
+        !matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) ||
+        !matchPattern(loop.getStep(), m_ConstantInt(&step)) || step != 1)
+      return;
+    loops.push_back(loop);
+  });
+  for (scf::ForOp loop : loops) {
+    OpBuilder b(loop);
+    IRMapping mapping;
+    mapping.map(loop.getInductionVar(), loop.getLowerBound());
+    for (Operation &op : loop.getBody()->without_terminator()) {
+      Operation *copy = b.clone(op, mapping);
+      if (isa<PutOp>(copy)) {
+        APInt begin, end;
+        matchPattern(loop.getLowerBound(), m_ConstantInt(&begin));
+        matchPattern(loop.getUpperBound(), m_ConstantInt(&end));
+        copy->setAttr(kGpuOffsetsAttr, b.getDenseI64ArrayAttr({begin.getSExtValue(), end.getSExtValue()}));
+      }
+    }
+    loop.erase();
   }
 }
 
@@ -520,7 +590,6 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
   markReductions(func);
-  signalAfterAllPuts(func);
   int64_t begin = 0;
   for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
     int64_t ctas = static_cast<int64_t>(*role.getCtas());
@@ -528,6 +597,21 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
       return failure();
     begin += ctas;
   }
+  // After the roles: they mark the engine's stores.
+  WalkResult uncombinable = func.walk([](PutOp put) {
+    auto how = put->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (put.getCombine() &&
+        !(how && how.getValue() == "store" && put.getDest().getType().getRank() == 2)) {
+      put.emitOpError() << "combines into its destination, which mkc lowers only from the GEMM "
+                           "engine's epilogue into a rank-2 tensor";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (uncombinable.wasInterrupted())
+    return failure();
+  signalAfterAllPuts(func);
+  storeToGpusAtOnce(func, mesh.getGpus());
   program.erase();
   return func;
 }
@@ -679,6 +763,19 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
         before.erase();
     }
     mark(matmul, "load");
+  }
+  // Consumers: their signals wait for the tile's stores to land only at the next tile (or wait),
+  // unless the producer waits on flags too, which a held-back signal might hold up.
+  bool producerWaits =
+      producer->walk([](WaitOp) { return WalkResult::interrupt(); }).wasInterrupted();
+  if (!producerWaits) {
+    consumer->walk([&](SignalOp signal) {
+      bool inTileLoop = llvm::any_of(
+          matmuls, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
+      if (signal.getScope() != PeerScope::node && inTileLoop)
+        mark(signal, "deferred");
+    });
+    consumer->walk([&](WaitOp wait) { mark(wait, "consumer"); });
   }
   // Consumers: the waits before each matmul are the producer's; the matmul, its conversion and
   // stores go to the engine.
@@ -1044,6 +1141,11 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
       int64_t d = placement.getDim();
       axis = placement.getAxis();
       along = a.div(a.mul(adaptor.getIndices()[d], op.getTile()[d]), type.getLocalExtent(d, mesh));
+    } else if (op.getRowSlices()) {
+      // The slice of tile rows holding row m: the largest r with r * rows / W <= m.
+      int64_t d = type.getRank() - 2, world = mesh.getWorldSize();
+      int64_t rows = llvm::divideCeil(type.getShape()[d], op.getTile()[d]);
+      along = a.div(a.sub(a.mul(a.add(adaptor.getIndices()[d], 1), world), a.constant(1)), rows);
     } else {
       // Round-robin over the world by row-major tile index.
       Value linear = a.constant(0);
@@ -1094,6 +1196,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     TileType tile = op.getValue().getType();
     if (tile.getRank() != 2)
       return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
+    StringAttr how = op->template getAttrOfType<StringAttr>(kLoweringAttr);
     Value node = this->layout.node, gpu = this->layout.gpu;
     Value peer;
     if constexpr (std::is_same_v<OpT, PutOp>) {
@@ -1105,7 +1208,6 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     DistTensorType type = op.getDest().getType();
     Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
                                node, gpu);
-    StringAttr how = op->template getAttrOfType<StringAttr>(kLoweringAttr);
     if (how && (how.getValue() == "store" || how.getValue() == "tma"))
       return tmaStore(op, adaptor, rewriter, at, peer);
     Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
@@ -1132,17 +1234,30 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     int64_t rank = type.getRank(), tensor = this->tensorIndex(op.getDest());
     SmallVector<int64_t> box = {64, op.getValue().getType().getShape()[0]};
     box.append(rank - 2, 1);
-    Value map = peer ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
-                     : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
+    auto gpuOffsets = op->template getAttrOfType<DenseI64ArrayAttr>(kGpuOffsetsAttr);
+    Value map = gpuOffsets ? a.constant(this->layout.tensorMapsOfNode(type, tensor, box))
+                : peer     ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
+                           : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
     Value tile = lookThroughCasts(adaptor.getValue());
     bool engine = op->template getAttrOfType<StringAttr>(kLoweringAttr).getValue() == "store";
     Value owner = engine ? this->engineFor(op) : this->ofRole(this->layout.reducers, op);
     SmallVector<CallArg> args = {owner, tile, this->tensorMapPointer(rewriter, loc, op, map)};
+    if (gpuOffsets) {
+      args.push_back(this->layout.gpu);
+      args.push_back(std::to_string(gpuOffsets[0]));
+      args.push_back(std::to_string(gpuOffsets[1]));
+      args.push_back(std::to_string(this->layout.mesh.getGpus()));
+    }
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);
+    bool combine = false;
+    if constexpr (std::is_same_v<OpT, PutOp>)
+      combine = op.getCombine().has_value();
+    std::string callee = combine ? "mk::gemm_store_add" : "mk::gemm_store";
+    if (gpuOffsets)
+      callee += "_gpus";
     if (engine)
-      call(rewriter, loc, {}, "mk::gemm_store", args,
-           {elementName(op.getValue().getType().getElementType())});
+      call(rewriter, loc, {}, callee, args, {elementName(op.getValue().getType().getElementType())});
     else
       call(rewriter, loc, {}, "mk::tma_store_reduced", args);
     rewriter.eraseOp(op);
@@ -1403,12 +1518,21 @@ struct SignalLowering : LoweringPattern<SignalOp> {
       rewriter.eraseOp(op);
       return success();
     }
+    // The engine's consumers raise it after the tile's stores land, without waiting for them.
+    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
+    bool deferred = how && how.getValue() == "deferred";
     switch (op.getScope()) {
     case PeerScope::self:
-      call(rewriter, loc, {}, "mk::signal_local", {args, offset});
+      if (deferred)
+        call(rewriter, loc, {}, "mk::gemm_signal_local", {engineFor(op), args, offset});
+      else
+        call(rewriter, loc, {}, "mk::signal_local", {args, offset});
       break;
     case PeerScope::gpu:
-      call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
+      if (deferred)
+        call(rewriter, loc, {}, "mk::gemm_signal_gpu", {engineFor(op), args, adaptor.getPeer(), offset});
+      else
+        call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
       break;
     case PeerScope::node:
       call(rewriter, loc, {}, "mk::signal_node", {args, adaptor.getPeer(), offset});
@@ -1425,8 +1549,12 @@ struct WaitLowering : LoweringPattern<WaitOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
-    if (op->hasAttr(kLoweringAttr))
+    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
+    if (how && how.getValue() == "producer")
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else if (how && how.getValue() == "consumer")
+      call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else
       call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",

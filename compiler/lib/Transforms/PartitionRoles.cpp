@@ -2,6 +2,7 @@
 
 #include "mk/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -68,17 +69,45 @@ public:
 
 private:
   /// How many times `op` runs per launch on this rank: the tiles of its enclosing grids times the
-  /// trip counts of its enclosing loops.
+  /// trip counts of its enclosing loops, times the share of tiles a branch on the tile's owner
+  /// takes.
   double repetitions(Operation *op) {
     double times = 1;
+    Operation *child = op;
     for (Operation *parent = op->getParentOp(); parent && !isa<RoleOp>(parent);
-         parent = parent->getParentOp()) {
+         child = parent, parent = parent->getParentOp()) {
       if (auto grid = dyn_cast<TileGridOp>(parent))
         times *= tilesOf(grid);
       else if (auto loop = dyn_cast<scf::ForOp>(parent))
         times *= tripCount(loop);
+      else if (auto branch = dyn_cast<scf::IfOp>(parent))
+        times *= ownerShare(branch, branch.getThenRegion().isAncestor(child->getParentRegion()));
     }
     return times;
+  }
+
+  /// The share of tiles that take one side of a branch on whether this rank owns the tile
+  /// (mk.owner's GPU or node against mk.place's): one in the axis size, or the rest; 1 for a
+  /// branch on anything else.
+  double ownerShare(scf::IfOp branch, bool thenSide) {
+    auto compare = branch.getCondition().getDefiningOp<arith::CmpIOp>();
+    if (!compare || (compare.getPredicate() != arith::CmpIPredicate::eq &&
+                     compare.getPredicate() != arith::CmpIPredicate::ne))
+      return 1;
+    auto axisOf = [&](Value v) -> std::optional<MeshAxis> {
+      auto result = dyn_cast<OpResult>(v);
+      if (!result || !isa<OwnerOp, PlaceOp>(result.getOwner()))
+        return std::nullopt;
+      return result.getResultNumber() == 0 ? MeshAxis::nodes : MeshAxis::gpus;
+    };
+    std::optional<MeshAxis> lhs = axisOf(compare.getLhs()), rhs = axisOf(compare.getRhs());
+    bool ownerAndPlace = compare.getLhs().getDefiningOp<OwnerOp>() !=
+                         compare.getRhs().getDefiningOp<OwnerOp>();
+    if (!lhs || lhs != rhs || !ownerAndPlace)
+      return 1;
+    double mine = 1.0 / mesh.getAxisSize(*lhs);
+    bool equalSide = thenSide == (compare.getPredicate() == arith::CmpIPredicate::eq);
+    return equalSide ? mine : 1 - mine;
   }
 
   double tilesOf(TileGridOp grid) {
@@ -107,6 +136,20 @@ private:
     return std::max<int64_t>(0, llvm::divideCeil(*ub - *lb, *step));
   }
 
+  /// The share of a transfer's runs that reach another GPU: a loop over every GPU of the node
+  /// (peer (g + i) mod G, G trips) reaches this one once.
+  double remoteShare(Operation *op, Value peer) {
+    auto loop = op->getParentOfType<scf::ForOp>();
+    auto rem = peer ? peer.getDefiningOp<arith::RemSIOp>() : arith::RemSIOp();
+    auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
+    auto modulus = rem ? rem.getRhs().getDefiningOp<arith::ConstantIndexOp>()
+                       : arith::ConstantIndexOp();
+    if (!loop || !sum || !modulus || sum.getRhs() != loop.getInductionVar() ||
+        !sum.getLhs().getDefiningOp<PlaceOp>() || tripCount(loop) != modulus.value())
+      return 1;
+    return double(modulus.value() - 1) / modulus.value();
+  }
+
   void account(Operation *op, RoleWork &work) {
     double times = repetitions(op);
     auto linkBytes = [&](std::optional<Link> link, PeerScope scope, double bytes) {
@@ -115,7 +158,7 @@ private:
         work.proxyPushes += times;
       }
       else if (scope == PeerScope::gpu)
-        work.nvlinkBytes += bytes;
+        work.nvlinkBytes += bytes * remoteShare(op, peerOf(op));
       // Stores and SM copies go through the CTA; bulk and proxy copies do not.
       if (!link || *link == Link::nvlink_store)
         work.ctaBytes += 2 * bytes;
@@ -143,6 +186,14 @@ private:
       TileType tile = load.getResult().getType();
       work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
     }
+  }
+
+  static Value peerOf(Operation *op) {
+    if (auto put = dyn_cast<PutOp>(op))
+      return put.getPeer();
+    if (auto copy = dyn_cast<CopyOp>(op))
+      return copy.getPeer();
+    return Value();
   }
 
   ProgramOp program;

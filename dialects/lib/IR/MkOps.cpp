@@ -913,6 +913,18 @@ LogicalResult PutOp::verify() {
   if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
       failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))
     return failure();
+  if (std::optional<ReduceKind> combine = getCombine()) {
+    Type element = access.type.getElementType();
+    if (*combine != ReduceKind::sum)
+      return emitOpError() << "combines with " << stringifyReduceKind(*combine)
+                           << "; a put combines only by sum";
+    if (!(element.isBF16() || element.isF16() || element.isF32()))
+      return emitOpError() << "adds into " << element
+                           << " where the memory is, which takes bf16, f16 or f32";
+    if (getScope() == PeerScope::node)
+      return emitOpError() << "adds into another node's memory, which the proxy cannot; combine "
+                              "within the node";
+  }
   return verifyPeer(*this, getScope(), getPeer(), getLink());
 }
 
@@ -946,6 +958,9 @@ LogicalResult OwnerOp::verify() {
   if (static_cast<int64_t>(getIndices().size()) != tensor.getRank() ||
       static_cast<int64_t>(getTile().size()) != tensor.getRank())
     return emitOpError() << "needs a coordinate and a tile extent per dim of " << tensor;
+  if (getRowSlices() && (tensor.getPlacement().isSharded() || tensor.getRank() < 2))
+    return emitOpError() << "deals row slices of a tensor every rank holds whole, of rank 2 or "
+                            "more, not " << tensor;
   return success();
 }
 

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 4
+#define MK_ABI_VERSION 5
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -49,13 +49,23 @@ typedef struct mk_tensor_map {
  * `<kernel>_tensor_maps[]`. The map covers tensor `tensor` of this rank (gpu == MK_MAP_LOCAL) or
  * of GPU `gpu` of this node, whose extents, innermost (contiguous) first, are dims[0..rank); a
  * copy moves a box[0..rank) block through shared memory swizzled in `swizzle_bytes` (0, 32, 64
- * or 128) rows. Elements beyond the extents read as zeros and are never written. */
+ * or 128) rows. Elements beyond the extents read as zeros and are never written. A copy cares only
+ * for the size of an `element` (MK_MAP_ELEMENT_*); a reduction into the tensor adds as its type. */
 #define MK_MAP_LOCAL 0xffffffffu
 #define MK_MAP_MAX_RANK 5
+#define MK_MAP_ELEMENT_U8 0u
+#define MK_MAP_ELEMENT_U16 1u
+#define MK_MAP_ELEMENT_U32 2u
+#define MK_MAP_ELEMENT_U64 3u
+#define MK_MAP_ELEMENT_I32 4u
+#define MK_MAP_ELEMENT_F16 5u
+#define MK_MAP_ELEMENT_BF16 6u
+#define MK_MAP_ELEMENT_F32 7u
+#define MK_MAP_ELEMENT_F64 8u
 typedef struct mk_tensor_map_spec {
   mk_u32 tensor;
   mk_u32 gpu;
-  mk_u32 element_bytes;
+  mk_u32 element;
   mk_u32 rank;
   mk_u64 dims[MK_MAP_MAX_RANK];
   mk_u32 box[MK_MAP_MAX_RANK];

@@ -1063,6 +1063,48 @@ mk.program @put_link [] mesh <2x4> (%s: !S) {
 // -----
 
 !S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @put_combine_max [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0.0 : bf16
+  %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+  // expected-error @+1 {{'mk.put' op combines with max; a put combines only by sum}}
+  mk.put %t, %s[%i, %i, %i] at gpu %i via nvlink_store combine max : !mk.tile<[128, 128], bf16>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], i32, symmetric>
+mk.program @put_combine_int [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0 : i32
+  %t = mk.splat %zero : i32 -> !mk.tile<[128, 128], i32>
+  // expected-error @+1 {{'mk.put' op adds into 'i32' where the memory is, which takes bf16, f16 or f32}}
+  mk.put %t, %s[%i, %i, %i] at gpu %i via nvlink_store combine sum : !mk.tile<[128, 128], i32>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
+mk.program @put_combine_node [] mesh <2x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  %zero = arith.constant 0.0 : bf16
+  %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
+  // expected-error @+1 {{'mk.put' op adds into another node's memory, which the proxy cannot; combine within the node}}
+  mk.put %t, %s[%i, %i, %i] at node %i via rdma_proxy combine sum : !mk.tile<[128, 128], bf16>, !S
+}
+
+// -----
+
+!S = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+mk.program @owner_row_slices_sharded [] mesh <1x4> (%s: !S) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.owner' op deals row slices of a tensor every rank holds whole, of rank 2 or more, not '!mk.tensor<[1024, 1024], bf16, shard 0 over world>'}}
+  %node, %gpu = mk.owner %s[%i, %i] tile [128, 128] row_slices : !S
+}
+
+// -----
+
+!S = !mk.tensor<[4, 256, 256], bf16, symmetric>
 !F = !mk.tensor<[4, 256, 256], f32, symmetric>
 mk.program @copy_dtype [] mesh <2x4> (%s: !S, %f: !F) {
   %i = arith.constant 0 : index

@@ -38,21 +38,23 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
   }
 }
 
-// gemm_<T>_<BN>x<stages>_<B layout: kn = [K x N], nk = [N x K]>, and its shared memory.
-#define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR)                                                  \
+// gemm_<T>_<BN>x<stages>[e<epilogue buffers, if not 2>]_<B layout: kn = [K x N], nk = [N x K]>,
+// and its shared memory.
+#define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR, BUFFERS)                                         \
   extern "C" __constant__ int name##_smem =                                                        \
-      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR>>();                               \
+      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS>>();                      \
   extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)                                  \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K) {                         \
-    gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR>, T>(a, b, c, M, N, K);                             \
+    gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS>, T>(a, b, c, M, N, K);                    \
   }
 
-GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false)
-GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false)
-GEMM_KERNEL(gemm_bf16_256x4_nk, mk::bf16, 256, 4, true)
-GEMM_KERNEL(gemm_bf16_128x6_kn, mk::bf16, 128, 6, false)
-GEMM_KERNEL(gemm_f16_64x8_kn, mk::f16, 64, 8, false)
+GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2)
+GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false, 2)
+GEMM_KERNEL(gemm_bf16_256x3e4_kn, mk::bf16, 256, 3, false, 4)
+GEMM_KERNEL(gemm_bf16_256x4_nk, mk::bf16, 256, 4, true, 2)
+GEMM_KERNEL(gemm_bf16_128x6_kn, mk::bf16, 128, 6, false, 2)
+GEMM_KERNEL(gemm_f16_64x8_kn, mk::f16, 64, 8, false, 2)
 
 // out [cols x rows] = in [rows x cols]^T, for the [N x K] operand.
 extern "C" __global__ void transpose_16(const unsigned short *in, unsigned short *out,

@@ -85,13 +85,23 @@ def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
     mk.put %p, %stage[%slot, %m, %n] at gpu %owner via nvlink_store
         : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, M, N], bf16, symmetric>
     ```
+
+    With `combine sum` the tile is added to what the destination holds, element by element, where
+    the memory is (the L2 of the GPU that holds it), in the destination's dtype: the destination
+    must already hold the first contribution, which the program orders with flags.
+
+    ```mlir
+    mk.put %p, %C[%m, %n] at gpu %g via nvlink_store combine sum
+        : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
+    ```
   }];
-  let arguments = (ins Mk_Tile:$value, Arg<Mk_Tensor, "", [MemWrite]>:$dest, Variadic<Index>:$indices,
-                       DenseI64ArrayAttr:$whole_dims, Mk_PeerScope:$scope, Optional<Index>:$peer,
-                       OptionalAttr<Mk_Link>:$link);
+  let arguments = (ins Mk_Tile:$value, Arg<Mk_Tensor, "", [MemRead, MemWrite]>:$dest,
+                       Variadic<Index>:$indices, DenseI64ArrayAttr:$whole_dims,
+                       Mk_PeerScope:$scope, Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link,
+                       OptionalAttr<Mk_ReduceKind>:$combine);
   let assemblyFormat = [{
     $value `,` $dest `` custom<TileAccess>($indices, $whole_dims) `` custom<Peer>($scope, $peer, $link)
-    attr-dict `:` qualified(type($value)) `,` qualified(type($dest))
+    (`combine` $combine^)? attr-dict `:` qualified(type($value)) `,` qualified(type($dest))
   }];
   let hasVerifier = 1;
 }
@@ -151,15 +161,21 @@ def Mk_OwnerOp : Mk_Op<"owner", [Pure]> {
   let description = [{
     For a sharded tensor, the rank whose shard holds the tile. For a replicated or symmetric
     tensor, whose tiles every rank holds, the rank responsible for it: tiles are dealt round-robin,
-    the tile of row-major linear index l going to rank l mod size(world).
+    the tile of row-major linear index l going to rank l mod size(world); with `row_slices`, in
+    contiguous slices of tile rows, rank r owning rows [r * R / W, (r + 1) * R / W) of R (rounded
+    down, W ranks), the slice a `local_first` grid starts each rank at.
 
     ```mlir
     %node, %gpu = mk.owner %C[%m, %n] tile [128, 256] : !mk.tensor<[M, N], bf16, shard 0 over world>
+    %node, %gpu = mk.owner %C[%m, %n] tile [128, 256] row_slices : !mk.tensor<[M, N], bf16, replicated>
     ```
   }];
-  let arguments = (ins Mk_Tensor:$tensor, Variadic<Index>:$indices, DenseI64ArrayAttr:$tile);
+  let arguments = (ins Mk_Tensor:$tensor, Variadic<Index>:$indices, DenseI64ArrayAttr:$tile,
+                       UnitAttr:$row_slices);
   let results = (outs Index:$node, Index:$gpu);
-  let assemblyFormat = "$tensor `[` $indices `]` `tile` $tile attr-dict `:` qualified(type($tensor))";
+  let assemblyFormat = [{
+    $tensor `[` $indices `]` `tile` $tile (`row_slices` $row_slices^)? attr-dict `:` qualified(type($tensor))
+  }];
   let hasVerifier = 1;
 }
 

@@ -43,15 +43,18 @@
 namespace mk {
 
 /// The engine's static shape: 128 x BN output tiles, K in 64-element slices through a
-/// kStages-deep ring, operands of T (bf16 or f16), B [N x K] with kBKMajor, else [K x N].
-template <typename T, int BN, int kStages, bool kBKMajor> struct GemmConfig;
+/// kStages-deep ring, operands of T (bf16 or f16), B [N x K] with kBKMajor, else [K x N]; the
+/// epilogue's staging buffers (2, or 4 to hold a 256-column tile whole).
+template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2>
+struct GemmConfig;
 
 /// Dynamic shared memory the engine of Config needs (the ring, the epilogue's staging, the
 /// mbarriers, and slack to align the ring to 1 KiB as the 128-byte swizzle requires).
 template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes();
 
 /// The deepest ring of 64-element K slices that fits a CTA's shared memory next to the epilogue.
-template <typename T, int BN> __host__ __device__ constexpr int gemm_max_stages();
+template <typename T, int BN, int kEpilogueBuffers = 2>
+__host__ __device__ constexpr int gemm_max_stages();
 
 /// One consumer thread's part of a finished 128 x BN f32 tile (wgmma's fragment layout).
 template <typename Config> struct GemmAccumulator;
@@ -86,7 +89,7 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 /// Consumers: converts `acc` to Out (bf16 or f16) and stores it at (c0, c1[, c2]) of `map`
 /// (innermost first: the tile's first column, its first row, then outer coordinates), 64
 /// columns at a time through TMA stores issued by team thread 0. The stores are complete, and
-/// published, before that thread's next signal (mk::signal waits for them).
+/// published, before that thread's next signal (mk::signal and gemm_signal wait for them).
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1);
@@ -94,7 +97,36 @@ template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2);
 
-/// Consumers, after their last tile: waits for the outstanding stores, which read shared memory.
+/// Consumers: as gemm_store into a 2-D tensor, but adds the tile to what it holds, element by
+/// element in its dtype, where that memory is (a TMA reduction; also across NVLink).
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
+                                               const GemmAccumulator<Config> &acc,
+                                               const mk_tensor_map *map, int c0, int c1);
+
+/// Consumers: the tile to the same place of a 2-D tensor on several GPUs of the node, staged in
+/// shared memory once: through maps[(me + j) % gpus] for j in [begin, end), stored or added.
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                                const mk_tensor_map *maps, int me, int begin,
+                                                int end, int gpus, int c0, int c1);
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
+                                                    const GemmAccumulator<Config> &acc,
+                                                    const mk_tensor_map *maps, int me, int begin,
+                                                    int end, int gpus, int c0, int c1);
+
+/// Consumers: an arrival on `flag` once the stores issued so far have completed, raised later
+/// (at the next tile's epilogue, gemm_flush_signals, or gemm_finish) so that the consumers go on
+/// to the next tile instead of waiting for the stores to land.
+template <typename Config>
+__device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag);
+
+/// Consumers: raises the flags gemm_signal holds back; call before waiting on any flag.
+template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);
+
+/// Consumers, after their last tile: raises the flags held back and waits for the outstanding
+/// stores, which read shared memory.
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e);
 
 } // namespace mk

@@ -179,6 +179,28 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
   ptx::fence_proxy_async();
 }
 
+/// The engine consumers' signals and waits: an arrival on flag `offset` of this rank or of GPU
+/// `gpu` of the node once the tile's stores complete (deferred, gemm_signal); a wait that first
+/// raises what is deferred, so that no rank waits on a flag another holds back.
+template <typename Config>
+__device__ __forceinline__ void gemm_signal_local(GemmEngine<Config> &engine,
+                                                  const mk_kernel_args &args, int64_t offset) {
+  gemm_signal(engine, args.flags + offset);
+}
+template <typename Config>
+__device__ __forceinline__ void gemm_signal_gpu(GemmEngine<Config> &engine,
+                                                const mk_kernel_args &args, int64_t gpu,
+                                                int64_t offset) {
+  gemm_signal(engine, args.flags_peer[gpu] + offset);
+}
+template <typename Config>
+__device__ __forceinline__ void gemm_consumer_wait_arrivals(GemmEngine<Config> &engine,
+                                                            const mk_kernel_args &args,
+                                                            int64_t offset, int64_t count) {
+  gemm_flush_signals(engine);
+  wait_arrivals(args, offset, count);
+}
+
 /// The larger of two sizes, for the kernel's shared-memory requirement.
 __host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }
 

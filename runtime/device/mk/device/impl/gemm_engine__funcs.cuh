@@ -8,10 +8,14 @@
 
 namespace mk {
 
-template <typename T_, int BN_, int kStages_, bool kBKMajor_> struct GemmConfig {
+template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_>
+struct GemmConfig {
   using T = T_;
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = kStages_;
   static constexpr bool kBKMajor = kBKMajor_;
+  static constexpr int kEpilogueBuffers = kEpilogueBuffers_;
+  static_assert(kEpilogueBuffers == 2 || kEpilogueBuffers == 4,
+                "the epilogue stages chunks in 2 or 4 buffers");
   static_assert(sizeof(T) == 2, "16-bit operands (bf16, f16)");
   static_assert(BN == 64 || BN == 128 || BN == 256, "BN: a wgmma N of 64, 128 or 256");
   static_assert(kStages >= 2, "a ring of at least two stages");
@@ -21,11 +25,16 @@ template <typename T_, int BN_, int kStages_, bool kBKMajor_> struct GemmConfig 
   static constexpr int kABytes = BM * BK * 2;
   static constexpr int kBBytes = BN * BK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // The epilogue stages 64-column chunks of the tile (128 rows of 128 bytes), double-buffered.
+  // The epilogue stages 64-column chunks of the tile (128 rows of 128 bytes) in turn through its
+  // buffers: two, or four, which hold a 256-column tile whole, so that slow stores (to a peer)
+  // hold up the next tile rather than the chunks of this one.
   static constexpr int kChunkBytes = BM * 128;
   static constexpr int kEpilogueOffset = kStages * kStageBytes;
-  static constexpr int kBarriersOffset = kEpilogueOffset + 2 * kChunkBytes;
-  static constexpr int kBytes = 1024 + kBarriersOffset + 2 * kStages * 8;
+  static constexpr int kBarriersOffset = kEpilogueOffset + kEpilogueBuffers * kChunkBytes;
+  // Flags the consumers raise once the stores before them complete (gemm_signal).
+  static constexpr int kMaxPendingSignals = 8;
+  static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
+  static constexpr int kBytes = 1024 + kSignalsOffset + kMaxPendingSignals * 8;
   static_assert(kBytes <= kMaxSmemBytes, "the GEMM engine's ring and epilogue do not fit a CTA's "
                                          "shared memory (227 KiB): use fewer stages");
 
@@ -39,8 +48,10 @@ template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes() {
   return Config::kBytes;
 }
 
-template <typename T, int BN> __host__ __device__ constexpr int gemm_max_stages() {
-  using Two = GemmConfig<T, BN, 2, false>;
+template <typename T, int BN, int kEpilogueBuffers>
+__host__ __device__ constexpr int gemm_max_stages() {
+  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers>;
+  // Each stage takes its slice of A and B and two barriers.
   const int stages = (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) /
                      (Two::kStageBytes + 16);
   return stages < 8 ? stages : 8;
@@ -53,7 +64,8 @@ template <typename Config> struct GemmAccumulator {
 template <typename Config> class GemmEngine {
 public:
   __device__ explicit GemmEngine(void *smem)
-      : base_((ptx::smem_address(smem) + 1023) & ~1023u), stage_(0), phase_(0), chunk_(0) {
+      : base_((ptx::smem_address(smem) + 1023) & ~1023u), stage_(0), phase_(0), chunk_(0),
+        pending_(0) {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Config::kStages; ++s) {
         ptx::mbarrier_init(full(s), 1);
@@ -81,13 +93,18 @@ public:
     }
   }
   /// The epilogue buffer for the next chunk; they alternate.
-  __device__ int next_chunk() { return chunk_++ & 1; }
+  __device__ int next_chunk() { return chunk_++ & (Config::kEpilogueBuffers - 1); }
+
+  /// Where pending flag i is kept, and how many are pending (the same in every consumer thread).
+  __device__ mk_u32 pending_signal(int i) const { return base_ + Config::kSignalsOffset + i * 8; }
+  __device__ int &pending_signals() { return pending_; }
 
 private:
   mk_u32 base_;
   int stage_;
   mk_u32 phase_;
   int chunk_;
+  int pending_;
 };
 
 __device__ __forceinline__ bool gemm_is_producer() { return threadIdx.x < 128; }
@@ -134,6 +151,37 @@ __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *fl
   ptx::fence_proxy_async();
 }
 
+/// Raises the pending flags: the stores before them have completed by now (a tile's mainloop
+/// later), or are waited for here.
+template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e) {
+  if (e.pending_signals() == 0)
+    return;
+  if (team_thread() == 0) {
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
+    for (int i = 0; i < e.pending_signals(); ++i) {
+      mk_u64 flag;
+      asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(flag) : "r"(e.pending_signal(i)) : "memory");
+      ptx::red_add_release_sys(reinterpret_cast<mk_u32 *>(flag), 1);
+    }
+  }
+  e.pending_signals() = 0;
+}
+
+/// An arrival on `flag` once this tile's stores have completed: raised later (at the next
+/// tile's epilogue, a consumer wait, or gemm_finish) so that the consumers start the next tile
+/// instead of waiting for the stores to land.
+template <typename Config>
+__device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag) {
+  if (e.pending_signals() == Config::kMaxPendingSignals)
+    gemm_flush_signals(e);
+  if (team_thread() == 0)
+    asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(e.pending_signal(e.pending_signals())),
+                 "l"(reinterpret_cast<mk_u64>(flag))
+                 : "memory");
+  ++e.pending_signals();
+}
+
 namespace detail {
 
 /// The wgmma descriptors of slice `kk` (16 K) of stage `s` for consumer warpgroup `wg`.
@@ -174,14 +222,16 @@ template <> struct PairOfOut<f16> {
 template <typename Out, typename Config, typename Store>
 __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                              Store store) {
+  // The previous tile's flags wait no longer than this tile's mainloop.
+  gemm_flush_signals(e);
   const int wg = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int row = wg * 64 + warp * 16 + lane / 4;
 #pragma unroll
   for (int c = 0; c < Config::BN / 64; ++c) {
     const mk_u32 buffer = e.chunk(e.next_chunk());
-    // The buffer's previous store (two chunks ago) has read it.
+    // The buffer's previous store (kEpilogueBuffers chunks ago) has read it.
     if (team_thread() == 0)
-      ptx::bulk_wait_read<1>();
+      ptx::bulk_wait_read<Config::kEpilogueBuffers - 1>();
     team_sync();
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -249,7 +299,54 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
   });
 }
 
-template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &) {
+/// Adds the tile to what the 2-D tensor of `map` holds at (c0, c1), where that memory is.
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
+                                               const GemmAccumulator<Config> &acc,
+                                               const mk_tensor_map *map, int c0, int c1) {
+  // The first contribution, which a flag's acquire made visible, is read by the async proxy.
+  if (team_thread() == 0)
+    ptx::fence_proxy_async();
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+    ptx::tma_store_add(map, c0 + column, c1, buffer);
+  });
+}
+
+/// The tile to the same place of the 2-D tensor on several GPUs of the node, staged once: to
+/// map maps[(me + j) % gpus] for j in [begin, end), stored or (kAdd) added.
+template <typename Out, bool kAdd, typename Config>
+__device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
+                                                   const GemmAccumulator<Config> &acc,
+                                                   const mk_tensor_map *maps, int me, int begin,
+                                                   int end, int gpus, int c0, int c1) {
+  if (kAdd && team_thread() == 0)
+    ptx::fence_proxy_async();
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+    for (int j = begin; j < end; ++j) {
+      const mk_tensor_map *map = maps + (me + j) % gpus;
+      if constexpr (kAdd)
+        ptx::tma_store_add(map, c0 + column, c1, buffer);
+      else
+        ptx::tma_store(map, c0 + column, c1, buffer);
+    }
+  });
+}
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                                                const mk_tensor_map *maps, int me, int begin,
+                                                int end, int gpus, int c0, int c1) {
+  gemm_store_to_gpus<Out, false>(e, acc, maps, me, begin, end, gpus, c0, c1);
+}
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
+                                                    const GemmAccumulator<Config> &acc,
+                                                    const mk_tensor_map *maps, int me, int begin,
+                                                    int end, int gpus, int c0, int c1) {
+  gemm_store_to_gpus<Out, true>(e, acc, maps, me, begin, end, gpus, c0, c1);
+}
+
+template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {
+  gemm_flush_signals(e);
   if (team_thread() == 0)
     ptx::bulk_wait_all();
 }

@@ -280,6 +280,15 @@ __device__ __forceinline__ void tma_store(const mk_tensor_map *map, int c0, int 
       : "memory");
 }
 
+/// As tma_store, but adds the box to what the tensor holds, element by element in the map's
+/// dtype, where the memory is (an L2 reduction, also across NVLink).
+__device__ __forceinline__ void tma_store_add(const mk_tensor_map *map, int c0, int c1, mk_u32 src) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n"
+      ::"l"(map), "r"(c0), "r"(c1), "r"(src)
+      : "memory");
+}
+
 /// Fetches a tensor map into the cache ahead of its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const mk_tensor_map *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
