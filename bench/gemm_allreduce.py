@@ -9,6 +9,8 @@ The row-parallel linear of tensor parallelism: rank r holds A_r = A[:, K_r] and 
   overlap     the GEMM in row chunks, each chunk's all-reduce on a second stream as soon as it
               is computed; the fastest of 2, 4 and 8 chunks
   gemm, allreduce  each alone, for the bound max(gemm, allreduce) that overlap can reach
+  mkc_gemm    the fused program's tile loop without its all-reduce (each rank stores its partial):
+              mkc's own bound, to see what the communication costs the fused kernel
 
 With --network emulated|fabric, the ranks act as nodes of one GPU each (MKC_GPUS_PER_NODE=1),
 so that mkc's tiles cross the network proxy: the emulated NIC (--bandwidth-gbps, --latency-us) or
@@ -43,6 +45,22 @@ for variable in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHME
     os.environ.setdefault(variable, "0" if variable == "NCCL_NVLS_ENABLE" else "1")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# lib/gemm_allreduce.mlir with its all-reduce left out: the same tiles, order and engine.
+GEMM_ALONE = """
+mk.program @gemm_alone [M, N, K] mesh <?x?> (
+    %A: !mk.tensor<[M, K], bf16, shard 1 over world>,
+    %B: !mk.tensor<[K, N], bf16, shard 0 over world>,
+    %C: !mk.tensor<[M, N], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %C tiles [128, 256] masked : !mk.tensor<[M, N], bf16, replicated> {
+    %partial = mk.matmul %A[%m, :], %B[:, %n]
+        : !mk.tensor<[M, K], bf16, shard 1 over world>, !mk.tensor<[K, N], bf16, shard 0 over world>
+        -> !mk.tile<[128, 256], f32>
+    %tile = mk.convert %partial : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.store %tile, %C[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
+  }
+}
+"""
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 
@@ -242,6 +260,10 @@ def rank_main(arguments):
             times["mkc_sequential"] = bench.median_ms(transport_sequential)
             times["mkc_allreduce"] = bench.median_ms(transport_allreduce)
             reduce.close()
+        alone = runtime.compile(GEMM_ALONE, M=m, N=n, K=k)
+        times["mkc_gemm"] = bench.median_ms(
+            lambda i: alone(*inputs[i % sets], fused_c, stream=stream))
+        alone.close()
         for chunks in (2, 4, 8):
             times[f"overlap{chunks}"] = bench.median_ms(overlap(chunks))
         best_chunks = min((2, 4, 8), key=lambda chunks: times[f"overlap{chunks}"])
@@ -265,7 +287,7 @@ def report(rows, out, gpu, world, network):
     os.makedirs(out, exist_ok=True)
     across = network != "none"
     columns = ["M", "N", "K", "ranks", "mkc", "sequential", "overlap", "overlap_chunks", "gemm",
-               "allreduce"] + (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
+               "allreduce", "mkc_gemm"] + (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
     name = "gemm_allreduce" + (f"_{network}" if across else "")
     path = os.path.join(out, f"{name}.csv")
     where = f"{world} nodes x 1 {gpu} over {network}" if across else f"{world} x {gpu}"
@@ -278,14 +300,14 @@ def report(rows, out, gpu, world, network):
     print(f"\nGEMM+AllReduce, {where}, N={rows[0]['N']}, K={rows[0]['K']} (ms; "
           f"ratio = baseline / mkc, > 1: mkc is faster)")
     header = (f"{'M':>6} {'mkc':>8} {'seq':>8} {'overlap':>8} {'gemm':>8} {'AR':>8} "
-              f"{'seq/mkc':>8} {'ovl/mkc':>8} {'bound/mkc':>9} {'mkc TF/s':>9}")
+              f"{'mkc gemm':>8} {'seq/mkc':>8} {'ovl/mkc':>8} {'bound/mkc':>9} {'mkc TF/s':>9}")
     print(header)
     for row in rows:
         bound = max(row["gemm"], row["allreduce"])
         flops = 2 * row["M"] * row["N"] * row["K"] / row["ranks"]
         print(f"{row['M']:>6} {row['mkc']:>8.3f} {row['sequential']:>8.3f} "
               f"{row['overlap']:>8.3f} {row['gemm']:>8.3f} {row['allreduce']:>8.3f} "
-              f"{row['sequential'] / row['mkc']:>8.2f} {row['overlap'] / row['mkc']:>8.2f} "
+              f"{row['mkc_gemm']:>8.3f} {row['sequential'] / row['mkc']:>8.2f} {row['overlap'] / row['mkc']:>8.2f} "
               f"{bound / row['mkc']:>9.2f} {flops / row['mkc'] / 1e9:>9.1f}")
     if across:
         print(f"same transport as mkc: {'M':>6} {'mkc seq':>8} {'mkc AR':>8} {'mseq/mkc':>8}")
