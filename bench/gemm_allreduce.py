@@ -287,7 +287,8 @@ def report(rows, out, gpu, world, network):
     os.makedirs(out, exist_ok=True)
     across = network != "none"
     columns = ["M", "N", "K", "ranks", "mkc", "sequential", "overlap", "overlap_chunks", "gemm",
-               "allreduce", "mkc_gemm"] + (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
+               "allreduce", "mkc_gemm"]
+    columns += (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
     name = "gemm_allreduce" + (f"_{network}" if across else "")
     path = os.path.join(out, f"{name}.csv")
     where = f"{world} nodes x 1 {gpu} over {network}" if across else f"{world} x {gpu}"
@@ -307,8 +308,9 @@ def report(rows, out, gpu, world, network):
         flops = 2 * row["M"] * row["N"] * row["K"] / row["ranks"]
         print(f"{row['M']:>6} {row['mkc']:>8.3f} {row['sequential']:>8.3f} "
               f"{row['overlap']:>8.3f} {row['gemm']:>8.3f} {row['allreduce']:>8.3f} "
-              f"{row['mkc_gemm']:>8.3f} {row['sequential'] / row['mkc']:>8.2f} {row['overlap'] / row['mkc']:>8.2f} "
-              f"{bound / row['mkc']:>9.2f} {flops / row['mkc'] / 1e9:>9.1f}")
+              f"{row['mkc_gemm']:>8.3f} {row['sequential'] / row['mkc']:>8.2f} "
+              f"{row['overlap'] / row['mkc']:>8.2f} {bound / row['mkc']:>9.2f} "
+              f"{flops / row['mkc'] / 1e9:>9.1f}")
     if across:
         print(f"same transport as mkc: {'M':>6} {'mkc seq':>8} {'mkc AR':>8} {'mseq/mkc':>8}")
         for row in rows:

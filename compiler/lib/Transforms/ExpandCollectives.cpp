@@ -409,8 +409,9 @@ bool Expander::allReducesInPlace(AllReduceOp op) {
   auto convert = op.getValue().getDefiningOp<ConvertOp>();
   bool fromMatmul = convert && convert.getSource().getDefiningOp<MatmulOp>();
   // Two contributions, so that the sum does not depend on the order in which they land.
-  return inPlaceAllReduce && fromMatmul && op.getKind() == ReduceKind::sum && nodes == 1 && gpus == 2 && op.getAxis() != MeshAxis::nodes &&
-         producer && producer->getParentOp() == computeRole && dest.getRank() == 2 &&
+  return inPlaceAllReduce && fromMatmul && op.getKind() == ReduceKind::sum && nodes == 1 &&
+         gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&
+         producer->getParentOp() == computeRole && dest.getRank() == 2 &&
          dest.hasStaticShape() && op.getWholeDims().empty() &&
          op.getValue().getType().getRank() == 2 &&
          (element.isBF16() || element.isF16() || element.isF32());
@@ -420,8 +421,9 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
   Location loc = op.getLoc();
   auto producer = op->getParentOfType<TileGridOp>();
   TileOrderAttr order = producer.getOrderAttr();
-  producer.setOrderAttr(TileOrderAttr::get(context, order ? order.getKind() : TileOrderKind::row_major,
-                                           order ? order.getGroup() : 1, /*localFirst=*/true));
+  TileOrderKind kind = order ? order.getKind() : TileOrderKind::row_major;
+  producer.setOrderAttr(
+      TileOrderAttr::get(context, kind, order ? order.getGroup() : 1, /*localFirst=*/true));
 
   DistTensorType destType = op.getDest().getType();
   TileType tile = op.getValue().getType();

@@ -429,14 +429,16 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
     SmallVector<Operation *> effects = effectsOf(loop);
     auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
     auto how = put ? put->getAttrOfType<StringAttr>(kLoweringAttr) : StringAttr();
+    DistTensorType dest = put ? put.getDest().getType() : DistTensorType();
     if (!how || how.getValue() != "store" || put.getScope() != PeerScope::gpu ||
-        put.getDest().getType().getPlacement().isSharded() || put.getDest().getType().getRank() != 2)
+        dest.getPlacement().isSharded() || dest.getRank() != 2)
       return;
     auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
     auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
     APInt modulus, begin, end, step;
     if (!sum || !matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) || modulus != gpus ||
-        sum.getRhs() != loop.getInductionVar() || loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) ||
+        sum.getRhs() != loop.getInductionVar() ||
+        loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) ||
         !matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) ||
         !matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) ||
         !matchPattern(loop.getStep(), m_ConstantInt(&step)) || step != 1)
@@ -453,7 +455,8 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
         APInt begin, end;
         matchPattern(loop.getLowerBound(), m_ConstantInt(&begin));
         matchPattern(loop.getUpperBound(), m_ConstantInt(&end));
-        copy->setAttr(kGpuOffsetsAttr, b.getDenseI64ArrayAttr({begin.getSExtValue(), end.getSExtValue()}));
+        copy->setAttr(kGpuOffsetsAttr,
+                      b.getDenseI64ArrayAttr({begin.getSExtValue(), end.getSExtValue()}));
       }
     }
     loop.erase();
@@ -1530,7 +1533,8 @@ struct SignalLowering : LoweringPattern<SignalOp> {
       break;
     case PeerScope::gpu:
       if (deferred)
-        call(rewriter, loc, {}, "mk::gemm_signal_gpu", {engineFor(op), args, adaptor.getPeer(), offset});
+        call(rewriter, loc, {}, "mk::gemm_signal_gpu",
+             {engineFor(op), args, adaptor.getPeer(), offset});
       else
         call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
       break;

@@ -84,10 +84,10 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     to mk-insert-signals; CTA counts to mk-partition-roles.
 
     On one node of two GPUs, an all-reduce of a matmul's tiles (converted to bf16, f16 or f32)
-    into a rank-2 tensor runs in place, in the compute role (no reduce role, no staging buffer): each GPU starts with
-    its own slice of tile rows (`local_first`, `mk.owner ... row_slices`) and puts those tiles to
-    both GPUs; the other GPU reaches them half a grid later and puts its partials with `combine
-    sum`, which adds them where the tile lies. A per-tile flag (`initialized`N, the one the
+    into a rank-2 tensor runs in place, in the compute role (no reduce role, no staging buffer):
+    each GPU starts with its own slice of tile rows (`local_first`, `mk.owner ... row_slices`)
+    and puts those tiles to both GPUs; the other GPU reaches them half a grid later and puts its
+    partials with `combine sum`, which adds them where the tile lies. A per-tile flag (`initialized`N, the one the
     expansion writes itself) holds each add back until the first contribution is on both GPUs.
     With two contributions the sum does not depend on the order in which they land, so both
     copies are equal. `in-place-all-reduce=false` keeps the reduce role instead.
