@@ -15,6 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Options.h"
+
 #include "mk/runtime/Bootstrap.h"
 #include "mk/runtime/net/Proxy.h"
 
@@ -148,19 +150,20 @@ Result runNode(int node, const Rendezvous &rendezvous, const std::string &provid
 
 int main(int argc, char **argv) {
   Settings settings;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string option = argv[i];
-    const long value = std::atol(argv[i + 1]);
+  const bool understood = mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
     if (option == "--commands" && value > 0)
       settings.commands = value;
     else if (option == "--bytes" && value >= 0)
       settings.bytes = value;
     else if (option == "--samples" && value > 0)
       settings.samples = value;
-    else {
-      fmt::print(stderr, "usage: mkc-proxy-bench [--commands N] [--bytes B] [--samples N]\n");
-      return 2;
-    }
+    else
+      return false;
+    return true;
+  });
+  if (!understood) {
+    fmt::print(stderr, "usage: mkc-proxy-bench [--commands N] [--bytes B] [--samples N]\n");
+    return 2;
   }
   fmt::print("proxy over loopback, host producer: {} commands of {} bytes, {} latency samples\n",
              settings.commands, settings.bytes, settings.samples);

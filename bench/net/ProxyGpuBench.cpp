@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Options.h"
 #include "TestKernels.h"
 
 #include "mk/abi.h"
@@ -252,9 +253,7 @@ void run(const Settings &settings) {
 
 int main(int argc, char **argv) {
   Settings settings;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string option = argv[i];
-    const long value = std::atol(argv[i + 1]);
+  const bool understood = mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
     if (option == "--samples" && value > 0)
       settings.samples = value;
     else if (option == "--commands" && value > 0 && value <= long(kHeapBytes / kPutBytes))
@@ -263,12 +262,15 @@ int main(int argc, char **argv) {
       settings.ctas = value;
     else if (option == "--cpu" && value >= 0)
       settings.cpu = int(value);
-    else {
-      fmt::print(stderr, "usage: mkc-proxy-gpu-bench [--samples N] [--commands N<={}] [--ctas N] "
-                         "[--cpu C]\n",
-                 kHeapBytes / kPutBytes);
-      return 2;
-    }
+    else
+      return false;
+    return true;
+  });
+  if (!understood) {
+    fmt::print(stderr, "usage: mkc-proxy-gpu-bench [--samples N] [--commands N<={}] [--ctas N] "
+                       "[--cpu C]\n",
+               kHeapBytes / kPutBytes);
+    return 2;
   }
   const cuda::Driver &cu = cuda::Driver::get();
   if (!cu.available()) {

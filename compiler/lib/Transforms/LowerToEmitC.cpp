@@ -424,7 +424,11 @@ constexpr StringLiteral kGpuOffsetsAttr = "mk.gpu_offsets";
 /// engine store of one tile to each would stage the tile in shared memory once per GPU: make it
 /// one store that stages the tile once and sends each chunk to every GPU.
 void storeToGpusAtOnce(Operation *root, int64_t gpus) {
-  SmallVector<scf::ForOp> loops;
+  struct Merge {
+    scf::ForOp loop;
+    int64_t begin, end;
+  };
+  SmallVector<Merge> merges;
   root->walk([&](scf::ForOp loop) {
     SmallVector<Operation *> effects = effectsOf(loop);
     auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
@@ -436,30 +440,22 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
     auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
     auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
     APInt modulus, begin, end, step;
-    if (!sum || !matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) || modulus != gpus ||
-        sum.getRhs() != loop.getInductionVar() ||
-        loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) ||
-        !matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) ||
-        !matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) ||
-        !matchPattern(loop.getStep(), m_ConstantInt(&step)) || step != 1)
-      return;
-    loops.push_back(loop);
+    if (sum && matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) && modulus == gpus &&
+        sum.getRhs() == loop.getInductionVar() &&
+        !loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) &&
+        matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) &&
+        matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) &&
+        matchPattern(loop.getStep(), m_ConstantInt(&step)) && step == 1)
+      merges.push_back({loop, begin.getSExtValue(), end.getSExtValue()});
   });
-  for (scf::ForOp loop : loops) {
-    OpBuilder b(loop);
+  for (Merge &merge : merges) {
+    OpBuilder b(merge.loop);
     IRMapping mapping;
-    mapping.map(loop.getInductionVar(), loop.getLowerBound());
-    for (Operation &op : loop.getBody()->without_terminator()) {
-      Operation *copy = b.clone(op, mapping);
-      if (isa<PutOp>(copy)) {
-        APInt begin, end;
-        matchPattern(loop.getLowerBound(), m_ConstantInt(&begin));
-        matchPattern(loop.getUpperBound(), m_ConstantInt(&end));
-        copy->setAttr(kGpuOffsetsAttr,
-                      b.getDenseI64ArrayAttr({begin.getSExtValue(), end.getSExtValue()}));
-      }
-    }
-    loop.erase();
+    mapping.map(merge.loop.getInductionVar(), merge.loop.getLowerBound());
+    for (Operation &op : merge.loop.getBody()->without_terminator())
+      if (Operation *copy = b.clone(op, mapping); isa<PutOp>(copy))
+        copy->setAttr(kGpuOffsetsAttr, b.getDenseI64ArrayAttr({merge.begin, merge.end}));
+    merge.loop.erase();
   }
 }
 

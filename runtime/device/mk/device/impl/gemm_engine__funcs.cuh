@@ -299,19 +299,6 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
   });
 }
 
-/// Adds the tile to what the 2-D tensor of `map` holds at (c0, c1), where that memory is.
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
-                                               const GemmAccumulator<Config> &acc,
-                                               const mk_tensor_map *map, int c0, int c1) {
-  // The first contribution, which a flag's acquire made visible, is read by the async proxy.
-  if (team_thread() == 0)
-    ptx::fence_proxy_async();
-  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
-    ptx::tma_store_add(map, c0 + column, c1, buffer);
-  });
-}
-
 /// The tile to the same place of the 2-D tensor on several GPUs of the node, staged once: to
 /// map maps[(me + j) % gpus] for j in [begin, end), stored or (kAdd) added.
 template <typename Out, bool kAdd, typename Config>
@@ -319,6 +306,7 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
                                                    const GemmAccumulator<Config> &acc,
                                                    const mk_tensor_map *maps, int me, int begin,
                                                    int end, int gpus, int c0, int c1) {
+  // The first contribution, which a flag's acquire made visible, is read by the async proxy.
   if (kAdd && team_thread() == 0)
     ptx::fence_proxy_async();
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
@@ -330,6 +318,13 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
         ptx::tma_store(map, c0 + column, c1, buffer);
     }
   });
+}
+/// Adds the tile to what the 2-D tensor of `map` holds at (c0, c1), where that memory is.
+template <typename Out, typename Config>
+__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
+                                               const GemmAccumulator<Config> &acc,
+                                               const mk_tensor_map *map, int c0, int c1) {
+  gemm_store_to_gpus<Out, true>(e, acc, map, 0, 0, 1, 1, c0, c1);
 }
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,

@@ -1,0 +1,32 @@
+//===- bench/net/Options.h - the proxy benchmarks' command lines ----------===//
+//
+// Both take "--name N" pairs of whole numbers; each says which names and values it accepts.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MKC_BENCH_NET_OPTIONS_H
+#define MKC_BENCH_NET_OPTIONS_H
+
+#include <cerrno>
+#include <cstdlib>
+#include <string_view>
+
+namespace mkc::bench {
+
+/// Whether every argument is a "--name N" pair that `accept(name, N)` takes.
+template <typename Accept> bool parseOptions(int argc, char **argv, Accept accept) {
+  if (argc % 2 == 0)
+    return false; // a name without its value
+  for (int i = 1; i < argc; i += 2) {
+    char *end = nullptr;
+    errno = 0;
+    const long value = std::strtol(argv[i + 1], &end, 10);
+    if (errno || end == argv[i + 1] || *end || !accept(std::string_view(argv[i]), value))
+      return false;
+  }
+  return true;
+}
+
+} // namespace mkc::bench
+
+#endif // MKC_BENCH_NET_OPTIONS_H
