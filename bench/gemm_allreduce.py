@@ -22,8 +22,11 @@ libfabric's tcp provider over loopback. Two more variants then use the same tran
 and with fabric, NCCL is forced onto its socket transport (NCCL_P2P_DISABLE=1,
 NCCL_SHM_DISABLE=1 over lo), so that cuBLAS -> NCCL crosses loopback TCP too.
 
-Each variant runs `--warmup` times, then `--iters` times back to back, each iteration between
-two CUDA events; the time is the median, taken on the slowest rank. Inputs rotate among as many
+Each variant runs for `--warmup-s` seconds (at least `--warmup` times), then `--iters` times back
+to back, each iteration between two CUDA events; the time is the median, taken on the slowest
+rank. Under the board's power cap the clocks fall as the GPU heats for a few hundred
+milliseconds: warmed up this long, every variant is timed at the clocks of a sustained load, and
+none gains from following a pause. Inputs rotate among as many
 sets as make 3x the L2 cache. The fused result is checked against the sequential one first.
 
     python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--network ...] [--out DIR]
@@ -39,6 +42,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 # NVLink multicast (NVLS) stays off on the shared GPU machines.
 for variable in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
@@ -70,6 +74,8 @@ def parse_arguments():
     parser.add_argument("--n", type=int, default=8192)
     parser.add_argument("--k", type=int, default=8192, help="K over all ranks")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup-s", type=float, default=0.5,
+                        help="seconds each variant runs before it is timed")
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
@@ -111,16 +117,27 @@ def launch(arguments):
 class Bench:
     """The timing shared by every variant, on this rank's current stream."""
 
-    def __init__(self, torch, dist, warmup, iters):
+    def __init__(self, torch, dist, warmup, warmup_s, iters):
         self.torch, self.dist = torch, dist
-        self.warmup, self.iters = warmup, iters
+        self.warmup, self.warmup_s, self.iters = warmup, warmup_s, iters
+
+    def medians_ms(self, steps):
+        """{name: the median over ranks' slowest of `step(i)`'s time, iteration i back to back},
+        for each of `steps` ({name: step})."""
+        return {name: self.median_ms(step) for name, step in steps.items()}
 
     def median_ms(self, step):
-        """The median over ranks' slowest of `step(i)`'s time, iteration i back to back."""
         torch = self.torch
-        for i in range(self.warmup):
-            step(i)
-        torch.cuda.synchronize()
+        # Batches of warmup runs until every rank has run for warmup_s.
+        begin = time.monotonic()
+        while True:
+            for i in range(self.warmup):
+                step(i)
+            torch.cuda.synchronize()
+            enough = torch.tensor([int(time.monotonic() - begin >= self.warmup_s)], device="cuda")
+            self.dist.all_reduce(enough, op=self.dist.ReduceOp.MIN)
+            if enough.item():
+                break
         self.dist.barrier()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.iters)]
@@ -157,7 +174,7 @@ def rank_main(arguments):
     dist.all_reduce(torch.ones(1, device=device))
     torch.cuda.synchronize()
     rank, world = runtime.rank, runtime.world_size
-    bench = Bench(torch, dist, arguments.warmup, arguments.iters)
+    bench = Bench(torch, dist, arguments.warmup, arguments.warmup_s, arguments.iters)
     properties = torch.cuda.get_device_properties(device)
     n, k = arguments.n, arguments.k
     k_rank = k // world
@@ -176,9 +193,11 @@ def rank_main(arguments):
         stream = torch.cuda.current_stream()
         communication = torch.cuda.Stream(device=device)
 
-        def fused(i):
-            a, b = inputs[i % sets]
-            op(a, b, fused_c, stream=stream)
+        def on_inputs(compiled_op):
+            """A step that runs `compiled_op` on input set i into fused_c."""
+            return lambda i: compiled_op(*inputs[i % sets], fused_c, stream=stream)
+
+        fused = on_inputs(op)
 
         def gemm(i):
             a, b = inputs[i % sets]
@@ -216,6 +235,8 @@ def rank_main(arguments):
             raise SystemExit(f"rank {rank}: M={m}: the fused result is off by {error:.3g} "
                              f"(relative to cuBLAS + NCCL)")
 
+        steps = {"mkc": fused, "sequential": sequential, "gemm": gemm, "allreduce": allreduce}
+        compiled = []  # closed once timed
         # Other SM splits, each checked like the cost model's before it is timed.
         for split in filter(None, arguments.sm_splits.split(";")):
             roles = dict(item.split("=") for item in split.split(","))
@@ -227,13 +248,9 @@ def rank_main(arguments):
             split_error = ((fused_c.torch().float() - c.float()).norm() / c.float().norm()).item()
             if not split_error < 1e-2:
                 raise SystemExit(f"rank {rank}: M={m}, split {split}: off by {split_error:.3g}")
-            split_ms = bench.median_ms(lambda i: other(*inputs[i % sets], fused_c, stream=stream))
-            if rank == 0:
-                print(f"M={m}: mkc with {split}: {split_ms:.3f} ms", flush=True)
-            other.close()
+            steps[f"mkc {split}"] = on_inputs(other)
+            compiled.append(other)
 
-        times = {"mkc": bench.median_ms(fused), "sequential": bench.median_ms(sequential),
-                 "gemm": bench.median_ms(gemm), "allreduce": bench.median_ms(allreduce)}
         if arguments.network != "none":
             # The same transport as the fused op: cuBLAS into symmetric memory, then mkc's
             # all-reduce alone; checked like the fused op first.
@@ -257,15 +274,21 @@ def rank_main(arguments):
             if not reduce_error < 1e-2:
                 raise SystemExit(f"rank {rank}: M={m}: mkc's all-reduce is off by "
                                  f"{reduce_error:.3g}")
-            times["mkc_sequential"] = bench.median_ms(transport_sequential)
-            times["mkc_allreduce"] = bench.median_ms(transport_allreduce)
-            reduce.close()
+            steps["mkc_sequential"] = transport_sequential
+            steps["mkc_allreduce"] = transport_allreduce
+            compiled.append(reduce)
         alone = runtime.compile(GEMM_ALONE, M=m, N=n, K=k)
-        times["mkc_gemm"] = bench.median_ms(
-            lambda i: alone(*inputs[i % sets], fused_c, stream=stream))
-        alone.close()
+        steps["mkc_gemm"] = on_inputs(alone)
+        compiled.append(alone)
         for chunks in (2, 4, 8):
-            times[f"overlap{chunks}"] = bench.median_ms(overlap(chunks))
+            steps[f"overlap{chunks}"] = overlap(chunks)
+        times = bench.medians_ms(steps)
+        for other in compiled:
+            other.close()
+        if rank == 0:
+            for name in steps:
+                if name.startswith("mkc "):
+                    print(f"M={m}: {name}: {times[name]:.3f} ms", flush=True)
         best_chunks = min((2, 4, 8), key=lambda chunks: times[f"overlap{chunks}"])
         times["overlap"] = times[f"overlap{best_chunks}"]
         rows.append({"M": m, "N": n, "K": k, "ranks": world, "error": error,

@@ -5,8 +5,8 @@
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
 // heuristic choice run in this process on the same random inputs, timed with CUDA events (warm-up,
-// then the median of --repeat runs). Each engine result is first checked against an f32 GPU
-// reference with C poisoned. --check checks without timing (the gpu/gemm-engine test). --sms runs
+// for 0.5 s, then the median of --repeat runs). Each engine result is first checked
+// against an f32 GPU reference with C poisoned. --check checks without timing (the gpu/gemm-engine test). --sms runs
 // the engine on fewer CTAs than the GPU has SMs (what a fused kernel's compute role gets).
 //
 //===----------------------------------------------------------------------------------===//
@@ -20,10 +20,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -49,12 +51,33 @@ struct Config {
   const char *kernel;
   int bn;
   bool bKMajor;
+  int cluster; // CTAs per cluster, sharing B
 };
-const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false},
-                           {"gemm_bf16_256x3_kn", 256, false},
-                           {"gemm_bf16_256x3e4_kn", 256, false},
-                           {"gemm_bf16_128x6_kn", 128, false},
-                           {"gemm_bf16_256x4_nk", 256, true}};
+const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false, 1},
+                           {"gemm_bf16_256x3_kn", 256, false, 1},
+                           {"gemm_bf16_256x3e4_kn", 256, false, 1},
+                           {"gemm_bf16_128x6_kn", 128, false, 1},
+                           {"gemm_bf16_256x4_nk", 256, true, 1},
+                           {"gemm_bf16_256x4_kn_c2", 256, false, 2},
+                           {"gemm_bf16_256x3e4_kn_c2", 256, false, 2},
+                           {"gemm_bf16_128x6_kn_c2", 128, false, 2},
+                           {"gemm_bf16_256x4_nk_c2", 256, true, 2}};
+
+/// The CTAs of a persistent grid of clusters of `cluster` that are resident at once: at most
+/// `sms`, a whole number of clusters.
+unsigned persistentGrid(CUfunction f, int sms, int smem, int cluster) {
+  if (cluster == 1)
+    return unsigned(sms);
+  CUlaunchConfig config{};
+  config.gridDimX = unsigned(sms / cluster * cluster);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = MK_CTA_THREADS;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = unsigned(smem);
+  int clusters = 0;
+  CU(cuOccupancyMaxActiveClusters(&clusters, f, &config));
+  return unsigned(std::min(clusters, sms / cluster) * cluster);
+}
 
 class Module {
 public:
@@ -110,27 +133,40 @@ mk_tensor_map map2d(CUdeviceptr base, long long inner, long long outer, unsigned
   return mkc::encodeTensorMap(Driver::get(), spec, reinterpret_cast<const void *>(base));
 }
 
-/// Median milliseconds of `repeat` runs of `run` after 5 warm-up runs.
-template <typename F> double median(int repeat, F run) {
+/// Median milliseconds of each of `runs` over `repeat` back-to-back runs, each variant timed
+/// after running for kWarmupSeconds: under the board's power cap, clocks fall as the GPU heats
+/// for a few hundred milliseconds, so that all are timed at the clocks of a sustained load, and
+/// none gains from following a pause.
+std::vector<double> medians(int repeat, const std::vector<std::function<void()>> &runs) {
+  constexpr double kWarmupSeconds = 0.5;
   CUevent start, stop;
   CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
   CU(cuEventCreate(&stop, CU_EVENT_DEFAULT));
-  for (int i = 0; i < 5; ++i)
-    run();
-  std::vector<float> ms;
-  for (int i = 0; i < repeat; ++i) {
-    CU(cuEventRecord(start, nullptr));
-    run();
-    CU(cuEventRecord(stop, nullptr));
-    CU(cuEventSynchronize(stop));
-    float elapsed;
-    CU(cuEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
+  std::vector<double> result;
+  for (const auto &run : runs) {
+    const auto begin = std::chrono::steady_clock::now();
+    do {
+      for (int i = 0; i < 5; ++i)
+        run();
+      CU(cuCtxSynchronize());
+    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() <
+             kWarmupSeconds);
+    std::vector<float> ms;
+    for (int i = 0; i < repeat; ++i) {
+      CU(cuEventRecord(start, nullptr));
+      run();
+      CU(cuEventRecord(stop, nullptr));
+      CU(cuEventSynchronize(stop));
+      float elapsed;
+      CU(cuEventElapsedTime(&elapsed, start, stop));
+      ms.push_back(elapsed);
+    }
+    std::sort(ms.begin(), ms.end());
+    result.push_back(ms[ms.size() / 2]);
   }
   Driver::get().cuEventDestroy(start);
   Driver::get().cuEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return result;
 }
 
 /// cuBLASLt's bf16 GEMM with f32 compute: row-major C = A B as column-major C^T = B^T A^T.
@@ -165,6 +201,20 @@ public:
                       reinterpret_cast<void *>(workspace), kWorkspace, nullptr));
   }
   static constexpr size_t kWorkspace = 32 << 20;
+
+  /// The chosen algorithm's configuration as cuBLASLt's enum values: tile
+  /// (cublasLtMatmulTile_t), stages (cublasLtMatmulStages_t), cluster (cublasLtClusterShape_t).
+  std::string describe() const {
+    const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
+      size_t written = 0;
+      LT(cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, attribute, &value, sizeof value,
+                                              &written));
+      return std::to_string(value);
+    };
+    return "tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{}) + ", stages " +
+           get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{}) + ", cluster " +
+           get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{});
+  }
 
 private:
   void release() {
@@ -267,29 +317,25 @@ int run(int argc, char **argv) {
                         unsigned((s.m + 63) / 64), 1, 256, 1, 1, 0, nullptr, params, nullptr));
     }
     CU(cuCtxSynchronize());
-    const double flops = 2.0 * s.m * s.n * s.k;
-    double cublasMs = 0;
+    // cuBLASLt first, then each engine configuration whose result is right.
+    std::vector<const char *> names = {"cuBLASLt"};
+    std::vector<std::function<void()>> runs;
     if (!checkOnly) {
       lt.prepare(s);
-      cublasMs = median(repeat, [&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
-      std::printf("%6lld x %6lld x %6lld  cuBLASLt          %8.3f ms  %6.1f TFLOP/s\n", s.m, s.n,
-                  s.k, cublasMs, flops / cublasMs / 1e9);
-      if (csv)
-        std::fprintf(csv, "%lld,%lld,%lld,cublaslt,%.5f,%.1f,1.0\n", s.m, s.n, s.k, cublasMs,
-                     flops / cublasMs / 1e9);
+      runs.push_back([&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
     }
-    double best = 0;
     for (const Config &config : kConfigs) {
       const CUfunction f = engine.function(config.kernel);
       const int smem = engine.constant(std::string(config.kernel) + "_smem");
       CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
       const mk_tensor_map aMap = map2d(a.pointer, s.k, s.m, 64, 128);
-      const mk_tensor_map bMap = config.bKMajor
-                                     ? map2d(bt.pointer, s.k, s.n, 64, unsigned(config.bn))
-                                     : map2d(b.pointer, s.n, s.k, 64, 64);
+      const mk_tensor_map bMap =
+          config.bKMajor ? map2d(bt.pointer, s.k, s.n, 64, unsigned(config.bn / config.cluster))
+                         : map2d(b.pointer, s.n, s.k, 64, 64);
       const mk_tensor_map cMap = map2d(c.pointer, s.n, s.m, 64, 128);
-      int m = int(s.m), n = int(s.n), k = int(s.k);
-      const auto go = [&] { launch(f, unsigned(sms), MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k); };
+      const int m = int(s.m), n = int(s.n), k = int(s.k);
+      const unsigned grid = persistentGrid(f, sms, smem, config.cluster);
+      const auto go = [=] { launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k); };
       CU(cuMemsetD8(c.pointer, 0xff, cCount * 2)); // NaN: unwritten elements fail
       go();
       CU(cuCtxSynchronize());
@@ -306,21 +352,33 @@ int run(int argc, char **argv) {
       std::memcpy(&maxError, &bits, sizeof maxError);
       const bool ok = host[0] == 0;
       failures += !ok;
-      std::printf("%s %s %lldx%lldx%lld: %llu of %zu elements off (max error %.4g)\n",
-                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, host[0], cCount, maxError);
-      if (checkOnly || !ok)
-        continue;
-      const double ms = median(repeat, go);
-      const double ratio = cublasMs / ms;
-      best = std::max(best, ratio);
-      std::printf("%6lld x %6lld x %6lld  %-18s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n", s.m,
-                  s.n, s.k, config.kernel, ms, flops / ms / 1e9, ratio);
-      if (csv)
-        std::fprintf(csv, "%lld,%lld,%lld,%s,%.5f,%.1f,%.4f\n", s.m, s.n, s.k, config.kernel, ms,
-                     flops / ms / 1e9, ratio);
+      std::printf("%s %s %lldx%lldx%lld on %u CTAs: %llu of %zu elements off (max error %.4g)\n",
+                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, host[0], cCount,
+                  maxError);
+      if (ok) {
+        names.push_back(config.kernel);
+        runs.push_back(go);
+      }
     }
-    if (!checkOnly)
-      bestRatios.push_back(best);
+    if (checkOnly)
+      continue;
+    const std::vector<double> ms = medians(repeat, runs);
+    const double flops = 2.0 * s.m * s.n * s.k;
+    std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  (%s)\n", s.m, s.n, s.k,
+                names[0], ms[0], flops / ms[0] / 1e9, lt.describe().c_str());
+    double best = 0;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const double ratio = ms[0] / ms[i];
+      if (i > 0) {
+        best = std::max(best, ratio);
+        std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n",
+                    s.m, s.n, s.k, names[i], ms[i], flops / ms[i] / 1e9, ratio);
+      }
+      if (csv)
+        std::fprintf(csv, "%lld,%lld,%lld,%s,%.5f,%.1f,%.4f\n", s.m, s.n, s.k,
+                     i ? names[i] : "cublaslt", ms[i], flops / ms[i] / 1e9, ratio);
+    }
+    bestRatios.push_back(best);
   }
   if (!bestRatios.empty()) {
     double logSum = 0;

@@ -120,13 +120,17 @@ TEST_CASE("the device headers include no host or CCCL header", "[device]") {
 TEST_CASE("the GEMM engine compiles to HGMMA fed by TMA, without spills or local memory",
           "[device][gemm_engine]") {
   nvrtc::Result result = requireClean(
-      "gemm_engine.cu", {"gemm_bf16_256x4_kn", "gemm_bf16_256x3_kn", "gemm_bf16_256x3e4_kn",
-                         "gemm_bf16_256x4_nk",
-                         "gemm_bf16_128x6_kn", "gemm_f16_64x8_kn", "transpose_16"});
+      "gemm_engine.cu",
+      {"gemm_bf16_256x4_kn", "gemm_bf16_256x3_kn", "gemm_bf16_256x3e4_kn", "gemm_bf16_256x4_nk",
+       "gemm_bf16_128x6_kn", "gemm_f16_64x8_kn", "gemm_bf16_256x4_kn_c2", "gemm_bf16_256x3e4_kn_c2",
+       "gemm_bf16_256x4_nk_c2", "gemm_bf16_128x6_kn_c2", "transpose_16"});
   CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
   CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
   CHECK(contains(result.ptx, "cp.async.bulk.tensor.2d.shared::cluster.global"));
   CHECK(contains(result.ptx, "cp.async.bulk.tensor.2d.global.shared::cta"));
+  // Clustered: B's panel multicast, stages released in both CTAs.
+  CHECK(contains(result.ptx, ".multicast::cluster"));
+  CHECK(contains(result.ptx, "mbarrier.arrive.shared::cluster.b64"));
   CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 232"));
   CHECK(!contains(result.ptx, "ld.local"));
   CHECK(!contains(result.ptx, "st.local"));

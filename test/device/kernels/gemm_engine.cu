@@ -10,7 +10,10 @@ template <typename Config, typename Out>
 __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
                                      const mk_tensor_map &c, int M, int N, int K) {
   constexpr int kBand = 8;
-  const int tiles_m = (M + 127) / 128, tiles_n = (N + Config::BN - 1) / Config::BN;
+  // Clustered CTAs take tiles t and t + 1 of a band's column, rows 2i and 2i + 1: the row count
+  // is rounded up to the cluster, the rows beyond M are computed on zeros and stored nowhere.
+  const int tiles_m = ((M + 127) / 128 + Config::kCluster - 1) / Config::kCluster * Config::kCluster;
+  const int tiles_n = (N + Config::BN - 1) / Config::BN;
   const int tiles = tiles_m * tiles_n, k_blocks = (K + 63) / 64;
   const auto origin = [&](int t, int &m0, int &n0) {
     const int band = t / (kBand * tiles_n), first = band * kBand;
@@ -38,23 +41,27 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
   }
 }
 
-// gemm_<T>_<BN>x<stages>[e<epilogue buffers, if not 2>]_<B layout: kn = [K x N], nk = [N x K]>,
-// and its shared memory.
-#define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR, BUFFERS)                                         \
+// gemm_<T>_<BN>x<stages>[e<epilogue buffers, if not 2>]_<B layout: kn = [K x N], nk = [N x K]>
+// [_c<cluster, if not 1>], and its shared memory.
+#define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER)                                \
   extern "C" __constant__ int name##_smem =                                                        \
-      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS>>();                      \
-  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)                                  \
+      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>>();             \
+  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K) {                         \
-    gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS>, T>(a, b, c, M, N, K);                    \
+    gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K);           \
   }
 
-GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2)
-GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false, 2)
-GEMM_KERNEL(gemm_bf16_256x3e4_kn, mk::bf16, 256, 3, false, 4)
-GEMM_KERNEL(gemm_bf16_256x4_nk, mk::bf16, 256, 4, true, 2)
-GEMM_KERNEL(gemm_bf16_128x6_kn, mk::bf16, 128, 6, false, 2)
-GEMM_KERNEL(gemm_f16_64x8_kn, mk::f16, 64, 8, false, 2)
+GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2, 1)
+GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false, 2, 1)
+GEMM_KERNEL(gemm_bf16_256x3e4_kn, mk::bf16, 256, 3, false, 4, 1)
+GEMM_KERNEL(gemm_bf16_256x4_nk, mk::bf16, 256, 4, true, 2, 1)
+GEMM_KERNEL(gemm_bf16_128x6_kn, mk::bf16, 128, 6, false, 2, 1)
+GEMM_KERNEL(gemm_f16_64x8_kn, mk::f16, 64, 8, false, 2, 1)
+GEMM_KERNEL(gemm_bf16_256x4_kn_c2, mk::bf16, 256, 4, false, 2, 2)
+GEMM_KERNEL(gemm_bf16_256x3e4_kn_c2, mk::bf16, 256, 3, false, 4, 2)
+GEMM_KERNEL(gemm_bf16_256x4_nk_c2, mk::bf16, 256, 4, true, 2, 2)
+GEMM_KERNEL(gemm_bf16_128x6_kn_c2, mk::bf16, 128, 6, false, 2, 2)
 
 // out [cols x rows] = in [rows x cols]^T, for the [N x K] operand.
 extern "C" __global__ void transpose_16(const unsigned short *in, unsigned short *out,

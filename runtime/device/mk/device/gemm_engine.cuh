@@ -44,8 +44,16 @@ namespace mk {
 
 /// The engine's static shape: 128 x BN output tiles, K in 64-element slices through a
 /// kStages-deep ring, operands of T (bf16 or f16), B [N x K] with kBKMajor, else [K x N]; the
-/// epilogue's staging buffers (2, or 4 to hold a 256-column tile whole).
-template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2>
+/// epilogue's staging buffers (2, or 4 to hold a 256-column tile whole); and the CTAs of a
+/// thread-block cluster (1 or 2) that share each B panel, every CTA loading its part of it into
+/// all of them with TMA multicast.
+///
+/// With a cluster of 2 the kernel is declared __cluster_dims__(2, 1, 1), and the two CTAs of a
+/// cluster walk tiles in step: the same number of tiles, each pair with the same n0 and k_blocks
+/// (rows m0 of their own), so the grid's tile count is even; a tile beyond M still runs (TMA
+/// loads zeros and stores nothing). With [N x K] B, B's map has box {64, BN / 2}.
+template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2,
+          int kCluster = 1>
 struct GemmConfig;
 
 /// Dynamic shared memory the engine of Config needs (the ring, the epilogue's staging, the
@@ -60,8 +68,9 @@ __host__ __device__ constexpr int gemm_max_stages();
 template <typename Config> struct GemmAccumulator;
 
 /// The ring and its pipeline position, as one thread sees it. Construct it with every thread of
-/// the CTA (it initialises the mbarriers and synchronises the CTA); then producer and consumers
-/// each advance their own copy in step.
+/// the CTA (it initialises the mbarriers and synchronises the CTA, or the cluster); then producer
+/// and consumers each advance their own copy in step. In a cluster every thread also reaches the
+/// end of its scope, where the cluster synchronises again.
 template <typename Config> class GemmEngine;
 
 /// Whether this thread is in the producer warpgroup.

@@ -60,6 +60,7 @@ namespace mkc::cuda {
   X(cuLaunchKernel, 4000)                                                                          \
   X(cuLaunchKernelEx, 11060)                                                                       \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050)                                             \
+  X(cuOccupancyMaxActiveClusters, 11070)                                                           \
   X(cuTensorMapEncodeTiled, 12000)                                                                 \
   X(cuPointerGetAttribute, 4000)                                                                   \
   X(cuMemGetInfo, 3020)                                                                            \

@@ -8,17 +8,23 @@
 
 namespace mk {
 
-template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_>
+template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_, int kCluster_>
 struct GemmConfig {
   using T = T_;
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = kStages_;
   static constexpr bool kBKMajor = kBKMajor_;
   static constexpr int kEpilogueBuffers = kEpilogueBuffers_;
+  static constexpr int kCluster = kCluster_;
   static_assert(kEpilogueBuffers == 2 || kEpilogueBuffers == 4,
                 "the epilogue stages chunks in 2 or 4 buffers");
   static_assert(sizeof(T) == 2, "16-bit operands (bf16, f16)");
   static_assert(BN == 64 || BN == 128 || BN == 256, "BN: a wgmma N of 64, 128 or 256");
   static_assert(kStages >= 2, "a ring of at least two stages");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  // Each CTA of a cluster loads its share of the B panel for all: whole 64-column blocks
+  // ([K x N]) or BN / kCluster rows ([N x K]).
+  static_assert(kBKMajor || BN / 64 % kCluster == 0, "a [K x N] B panel splits in 64-column blocks");
+  static constexpr int kBShare = kBKMajor ? BN / kCluster : BN / 64 / kCluster;
 
   // A stage: A as 128 rows of 64 K (128 bytes, swizzled), then B as BN rows of 64 K (K-major)
   // or BN / 64 blocks of 64 K rows by 64 N (MN-major). Every piece starts on 1 KiB.
@@ -41,6 +47,8 @@ struct GemmConfig {
   // wgmma reads 16 K (32 bytes of a K-major row, or 16 rows of an MN-major block) at a time.
   static constexpr int kMmaPerStage = BK / 16;
   static constexpr int kConsumerWarps = 8;
+  // Every consumer warp of the cluster releases a stage: each CTA's producer overwrites it in all.
+  static constexpr int kReleases = kConsumerWarps * kCluster;
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 };
 
@@ -50,7 +58,7 @@ template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes() {
 
 template <typename T, int BN, int kEpilogueBuffers>
 __host__ __device__ constexpr int gemm_max_stages() {
-  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers>;
+  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1>;
   // Each stage takes its slice of A and B and two barriers.
   const int stages = (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) /
                      (Two::kStageBytes + 16);
@@ -69,12 +77,27 @@ public:
     if (threadIdx.x == 0) {
       for (int s = 0; s < Config::kStages; ++s) {
         ptx::mbarrier_init(full(s), 1);
-        ptx::mbarrier_init(empty(s), Config::kConsumerWarps);
+        ptx::mbarrier_init(empty(s), Config::kReleases);
       }
       ptx::fence_mbarrier_init();
     }
-    __syncthreads();
+    if constexpr (Config::kCluster > 1) {
+      cluster_rank_ = ptx::cluster_cta_rank();
+      ptx::cluster_sync(); // the other CTAs' barriers are ready before any copy or arrival
+    } else {
+      __syncthreads();
+    }
   }
+  /// In a cluster, no CTA leaves while another may still arrive on its barriers.
+  __device__ ~GemmEngine() {
+    if constexpr (Config::kCluster > 1)
+      ptx::cluster_sync();
+  }
+  GemmEngine(const GemmEngine &) = delete;
+  GemmEngine &operator=(const GemmEngine &) = delete;
+
+  /// This CTA's rank in its cluster (0 without one).
+  __device__ mk_u32 cluster_rank() const { return cluster_rank_; }
 
   __device__ mk_u32 a(int s) const { return base_ + s * Config::kStageBytes; }
   __device__ mk_u32 b(int s) const { return a(s) + Config::kABytes; }
@@ -101,6 +124,7 @@ public:
 
 private:
   mk_u32 base_;
+  mk_u32 cluster_rank_ = 0;
   int stage_;
   mk_u32 phase_;
   int chunk_;
@@ -130,12 +154,26 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
     ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageBytes);
     const int k0 = kb * Config::BK;
     ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
-    if constexpr (Config::kBKMajor) {
-      ptx::tma_load(e.b(s), b, k0, n0, e.full(s));
-    } else {
+    if constexpr (Config::kCluster == 1) {
+      if constexpr (Config::kBKMajor) {
+        ptx::tma_load(e.b(s), b, k0, n0, e.full(s));
+      } else {
 #pragma unroll
-      for (int j = 0; j < Config::BN / 64; ++j)
-        ptx::tma_load(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s));
+        for (int j = 0; j < Config::BN / 64; ++j)
+          ptx::tma_load(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s));
+      }
+    } else {
+      // The cluster's CTAs share n0: each loads its share of the panel into every CTA.
+      constexpr mk_u16 kEveryCta = (1u << Config::kCluster) - 1;
+      const int share = static_cast<int>(e.cluster_rank()) * Config::kBShare;
+      if constexpr (Config::kBKMajor) {
+        ptx::tma_load_multicast(e.b(s) + share * 128, b, k0, n0 + share, e.full(s), kEveryCta);
+      } else {
+#pragma unroll
+        for (int j = share; j < share + Config::kBShare; ++j)
+          ptx::tma_load_multicast(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s),
+                                  kEveryCta);
+      }
     }
     e.advance();
   }
@@ -199,8 +237,13 @@ __device__ __forceinline__ mk_u64 b_descriptor(const GemmEngine<Config> &e, int 
 }
 
 template <typename Config> __device__ __forceinline__ void release(const GemmEngine<Config> &e, int s) {
-  if (threadIdx.x % 32 == 0)
-    ptx::mbarrier_arrive(e.empty(s));
+  const int lane = threadIdx.x % 32;
+  if constexpr (Config::kCluster == 1) {
+    if (lane == 0)
+      ptx::mbarrier_arrive(e.empty(s));
+  } else if (lane < Config::kCluster) {
+    ptx::mbarrier_arrive_cluster(e.empty(s), lane);
+  }
 }
 
 template <typename Out> struct PairOfOut;

@@ -264,6 +264,16 @@ __device__ __forceinline__ void tma_load(mk_u32 dst, const mk_tensor_map *map, i
                : "memory");
 }
 
+/// As tma_load (2-D), but the box lands at `dst` and completes on `barrier` in each CTA of the
+/// cluster that `cta_mask` names (bit i: the CTA of rank i), at the same shared-memory offsets.
+__device__ __forceinline__ void tma_load_multicast(mk_u32 dst, const mk_tensor_map *map, int c0,
+                                                   int c1, mk_u32 barrier, mk_u16 cta_mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(barrier), "h"(cta_mask)
+               : "memory");
+}
+
 /// Stores shared memory at `src` to the box at (c0, c1[, c2]); tracked by this thread's bulk
 /// async-groups (bulk_commit, bulk_wait_read, bulk_wait_all). Elements beyond the tensor's
 /// extents are not written.
@@ -297,6 +307,35 @@ __device__ __forceinline__ void prefetch_tensor_map(const mk_tensor_map *map) {
 /// Arrives once on `barrier` (no transaction bytes).
 __device__ __forceinline__ void mbarrier_arrive(mk_u32 barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+/// Arrives once on the mbarrier at offset `barrier` of the shared memory of cluster CTA `cta`.
+/// CTA-scope release, as for a local arrival: a cluster-scope release fences like a GPU-wide
+/// membar, about a microsecond per arrival.
+__device__ __forceinline__ void mbarrier_arrive_cluster(mk_u32 barrier, mk_u32 cta) {
+  asm volatile("{\n"
+               ".reg .b32 remote;\n"
+               "mapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+               "}\n" ::"r"(barrier),
+               "r"(cta)
+               : "memory");
+}
+
+// ---- thread-block clusters ----------------------------------------------------------------
+
+/// This CTA's rank in its cluster.
+__device__ __forceinline__ mk_u32 cluster_cta_rank() {
+  mk_u32 rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+/// Every thread of every CTA of the cluster arrives, then waits for all the others; accesses
+/// before it (also to other CTAs' shared memory) are visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n"
+               "barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
 /// Orders this thread's ordinary shared-memory writes before the async proxy's reads of them.
