@@ -22,11 +22,12 @@ libfabric's tcp provider over loopback. Two more variants then use the same tran
 and with fabric, NCCL is forced onto its socket transport (NCCL_P2P_DISABLE=1,
 NCCL_SHM_DISABLE=1 over lo), so that cuBLAS -> NCCL crosses loopback TCP too.
 
-Each variant runs for `--warmup-s` seconds (at least `--warmup` times), then `--iters` times back
-to back, each iteration between two CUDA events; the time is the median, taken on the slowest
-rank. Under the board's power cap the clocks fall as the GPU heats for a few hundred
-milliseconds: warmed up this long, every variant is timed at the clocks of a sustained load, and
-none gains from following a pause. Inputs rotate among as many
+Each variant waits `--cooldown-s` seconds idle (default 0), runs for `--warmup-s` seconds (0.5;
+at least `--warmup` times), then `--iters` times back to back, each iteration between two CUDA
+events; the time is the median, taken on the slowest rank. Under the board's power cap the
+clocks fall as the GPU heats for a few hundred milliseconds: by default every variant is timed
+at the clocks of a sustained load; with --cooldown-s 1 --warmup-s 0, at those of a burst after
+a pause. Either way no variant gains from its place in line. Inputs rotate among as many
 sets as make 3x the L2 cache. The fused result is checked against the sequential one first.
 
     python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--network ...] [--out DIR]
@@ -76,6 +77,8 @@ def parse_arguments():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--warmup-s", type=float, default=0.5,
                         help="seconds each variant runs before it is timed")
+    parser.add_argument("--cooldown-s", type=float, default=0,
+                        help="seconds idle before each variant's warm-up")
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
@@ -117,9 +120,10 @@ def launch(arguments):
 class Bench:
     """The timing shared by every variant, on this rank's current stream."""
 
-    def __init__(self, torch, dist, warmup, warmup_s, iters):
+    def __init__(self, torch, dist, arguments):
         self.torch, self.dist = torch, dist
-        self.warmup, self.warmup_s, self.iters = warmup, warmup_s, iters
+        self.warmup, self.warmup_s = arguments.warmup, arguments.warmup_s
+        self.cooldown_s, self.iters = arguments.cooldown_s, arguments.iters
 
     def medians_ms(self, steps):
         """{name: the median over ranks' slowest of `step(i)`'s time, iteration i back to back},
@@ -128,6 +132,8 @@ class Bench:
 
     def median_ms(self, step):
         torch = self.torch
+        torch.cuda.synchronize()
+        time.sleep(self.cooldown_s)
         # Batches of warmup runs until every rank has run for warmup_s.
         begin = time.monotonic()
         while True:
@@ -174,7 +180,7 @@ def rank_main(arguments):
     dist.all_reduce(torch.ones(1, device=device))
     torch.cuda.synchronize()
     rank, world = runtime.rank, runtime.world_size
-    bench = Bench(torch, dist, arguments.warmup, arguments.warmup_s, arguments.iters)
+    bench = Bench(torch, dist, arguments)
     properties = torch.cuda.get_device_properties(device)
     n, k = arguments.n, arguments.k
     k_rank = k // world
@@ -299,13 +305,14 @@ def rank_main(arguments):
         op.close()
         del inputs
     if rank == 0:
-        report(rows, arguments.out, properties.name, world, arguments.network)
+        regime = f"{arguments.cooldown_s:g} s idle, {arguments.warmup_s:g} s warm-up"
+        report(rows, arguments.out, properties.name, world, arguments.network, regime)
     dist.barrier()
     dist.destroy_process_group()
     runtime.close()
 
 
-def report(rows, out, gpu, world, network):
+def report(rows, out, gpu, world, network, regime):
     """Writes the CSV and the plot, and prints the table with the ratios."""
     os.makedirs(out, exist_ok=True)
     across = network != "none"
@@ -316,12 +323,12 @@ def report(rows, out, gpu, world, network):
     path = os.path.join(out, f"{name}.csv")
     where = f"{world} nodes x 1 {gpu} over {network}" if across else f"{world} x {gpu}"
     with open(path, "w", newline="") as file:
-        file.write(f"# {datetime.date.today()} {where}; times in ms (median)\n")
+        file.write(f"# {datetime.date.today()} {where}; times in ms (median after {regime})\n")
         writer = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 
-    print(f"\nGEMM+AllReduce, {where}, N={rows[0]['N']}, K={rows[0]['K']} (ms; "
+    print(f"\nGEMM+AllReduce, {where}, N={rows[0]['N']}, K={rows[0]['K']} (ms after {regime}; "
           f"ratio = baseline / mkc, > 1: mkc is faster)")
     header = (f"{'M':>6} {'mkc':>8} {'seq':>8} {'overlap':>8} {'gemm':>8} {'AR':>8} "
               f"{'mkc gemm':>8} {'seq/mkc':>8} {'ovl/mkc':>8} {'bound/mkc':>9} {'mkc TF/s':>9}")

@@ -1,11 +1,12 @@
 //===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
 //
-// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--sms N] [--csv FILE] [--cubin FILE]
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--warmup-ms N] [--cooldown-ms N]
+//                [--sms N] [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
-// heuristic choice run in this process on the same random inputs, timed with CUDA events (warm-up,
-// for 0.5 s, then the median of --repeat runs). Each engine result is first checked
+// heuristic choice run in this process on the same random inputs, timed with CUDA events: each
+// runs for --warmup-ms (500), after --cooldown-ms idle (0), then the median of --repeat runs. Each engine result is first checked
 // against an f32 GPU reference with C poisoned. --check checks without timing (the gpu/gemm-engine test). --sms runs
 // the engine on fewer CTAs than the GPU has SMs (what a fused kernel's compute role gets).
 //
@@ -29,6 +30,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using mkc::cuda::Driver;
@@ -133,24 +135,32 @@ mk_tensor_map map2d(CUdeviceptr base, long long inner, long long outer, unsigned
   return mkc::encodeTensorMap(Driver::get(), spec, reinterpret_cast<const void *>(base));
 }
 
-/// Median milliseconds of each of `runs` over `repeat` back-to-back runs, each variant timed
-/// after running for kWarmupSeconds: under the board's power cap, clocks fall as the GPU heats
-/// for a few hundred milliseconds, so that all are timed at the clocks of a sustained load, and
-/// none gains from following a pause.
-std::vector<double> medians(int repeat, const std::vector<std::function<void()>> &runs) {
-  constexpr double kWarmupSeconds = 0.5;
+/// How each variant is brought to the clocks it is timed at. Under the board's power cap, the
+/// clocks fall as the GPU heats for a few hundred milliseconds: after `warmupMs` of running, a
+/// variant is timed at a sustained load's clocks (the default); after `cooldownMs` idle and a
+/// short warm-up, at the clocks of a burst. Either way no variant gains from its place in line.
+struct Regime {
+  int warmupMs = 500;
+  int cooldownMs = 0;
+};
+
+/// Median milliseconds of each of `runs` over `repeat` back-to-back runs, in `regime`.
+std::vector<double> medians(int repeat, Regime regime,
+                            const std::vector<std::function<void()>> &runs) {
   CUevent start, stop;
   CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
   CU(cuEventCreate(&stop, CU_EVENT_DEFAULT));
   std::vector<double> result;
   for (const auto &run : runs) {
+    CU(cuCtxSynchronize());
+    std::this_thread::sleep_for(std::chrono::milliseconds(regime.cooldownMs));
     const auto begin = std::chrono::steady_clock::now();
     do {
       for (int i = 0; i < 5; ++i)
         run();
       CU(cuCtxSynchronize());
-    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() <
-             kWarmupSeconds);
+    } while (std::chrono::steady_clock::now() - begin <
+             std::chrono::milliseconds(regime.warmupMs));
     std::vector<float> ms;
     for (int i = 0; i < repeat; ++i) {
       CU(cuEventRecord(start, nullptr));
@@ -258,6 +268,7 @@ int run(int argc, char **argv) {
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
   int ctas = 0;
+  Regime regime;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> const char * {
@@ -271,6 +282,10 @@ int run(int argc, char **argv) {
       shapesText = value();
     else if (arg == "--repeat")
       repeat = std::max(1, std::atoi(value()));
+    else if (arg == "--warmup-ms")
+      regime.warmupMs = std::max(0, std::atoi(value()));
+    else if (arg == "--cooldown-ms")
+      regime.cooldownMs = std::max(0, std::atoi(value()));
     else if (arg == "--sms")
       ctas = std::max(1, std::atoi(value()));
     else if (arg == "--csv")
@@ -362,7 +377,7 @@ int run(int argc, char **argv) {
     }
     if (checkOnly)
       continue;
-    const std::vector<double> ms = medians(repeat, runs);
+    const std::vector<double> ms = medians(repeat, regime, runs);
     const double flops = 2.0 * s.m * s.n * s.k;
     std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  (%s)\n", s.m, s.n, s.k,
                 names[0], ms[0], flops / ms[0] / 1e9, lt.describe().c_str());

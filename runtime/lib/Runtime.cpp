@@ -144,6 +144,18 @@ int defaultDevice(const cuda::Driver &cu, const ProcessGroup &group) {
   return group.localRank();
 }
 
+/// The launch of a persistent kernel: its grid of MK_CTA_THREADS-thread CTAs on `stream`.
+CUlaunchConfig persistentLaunch(const LaunchParameters &launch, CUstream stream = nullptr) {
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(launch.grid);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = MK_CTA_THREADS;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = static_cast<unsigned>(launch.dynamicSmemBytes);
+  config.hStream = stream;
+  return config;
+}
+
 } // namespace
 
 RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
@@ -515,6 +527,20 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
                                      "per SM)",
                                      compiled->source.kernel, launch.grid,
                                      perSm * runtime.smCount, perSm));
+    // Clusters go whole to one GPC each, which may leave SMs idle.
+    int clusterWidth = 0;
+    MK_CU_CHECK(cu, cuFuncGetAttribute(&clusterWidth, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+                                       kernel->function()));
+    if (clusterWidth > 1) {
+      const CUlaunchConfig config = persistentLaunch(launch);
+      int clusters = 0;
+      MK_CU_CHECK(cu, cuOccupancyMaxActiveClusters(&clusters, kernel->function(), &config));
+      if (clusters * clusterWidth < launch.grid)
+        throw RuntimeError(fmt::format(
+            "{} needs its {} CTAs resident at once, in clusters of {}; this GPU holds {} such "
+            "clusters (mkc --gemm-cluster=1 compiles it without)",
+            compiled->source.kernel, launch.grid, clusterWidth, clusters));
+    }
   } catch (const std::exception &error) {
     failure = error.what();
   }
@@ -608,13 +634,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   CUlaunchAttribute cooperative{};
   cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   cooperative.value.cooperative = 1;
-  CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(launch.grid);
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = MK_CTA_THREADS;
-  config.blockDimY = config.blockDimZ = 1;
-  config.sharedMemBytes = static_cast<unsigned>(launch.dynamicSmemBytes);
-  config.hStream = stream;
+  CUlaunchConfig config = persistentLaunch(launch, stream);
   config.attrs = &cooperative;
   config.numAttrs = 1;
   void *kernelParameters[] = {&parameter};

@@ -1,4 +1,4 @@
-// RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc
+// RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc="gemm-cluster=2"
 
 // What mk-lower-to-emitc rejects.
 
@@ -109,5 +109,35 @@ mk.program @combine_splat [] mesh <1x2> (%s: !S) grid 132 {
     %t = mk.splat %zero : bf16 -> !mk.tile<[128, 128], bf16>
     // expected-error @+1 {{'mk.put' op combines into its destination, which mkc lowers only from the GEMM engine's epilogue into a rank-2 tensor}}
     mk.put %t, %s[%i, %i] at gpu %i via nvlink_store combine sum : !mk.tile<[128, 128], bf16>, !S
+  }
+}
+
+// -----
+
+// Clusters of 2 asked for, but the roles' CTAs do not pair up: a cluster would span both roles.
+mk.program @odd_roles [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[1024, 1024], bf16, replicated>, %b: !mk.tensor<[1024, 1024], bf16, replicated>, %c: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
+  // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: a role has an odd number of CTAs}}
+  mk.role compute ctas 131 {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] order <swizzle 8> : !mk.tensor<[1024, 1024], bf16, replicated> {
+      %p = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, replicated>, !mk.tensor<[1024, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
+      %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+    }
+  }
+  mk.role intra_transfer ctas 1 {
+  }
+}
+
+// -----
+
+// Clusters of 2 asked for, but bands of odd rows put CTAs 2c and 2c + 1 in different columns.
+mk.program @odd_band [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[1024, 1024], bf16, replicated>, %b: !mk.tensor<[1024, 1024], bf16, replicated>, %c: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
+  // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles}}
+  mk.role compute ctas 132 {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] order <swizzle 3> : !mk.tensor<[1024, 1024], bf16, replicated> {
+      %p = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, replicated>, !mk.tensor<[1024, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
+      %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+    }
   }
 }

@@ -1,5 +1,6 @@
 // RUN: mk-opt %s -split-input-file -mk-lower-to-emitc | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-stages=3" | FileCheck %s --check-prefix=STAGES
+// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-cluster=1" | FileCheck %s --check-prefix=SINGLE
 
 // mk-lower-to-emitc turns a scheduled program into one EmitC function: an extern "C" __global__
 // kernel taking the launch's mk_kernel_args, whose CTAs branch on their role, loop over their
@@ -8,15 +9,20 @@
 // GEMM + all-reduce on 1 x 2. The compute role runs on the GEMM engine: its CTAs split into the
 // producer, whose loop keeps only the loads, and the consumers, which multiply, store each tile
 // to its owner through TMA and signal. The reduction role runs on its team of 256 threads, with
-// TMA: the two slots in, their sum out to both GPUs.
+// TMA: the two slots in, their sum out to both GPUs. Both roles have an even number of CTAs and
+// the swizzled order gives CTAs 2c and 2c + 1 tiles of the same column, rows 2i and 2i + 1: the
+// kernel runs in clusters of 2, whose engines share each B panel (unless gemm-cluster=1).
 // CHECK: emitc.include "mk/device/kernel.cuh"
 // CHECK: emitc.verbatim "extern __shared__ __align__(128) unsigned char mk_smem[];"
 // CHECK-LABEL: emitc.func @gemm_allreduce
 // CHECK-SAME: (%[[ARGS:.+]]: !emitc.opaque<"const __grid_constant__ mk_kernel_args">)
-// CHECK-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
+// CHECK-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(2, 1, 1)"]
+// SINGLE-LABEL: emitc.func @gemm_allreduce
+// SINGLE-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
+// SINGLE: call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 1>>"()
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
 // CHECK-DAG: call_opaque "mk::cta"()
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
 // CHECK: if %[[PRODUCER]]
 // CHECK: call_opaque "mk::gemm_producer_begin"(%[[ENGINE]])
@@ -28,7 +34,7 @@
 // CHECK: call_opaque "mk::signal_gpu"
 // CHECK: {{^ +}}for %
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]]) {args = [0 : index, #emitc.opaque<"8">]}
-// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>">
+// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>">
 // CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
 // CHECK: %[[MAP:.+]] = call_opaque "mk::tensor_map"
 // CHECK: call_opaque "mk::gemm_store"(%[[ENGINE]], %[[ACC]], %[[MAP]]
@@ -65,7 +71,7 @@
 // CHECK: {{^ +}}return
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
 // CHECK-SAME: gemm_allreduce_grid = 132;
-// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
+// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
 // CHECK-SAME: gemm_allreduce_flag_words = 65;
 // CHECK-SAME: gemm_allreduce_arguments = 3;
 // CHECK-SAME: gemm_allreduce_tensors = 4;
@@ -80,7 +86,7 @@
 // CHECK-SAME: gemm_allreduce_tensor_maps[] = {{[{][{]}}0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}};
 // CHECK-NOT: mk.
 // The ring depth, overridden.
-// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4>>
+// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4, 2>>
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
@@ -192,7 +198,7 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 // its tile into both copies. Flags after the engine's stores are held back until the stores land,
 // and waits raise them first.
 // CHECK-LABEL: emitc.func @gemm_allreduce
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4>>"()
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"()
 // CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]])
 // CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]

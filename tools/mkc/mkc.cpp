@@ -61,6 +61,10 @@ cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
                                      "deepest that fits the tile)"),
                             cl::init(0), cl::cat(category));
+cl::opt<int64_t> gemmCluster("gemm-cluster",
+                             cl::desc("CTAs per cluster of the GEMM engine, sharing B through TMA "
+                                      "multicast: 1 or 2 (default: 2 where they pair up)"),
+                             cl::init(0), cl::cat(category));
 cl::opt<bool> printIRAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
                               cl::cat(category));
 cl::opt<bool> ptxasReport("ptxas-report",
@@ -132,8 +136,13 @@ int run() {
                  << ": the GEMM engine's ring needs at least 2 stages\n";
     return 1;
   }
+  if (gemmCluster < 0 || gemmCluster > 2) {
+    llvm::errs() << "mkc: error: --gemm-cluster=" << gemmCluster
+                 << ": the GEMM engine runs in clusters of 1 or 2 CTAs\n";
+    return 1;
+  }
   if (emit != Emit::mlir)
-    mlir::mk::buildEmitCPipeline(pm, gemmStages);
+    mlir::mk::buildEmitCPipeline(pm, gemmStages, gemmCluster);
   if (failed(pm.run(*module)))
     return 1;
 

@@ -39,8 +39,9 @@ struct PipelineOptions {
 void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options);
 
 /// Adds the lowering of scheduled programs to EmitC; `gemmStages` overrides the GEMM engine's
-/// pipeline depth (0: the deepest that fits).
-void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages = 0);
+/// pipeline depth (0: the deepest that fits), `gemmCluster` its CTAs per cluster (0: 2 where
+/// they pair up, else 1).
+void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages = 0, int64_t gemmCluster = 0);
 
 /// Prints a module lowered to EmitC as CUDA C++.
 LogicalResult printCuda(ModuleOp module, raw_ostream &os);

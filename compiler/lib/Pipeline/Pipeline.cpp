@@ -34,9 +34,10 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   programs.addPass(createCanonicalizerPass());
 }
 
-void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages) {
+void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages, int64_t gemmCluster) {
   MkLowerToEmitCOptions lowering;
   lowering.gemmStages = gemmStages;
+  lowering.gemmCluster = gemmCluster;
   pm.addPass(createMkLowerToEmitC(lowering));
   // Folds single-use arithmetic into the expressions that use it: fewer temporaries in the C++.
   pm.addPass(emitc::createFormExpressionsPass());

@@ -71,6 +71,15 @@ struct KernelLayout {
   DenseMap<Value, std::string> engineConfigs;
   /// The engine's ring depth, or 0 for the deepest that fits.
   int64_t gemmStages = 0;
+  /// The engine's CTAs per cluster as asked (0: 2 where they pair up), and as chosen: the
+  /// kernel's cluster size.
+  int64_t gemmCluster = 0;
+  int64_t cluster = 1;
+  /// Whether every role has an even number of CTAs, so that no cluster of 2 spans two roles.
+  bool rolesPairUp = false;
+  /// The tile loops whose CTAs 2c and 2c + 1 take the two rows of a column's pair of tiles, in
+  /// step (see pairsRows).
+  DenseSet<Operation *> pairedLoops;
 
   /// A tensor map's element type (mk/abi.h): exact for what TMA reductions add, else by size.
   static StringRef mapElement(Type element) {
@@ -473,10 +482,19 @@ private:
   /// description); `config` is the engine's mk::GemmConfig arguments.
   LogicalResult lowerEngineRole(scf::IfOp branch, ArrayRef<MatmulOp> matmuls, StringRef config);
   LogicalResult lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas);
+  /// The CTAs per cluster of the engine that runs `matmuls` (each in its tile loop): 2 where
+  /// asked or by default, if the roles and the loops pair CTAs up and B is [K x N] in whole
+  /// 128-column panels; else 1, or an error if 2 was asked.
+  FailureOr<int64_t> engineCluster(Location loc, ArrayRef<MatmulOp> matmuls);
   /// The coordinates of the tile at position `pos` of a grid with `counts` tiles per dim, in
   /// `order`, as index values.
   SmallVector<Value> decode(OpBuilder &b, Location loc, Value pos, ArrayRef<int64_t> counts,
                             TileOrderAttr order, Value rotation);
+  /// Whether a loop over a 2-D grid of `counts` tiles in `order` (rotated by rank, local first),
+  /// strided over `ctas` CTAs, gives CTAs 2c and 2c + 1 the same number of tiles, each pair in
+  /// the same column and rows 2i and 2i + 1: an even stride and count, bands of an even number
+  /// of rows, and even rotations.
+  bool pairsRows(ArrayRef<int64_t> counts, int64_t ctas, TileOrderAttr order, bool rotated) const;
 
   ProgramOp program;
   KernelLayout &layout;
@@ -589,6 +607,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
   markReductions(func);
+  layout.rolesPairUp = llvm::all_of(func.getBody().getOps<RoleOp>(),
+                                    [](RoleOp role) { return *role.getCtas() % 2 == 0; });
   int64_t begin = 0;
   for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
     int64_t ctas = static_cast<int64_t>(*role.getCtas());
@@ -596,6 +616,10 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
       return failure();
     begin += ctas;
   }
+  if (layout.cluster > 1)
+    func.setSpecifiersAttr(eb.getStrArrayAttr(
+        {"extern \"C\" __global__ __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(" +
+         std::to_string(layout.cluster) + ", 1, 1)"}));
   // After the roles: they mark the engine's stores.
   WalkResult uncombinable = func.walk([](PutOp put) {
     auto how = put->getAttrOfType<StringAttr>(kLoweringAttr);
@@ -662,8 +686,14 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     else
       engine = false;
   });
-  if (!matmuls.empty() && engine && configs.size() == 1)
-    return lowerEngineRole(branch, matmuls, *configs.begin());
+  if (!matmuls.empty() && engine && configs.size() == 1) {
+    FailureOr<int64_t> cluster = engineCluster(loc, matmuls);
+    if (failed(cluster))
+      return failure();
+    layout.cluster = std::max(layout.cluster, *cluster);
+    return lowerEngineRole(branch, matmuls,
+                           *configs.begin() + ", " + std::to_string(*cluster));
+  }
   // The team takes the registers of the warpgroup that has nothing to do.
   Block *body = branch.thenBlock();
   b.setInsertionPoint(body->getTerminator());
@@ -702,6 +732,27 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     call(teamEnd, loc, {}, "mk::tma_reduce_finish", {reducer});
   }
   return success();
+}
+
+FailureOr<int64_t> StructureLowering::engineCluster(Location loc, ArrayRef<MatmulOp> matmuls) {
+  if (layout.gemmCluster == 1)
+    return 1;
+  std::string why;
+  if (!layout.rolesPairUp)
+    why = "a role has an odd number of CTAs";
+  for (MatmulOp matmul : matmuls) {
+    if (!why.empty())
+      break;
+    if (!layout.pairedLoops.contains(matmul->getParentOp()))
+      why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
+    else if (matmul.getRhsWholeDims()[0] == 1 || matmul.getResult().getType().getShape()[1] % 128)
+      why = "B is not [K x N] in panels of 128 columns or more";
+  }
+  if (why.empty())
+    return 2;
+  if (layout.gemmCluster == 2)
+    return emitError(loc) << "the GEMM engine cannot run in clusters of 2 CTAs: " << why;
+  return 1;
 }
 
 LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<MatmulOp> matmuls,
@@ -852,6 +903,19 @@ SmallVector<Value> StructureLowering::decode(OpBuilder &b, Location loc, Value p
   return coords;
 }
 
+bool StructureLowering::pairsRows(ArrayRef<int64_t> counts, int64_t ctas, TileOrderAttr order,
+                                  bool rotated) const {
+  if (counts.size() != 2 || ctas % 2 || counts[0] % 2 || !order ||
+      order.getKind() != TileOrderKind::swizzle || order.getGroup() % 2)
+    return false;
+  // The rotation of rank r is r * rows / world (decode).
+  int64_t world = mesh.getWorldSize();
+  for (int64_t rank = 0; rotated && rank < world; ++rank)
+    if (rank * counts[0] / world % 2)
+      return false;
+  return true;
+}
+
 LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas) {
   Location loc = grid.getLoc();
   DistTensorType target = grid.getTargetType();
@@ -955,6 +1019,9 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
     rotation = arith::DivSIOp::create(b, loc, arith::MulIOp::create(b, loc, me, c(counts[rank - 2])),
                                       c(world));
   }
+  if (pairsRows(counts, ctas, stride == 1 && !shardsOfThisGpu ? order : TileOrderAttr(),
+                rotation != nullptr))
+    layout.pairedLoops.insert(loop);
   // The round-robin owner of a tile is defined on the row-major index.
   SmallVector<Value> coords =
       decode(b, loc, inShard, counts, stride == 1 || ownedInOrder ? order : TileOrderAttr(),
@@ -1588,6 +1655,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       KernelLayout layout;
       layout.mesh = program.getMesh();
       layout.gemmStages = gemmStages;
+      layout.gemmCluster = gemmCluster;
       std::string name = program.getSymName().str();
       int64_t grid = program.getGrid().value_or(0);
       FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();

@@ -160,12 +160,17 @@ def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
     walks the loop's tiles loading operands (after the waits that precede the matmul), and two
     wgmma consumer warpgroups, which walk the same tiles, multiply, store each tile through TMA and
     run the rest of the loop body (signals, waits). The tensor maps that TMA needs are listed in
-    the module for the runtime to build.
+    the module for the runtime to build. Where every role has an even number of CTAs and the
+    loop's order gives CTAs 2c and 2c + 1 the two rows of a column band's pair of tiles, the
+    kernel runs in clusters of 2 CTAs that load each B panel once for both.
   }];
   let options = [
     Option<"gemmStages", "gemm-stages", "int64_t", /*default=*/"0",
            "Depth of the GEMM engine's shared-memory ring of 64-deep K slices (0: the deepest "
            "that fits the tile)">,
+    Option<"gemmCluster", "gemm-cluster", "int64_t", /*default=*/"0",
+           "CTAs per thread-block cluster of the GEMM engine, which share each B panel through "
+           "TMA multicast: 1 or 2 (0: 2 where the tile order and roles pair CTAs, else 1)">,
   ];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
 }
