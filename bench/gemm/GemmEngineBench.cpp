@@ -6,9 +6,10 @@
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
 // heuristic choice run in this process on the same random inputs, timed with CUDA events: each
-// runs for --warmup-ms (500), after --cooldown-ms idle (0), then the median of --repeat runs. Each engine result is first checked
-// against an f32 GPU reference with C poisoned. --check checks without timing (the gpu/gemm-engine test). --sms runs
-// the engine on fewer CTAs than the GPU has SMs (what a fused kernel's compute role gets).
+// runs for --warmup-ms (500) after --cooldown-ms idle (0), then the median of --repeat runs
+// counts. Each engine result is first checked against an f32 GPU reference with C poisoned.
+// --check checks without timing (the gpu/gemm-engine test). --sms runs the engine on fewer CTAs
+// than the GPU has SMs (what a fused kernel's compute role gets).
 //
 //===----------------------------------------------------------------------------------===//
 

@@ -23,7 +23,8 @@ struct GemmConfig {
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   // Each CTA of a cluster loads its share of the B panel for all: whole 64-column blocks
   // ([K x N]) or BN / kCluster rows ([N x K]).
-  static_assert(kBKMajor || BN / 64 % kCluster == 0, "a [K x N] B panel splits in 64-column blocks");
+  static_assert(kBKMajor || BN / 64 % kCluster == 0,
+                "a [K x N] B panel splits in 64-column blocks");
   static constexpr int kBShare = kBKMajor ? BN / kCluster : BN / 64 / kCluster;
 
   // A stage: A as 128 rows of 64 K (128 bytes, swizzled), then B as BN rows of 64 K (K-major)
@@ -154,26 +155,22 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
     ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageBytes);
     const int k0 = kb * Config::BK;
     ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
-    if constexpr (Config::kCluster == 1) {
-      if constexpr (Config::kBKMajor) {
-        ptx::tma_load(e.b(s), b, k0, n0, e.full(s));
-      } else {
-#pragma unroll
-        for (int j = 0; j < Config::BN / 64; ++j)
-          ptx::tma_load(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s));
-      }
+    // B: this CTA's share of the panel (all of it without a cluster; the CTAs of a cluster share
+    // n0), into every CTA of the cluster.
+    const auto load_b = [&](mk_u32 dst, int c0, int c1) {
+      if constexpr (Config::kCluster == 1)
+        ptx::tma_load(dst, b, c0, c1, e.full(s));
+      else
+        ptx::tma_load_multicast(dst, b, c0, c1, e.full(s), (1u << Config::kCluster) - 1);
+    };
+    const int share =
+        Config::kCluster == 1 ? 0 : static_cast<int>(e.cluster_rank()) * Config::kBShare;
+    if constexpr (Config::kBKMajor) {
+      load_b(e.b(s) + share * 128, k0, n0 + share);
     } else {
-      // The cluster's CTAs share n0: each loads its share of the panel into every CTA.
-      constexpr mk_u16 kEveryCta = (1u << Config::kCluster) - 1;
-      const int share = static_cast<int>(e.cluster_rank()) * Config::kBShare;
-      if constexpr (Config::kBKMajor) {
-        ptx::tma_load_multicast(e.b(s) + share * 128, b, k0, n0 + share, e.full(s), kEveryCta);
-      } else {
 #pragma unroll
-        for (int j = share; j < share + Config::kBShare; ++j)
-          ptx::tma_load_multicast(e.b(s) + j * Config::BK * 128, b, n0 + 64 * j, k0, e.full(s),
-                                  kEveryCta);
-      }
+      for (int j = 0; j < Config::kBShare; ++j)
+        load_b(e.b(s) + (share + j) * Config::BK * 128, n0 + 64 * (share + j), k0);
     }
     e.advance();
   }
