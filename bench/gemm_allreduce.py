@@ -79,6 +79,9 @@ def parse_arguments():
                         help="seconds each variant runs before it is timed")
     parser.add_argument("--cooldown-s", type=float, default=0,
                         help="seconds idle before each variant's warm-up")
+    parser.add_argument("--trace", default=None,
+                        help="CSV of when each variant ran (rank 0), to line up with a log of "
+                             "clocks and power (nvidia-smi --query-gpu=timestamp,...)")
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
@@ -124,11 +127,23 @@ class Bench:
         self.torch, self.dist = torch, dist
         self.warmup, self.warmup_s = arguments.warmup, arguments.warmup_s
         self.cooldown_s, self.iters = arguments.cooldown_s, arguments.iters
+        # Rank 0's record of when each variant ran (idle, warm-up and timed runs), to line up
+        # with a log of the GPUs' clocks and power.
+        self.trace = None
+        if arguments.trace and int(os.environ["RANK"]) == 0:
+            self.trace = open(arguments.trace, "w", buffering=1)
+            self.trace.write("variant,start_unix_s,end_unix_s\n")
 
-    def medians_ms(self, steps):
+    def medians_ms(self, steps, label):
         """{name: the median over ranks' slowest of `step(i)`'s time, iteration i back to back},
-        for each of `steps` ({name: step})."""
-        return {name: self.median_ms(step) for name, step in steps.items()}
+        for each of `steps` ({name: step}); with --trace, when each ran ("label name")."""
+        times = {}
+        for name, step in steps.items():
+            began = time.time()
+            times[name] = self.median_ms(step)
+            if self.trace:
+                self.trace.write(f"{label} {name},{began:.3f},{time.time():.3f}\n")
+        return times
 
     def median_ms(self, step):
         torch = self.torch
@@ -288,7 +303,7 @@ def rank_main(arguments):
         compiled.append(alone)
         for chunks in (2, 4, 8):
             steps[f"overlap{chunks}"] = overlap(chunks)
-        times = bench.medians_ms(steps)
+        times = bench.medians_ms(steps, f"M={m}")
         for other in compiled:
             other.close()
         if rank == 0:
