@@ -3,8 +3,9 @@
 // real ring (mk/queue.h's protocol) and checks what the other node's puts left in its heap.
 // Covered: every byte of puts of every shape (strided rows, rows split across slots, staging
 // sources), flags seen only after their data, both protocols, a ring of a few slots wrapping
-// hundreds of times under back-pressure, a peer dying mid-transfer, a bad remote key and bad
-// commands, each an error naming the node within a bounded time.
+// hundreds of times under back-pressure, the two rails of a 2 x 2 job side by side, a peer dying
+// mid-transfer, a bad remote key and bad commands, each an error naming the node within a
+// bounded time.
 
 #include "mk/runtime/net/Proxy.h"
 
@@ -159,11 +160,11 @@ std::vector<std::uint8_t> sourceBytes(int node, std::size_t bytes, unsigned salt
   return data;
 }
 
-/// The puts node `sender` makes, each signalling its own flag word: random shapes, destinations
-/// apart from each other so that every byte has one writer.
+/// The puts node `sender` makes on `rail`, each signalling its own flag word: random shapes,
+/// destinations apart from each other so that every byte has one writer.
 std::vector<mk_command> putsOf(int sender, int count, std::size_t maxRowBytes,
-                               std::uint32_t maxRows = 12) {
-  std::mt19937 random(99u + sender);
+                               std::uint32_t maxRows = 12, unsigned rail = 0) {
+  std::mt19937 random(99u + sender + 101u * rail);
   auto uniform = [&](std::uint64_t low, std::uint64_t high) {
     return std::uniform_int_distribution<std::uint64_t>(low, high)(random);
   };
@@ -200,20 +201,20 @@ const std::uint8_t *sourceOf(const mk_command &c, const std::vector<std::uint8_t
 
 /// Both nodes push `count` puts to each other and a final signal, then check every byte they
 /// received: each put once its flag is up, everything once the final signal (which follows all
-/// puts) is up; bytes no put wrote keep their poison.
+/// puts) is up; bytes no put wrote keep their poison. Each rail's bytes and puts are its own.
 void exchange(const Setup &setup, int fd, int node, int count, std::size_t maxRowBytes,
-              std::uint32_t maxRows = 12) {
+              std::uint32_t maxRows = 12, unsigned rail = 0) {
   Node self(setup, railOver(fd, node));
-  std::vector<std::uint8_t> mySource = sourceBytes(node, kSourceBytes, 0);
-  std::vector<std::uint8_t> myStaging = sourceBytes(node, kStagingBytes, 1);
+  std::vector<std::uint8_t> mySource = sourceBytes(node, kSourceBytes, 2 * rail);
+  std::vector<std::uint8_t> myStaging = sourceBytes(node, kStagingBytes, 2 * rail + 1);
   std::memcpy(self.heap + kSourceOffset, mySource.data(), kSourceBytes);
   std::memcpy(self.proxy->queue().hostView().staging, myStaging.data(), kStagingBytes);
 
   const int other = 1 - node;
-  std::vector<mk_command> mine = putsOf(node, count, maxRowBytes, maxRows);
-  std::vector<mk_command> theirs = putsOf(other, count, maxRowBytes, maxRows);
-  std::vector<std::uint8_t> theirSource = sourceBytes(other, kSourceBytes, 0);
-  std::vector<std::uint8_t> theirStaging = sourceBytes(other, kStagingBytes, 1);
+  std::vector<mk_command> mine = putsOf(node, count, maxRowBytes, maxRows, rail);
+  std::vector<mk_command> theirs = putsOf(other, count, maxRowBytes, maxRows, rail);
+  std::vector<std::uint8_t> theirSource = sourceBytes(other, kSourceBytes, 2 * rail);
+  std::vector<std::uint8_t> theirStaging = sourceBytes(other, kStagingBytes, 2 * rail + 1);
 
   // Back-pressure: with the proxy not yet running, a push beyond the ring's capacity waits.
   const std::uint32_t capacity = self.proxy->queue().hostView().capacity;
@@ -337,6 +338,25 @@ TEST_CASE("proxy: tile-sized puts through slots of the default size", "[proxy]")
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     WARN("300 puts each way in " << seconds << " s");
     CHECK(seconds < 20);
+  }
+}
+
+TEST_CASE("proxy: the two rails of a 2 x 2 job run side by side, each between its own pair",
+          "[proxy]") {
+  // GPU g of each node exchanges with GPU g of the other (rail g): four processes, two proxies
+  // per node over tcp at once, each checking every byte against what its own rail's peer sent.
+  for (auto protocol : {ProxyOptions::Protocol::Direct, ProxyOptions::Protocol::Staged}) {
+    INFO((protocol == ProxyOptions::Protocol::Staged ? "staged" : "direct"));
+    const Setup setup = setupFor("tcp", protocol);
+    const auto rail = [&](unsigned g) {
+      return runTwoNodes([&](int fd, int node) { exchange(setup, fd, node, 200, 6000, 12, g); });
+    };
+    const pid_t second = spawn([&] {
+      if (int status = rail(1); status != 0)
+        throw std::runtime_error("rail 1's node 1 exited with " + std::to_string(status));
+    });
+    CHECK(rail(0) == 0);
+    CHECK(exitStatus(second) == 0);
   }
 }
 
