@@ -1,4 +1,5 @@
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-n=128" | FileCheck %s --check-prefix=NARROW
 
 // mk-tile-and-order picks the main-loop depth of matmuls, the chunks of all-gathers and the
 // order of tile grids that do not have one.
@@ -63,3 +64,43 @@ mk.program @kept [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
   }
 }
 
+
+// -----
+
+// The GEMM engine's tiles take the width with the fewest waves of tile work over the grid's 132
+// CTAs: 1024 x 1024 in 128 x 256 tiles is 32 tiles, one wave; in 128 x 128 tiles, 64, one wave of
+// half the work each. The grid's tile sizes and its tile values change together.
+// CHECK-LABEL: mk.program @narrow
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 8> :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 128], f32>
+// CHECK: mk.convert {{.*}} : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+// CHECK: mk.all_reduce sum {{.*}} : !mk.tile<[128, 128], bf16>
+mk.program @narrow [] mesh <1x2> (%a: !mk.tensor<[1024, 1024], bf16, shard 1 over world>,
+                                  %b: !mk.tensor<[1024, 1024], bf16, shard 0 over world>,
+                                  %c: !mk.tensor<[1024, 1024], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[1024, 1024], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+  }
+}
+
+// -----
+
+// 8192 x 8192 is 2048 tiles of 128 x 256 in 16 waves, or 4096 of 128 x 128 in 32 waves of half
+// the work: a tie, which the wider tiles win. gemm-tile-n=128 narrows them.
+// CHECK-LABEL: mk.program @wide
+// CHECK: tiles [128, 256]
+// CHECK: -> !mk.tile<[128, 256], f32>
+// NARROW-LABEL: mk.program @wide
+// NARROW: tiles [128, 128]
+// NARROW: -> !mk.tile<[128, 128], f32>
+mk.program @wide [] mesh <1x2> (%a: !mk.tensor<[8192, 8192], bf16, shard 1 over world>,
+                                %b: !mk.tensor<[8192, 8192], bf16, shard 0 over world>,
+                                %c: !mk.tensor<[8192, 8192], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[8192, 8192], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[8192, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 8192], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, replicated>
+  }
+}

@@ -15,10 +15,12 @@
 // A GEMM engine ring of one stage, and one too deep for shared memory (NVRTC says why).
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=1 --emit=cuda 2>&1 | FileCheck %s --check-prefix=STAGES
 // STAGES: mkc: error: --gemm-stages=1: the GEMM engine's ring needs at least 2 stages
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=5 -o %t/deep.cubin 2>&1 | FileCheck %s --check-prefix=DEEP
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=256 --gemm-stages=5 -o %t/deep.cubin 2>&1 | FileCheck %s --check-prefix=DEEP
 // DEEP: the GEMM engine's ring and epilogue do not fit a CTA's shared memory (227 KiB): use fewer stages
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-cluster=4 --emit=cuda 2>&1 | FileCheck %s --check-prefix=CLUSTER
 // CLUSTER: mkc: error: --gemm-cluster=4: the GEMM engine runs in clusters of 1 or 2 CTAs
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=96 --emit=cuda 2>&1 | FileCheck %s --check-prefix=WIDTH
+// WIDTH: error: gemm-tile-n=96: the GEMM engine's tiles are 128 or 256 columns wide
 
 // An unknown --emit.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT

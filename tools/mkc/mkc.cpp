@@ -57,6 +57,10 @@ cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
                                cl::desc("All-reduce in place on one node of two GPUs, in the "
                                         "compute role (default; =false keeps a reduce role)"),
                                cl::init(true), cl::cat(category));
+cl::opt<int64_t> gemmTileN("gemm-tile-n",
+                           cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
+                                    "(default: chosen per shape)"),
+                           cl::init(0), cl::cat(category));
 cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
                                      "deepest that fits the tile)"),
@@ -128,6 +132,7 @@ int run() {
   options.shapes.assign(shapes.begin(), shapes.end());
   options.smSplit = smSplit;
   options.smCount = smCount;
+  options.gemmTileN = gemmTileN;
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   mlir::mk::buildSchedulePipeline(pm, options);

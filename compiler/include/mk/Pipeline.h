@@ -27,6 +27,8 @@ struct PipelineOptions {
   std::string smSplit;
   /// CTAs of the persistent grid.
   int64_t smCount = 132;
+  /// Columns of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
+  int64_t gemmTileN = 0;
   /// Report the SM split as a remark.
   bool explainSplit = false;
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an

@@ -18,7 +18,10 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   specialize.rank = options.rank;
   specialize.shapes.assign(options.shapes.begin(), options.shapes.end());
   programs.addPass(createMkSpecialize(specialize));
-  programs.addPass(createMkTileAndOrder());
+  MkTileAndOrderOptions tiling;
+  tiling.smCount = options.smCount;
+  tiling.gemmTileN = options.gemmTileN;
+  programs.addPass(createMkTileAndOrder(tiling));
   MkExpandCollectivesOptions expand;
   expand.inPlaceAllReduce = options.inPlaceAllReduce &&
                             !llvm::StringRef(options.smSplit).contains("intra_reduce");

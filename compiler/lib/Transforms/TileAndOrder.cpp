@@ -16,6 +16,9 @@ namespace {
 constexpr int64_t kSwizzleGroup = 8;
 /// Smallest main-loop depth: one mma.sync k-step.
 constexpr int64_t kMinKTile = 16;
+/// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first.
+constexpr int64_t kEngineTileRows = 128;
+constexpr int64_t kEngineTileWidths[] = {256, 128};
 
 /// The main-loop depth whose rows are 128 bytes, halved until it divides `extent`.
 FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
@@ -26,6 +29,78 @@ FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
     return matmul.emitOpError() << "contracts a local extent of " << extent
                                 << ", which is not a multiple of " << kMinKTile;
   return kTile;
+}
+
+/// The extent of `grid`'s target along `d` that its tiles cover: the whole tensor or this rank's
+/// shard.
+int64_t coveredExtent(TileGridOp grid, int64_t d, MeshAttr mesh) {
+  DistTensorType target = grid.getTargetType();
+  return grid.getGlobal() ? target.getShape()[d] : target.getLocalExtent(d, mesh);
+}
+
+/// The tile width `grid` can take instead of its own, if it is a 2-D grid of the GEMM engine's
+/// matmul tiles whose every tile value has the grid's tile shape; else nullopt.
+std::optional<int64_t> engineTileWidth(TileGridOp grid) {
+  ArrayRef<int64_t> sizes = grid.getTileSizes();
+  if (sizes.size() != 2 || sizes[0] != kEngineTileRows ||
+      !llvm::is_contained(kEngineTileWidths, sizes[1]))
+    return std::nullopt;
+  bool matmul = false;
+  auto uniform = [&](Type type) {
+    auto tile = dyn_cast<TileType>(type);
+    return !tile || tile.getShape() == sizes;
+  };
+  WalkResult walk = grid.getBody().walk([&](Operation *op) {
+    matmul |= isa<MatmulOp>(op);
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        if (!llvm::all_of(block.getArgumentTypes(), uniform))
+          return WalkResult::interrupt();
+    return llvm::all_of(op->getResultTypes(), uniform) ? WalkResult::advance()
+                                                       : WalkResult::interrupt();
+  });
+  if (!matmul || walk.wasInterrupted())
+    return std::nullopt;
+  return sizes[1];
+}
+
+/// The engine's tile width, at most `widest`, that takes the fewest waves of tile work over
+/// `ctas` CTAs for `rows` x `cols`, a tile's work counted by its width; the wider on a tie.
+int64_t fewestWaves(int64_t rows, int64_t cols, int64_t widest, int64_t ctas) {
+  int64_t best = widest, bestCost = std::numeric_limits<int64_t>::max();
+  for (int64_t width : kEngineTileWidths) {
+    if (width > widest)
+      continue;
+    int64_t tiles = llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width);
+    int64_t cost = llvm::divideCeil(tiles, ctas) * width;
+    if (cost < bestCost) {
+      best = width;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
+/// Gives `grid` and its tile values tiles `width` columns wide.
+void setTileWidth(TileGridOp grid, int64_t width) {
+  SmallVector<int64_t> sizes(grid.getTileSizes());
+  sizes[1] = width;
+  grid.setTileSizes(sizes);
+  auto retype = [&](Value value) {
+    auto tile = dyn_cast<TileType>(value.getType());
+    if (!tile)
+      return;
+    // The width's symbol, if any, no longer names it.
+    SmallVector<StringAttr> symbols(tile.getSymbols());
+    symbols[1] = nullptr;
+    value.setType(tile.cloneWithDims(sizes, symbols));
+  };
+  grid.getBody().walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        llvm::for_each(block.getArguments(), retype);
+    llvm::for_each(op->getResults(), retype);
+  });
 }
 
 /// The tensors a grid's body reads that an all-gather is still filling.
@@ -40,6 +115,8 @@ bool readsGatheredTensor(TileGridOp grid) {
 }
 
 struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
+  using MkTileAndOrderBase::MkTileAndOrderBase;
+
   void runOnOperation() override {
     ProgramOp program = getOperation();
     MeshAttr mesh = program.getMesh();
@@ -63,6 +140,33 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
     if (walk.wasInterrupted())
       return signalPassFailure();
 
+    int64_t forced = gemmTileN;
+    if (forced != 0 && !llvm::is_contained(kEngineTileWidths, forced)) {
+      program.emitError() << "gemm-tile-n=" << forced
+                          << ": the GEMM engine's tiles are 128 or 256 columns wide";
+      return signalPassFailure();
+    }
+    WalkResult widths = program.walk([&](TileGridOp grid) {
+      std::optional<int64_t> width = engineTileWidth(grid);
+      if (!width)
+        return WalkResult::advance();
+      if (forced > *width) {
+        grid.emitOpError() << "has tiles " << *width << " columns wide; gemm-tile-n=" << forced
+                           << " would widen them past what the program masks";
+        return WalkResult::interrupt();
+      }
+      int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
+      int64_t chosen = forced ? forced
+                       : ShapedType::isDynamic(rows) || ShapedType::isDynamic(cols)
+                           ? *width
+                           : fewestWaves(rows, cols, *width, smCount);
+      if (chosen != *width)
+        setTileWidth(grid, chosen);
+      return WalkResult::advance();
+    });
+    if (widths.wasInterrupted())
+      return signalPassFailure();
+
     program.walk([&](TileGridOp grid) {
       if (grid.getOrder())
         return;
@@ -77,8 +181,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         int64_t rows = ShapedType::kDynamic;
         if (rowDim >= 0) {
           Dim extent = grid.getTileExtent(rowDim);
-          int64_t held = grid.getGlobal() ? target.getShape()[rowDim]
-                                          : target.getLocalExtent(rowDim, mesh);
+          int64_t held = coveredExtent(grid, rowDim, mesh);
           if (extent.isKnown() && !ShapedType::isDynamic(held))
             rows = llvm::divideCeil(held, extent.extent);
         }

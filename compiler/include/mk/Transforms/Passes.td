@@ -51,7 +51,19 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     // becomes
     mk.tile_grid (%m, %n) over %C tiles [128, 256] order <swizzle 8, local_first> : ...
     ```
+
+    A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
+    tile shape gets the tile width of the GEMM engine, 256 or 128 columns and at most the
+    program's, that takes the fewest waves of tile work over `sm-count` CTAs, a tile's work
+    counted by its width, the wider on a tie: 128 where 256-wide tiles would leave SMs idle. The
+    grid's tile sizes and its tile types change together. `gemm-tile-n` sets the width instead.
   }];
+  let options = [
+    Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
+           "CTAs of the persistent grid, which the tile width keeps busy">,
+    Option<"gemmTileN", "gemm-tile-n", "int64_t", /*default=*/"0",
+           "Columns of the GEMM engine's matmul tiles, 128 or 256 (0: chosen per shape)">,
+  ];
 }
 
 def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp"> {
