@@ -146,6 +146,8 @@ class Bench:
         return times
 
     def median_ms(self, step):
+        """The median over ranks' slowest of `step(i)`'s time, iteration i back to back, after
+        the idle time and warm-up that --cooldown-s and --warmup-s ask for."""
         torch = self.torch
         torch.cuda.synchronize()
         time.sleep(self.cooldown_s)
