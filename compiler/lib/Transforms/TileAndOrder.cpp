@@ -38,6 +38,24 @@ int64_t coveredExtent(TileGridOp grid, int64_t d, MeshAttr mesh) {
   return grid.getGlobal() ? target.getShape()[d] : target.getLocalExtent(d, mesh);
 }
 
+/// Whether `grid`'s tiles run matmuls.
+bool computesMatmuls(TileGridOp grid) {
+  return grid.getBody().walk([](MatmulOp) { return WalkResult::interrupt(); }).wasInterrupted();
+}
+
+/// Every value defined inside `grid`'s body: the results of its ops and the arguments of their
+/// regions' blocks.
+SmallVector<Value> valuesInside(TileGridOp grid) {
+  SmallVector<Value> values;
+  grid.getBody().walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        llvm::append_range(values, block.getArguments());
+    llvm::append_range(values, op->getResults());
+  });
+  return values;
+}
+
 /// The tile width `grid` can take instead of its own, if it is a 2-D grid of the GEMM engine's
 /// matmul tiles whose every tile value has the grid's tile shape; else nullopt.
 std::optional<int64_t> engineTileWidth(TileGridOp grid) {
@@ -45,21 +63,11 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   if (sizes.size() != 2 || sizes[0] != kEngineTileRows ||
       !llvm::is_contained(kEngineTileWidths, sizes[1]))
     return std::nullopt;
-  bool matmul = false;
-  auto uniform = [&](Type type) {
-    auto tile = dyn_cast<TileType>(type);
+  bool uniform = llvm::all_of(valuesInside(grid), [&](Value value) {
+    auto tile = dyn_cast<TileType>(value.getType());
     return !tile || tile.getShape() == sizes;
-  };
-  WalkResult walk = grid.getBody().walk([&](Operation *op) {
-    matmul |= isa<MatmulOp>(op);
-    for (Region &region : op->getRegions())
-      for (Block &block : region)
-        if (!llvm::all_of(block.getArgumentTypes(), uniform))
-          return WalkResult::interrupt();
-    return llvm::all_of(op->getResultTypes(), uniform) ? WalkResult::advance()
-                                                       : WalkResult::interrupt();
   });
-  if (!matmul || walk.wasInterrupted())
+  if (!computesMatmuls(grid) || !uniform)
     return std::nullopt;
   return sizes[1];
 }
@@ -86,21 +94,15 @@ void setTileWidth(TileGridOp grid, int64_t width) {
   SmallVector<int64_t> sizes(grid.getTileSizes());
   sizes[1] = width;
   grid.setTileSizes(sizes);
-  auto retype = [&](Value value) {
+  for (Value value : valuesInside(grid)) {
     auto tile = dyn_cast<TileType>(value.getType());
     if (!tile)
-      return;
+      continue;
     // The width's symbol, if any, no longer names it.
     SmallVector<StringAttr> symbols(tile.getSymbols());
     symbols[1] = nullptr;
     value.setType(tile.cloneWithDims(sizes, symbols));
-  };
-  grid.getBody().walk([&](Operation *op) {
-    for (Region &region : op->getRegions())
-      for (Block &block : region)
-        llvm::for_each(block.getArguments(), retype);
-    llvm::for_each(op->getResults(), retype);
-  });
+  }
 }
 
 /// The tensors a grid's body reads that an all-gather is still filling.
@@ -170,11 +172,10 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
     program.walk([&](TileGridOp grid) {
       if (grid.getOrder())
         return;
-      bool computesMatmuls =
-          grid.getBody().walk([](MatmulOp) { return WalkResult::interrupt(); }).wasInterrupted();
-      TileOrderKind kind = computesMatmuls ? TileOrderKind::swizzle : TileOrderKind::row_major;
+      bool matmuls = computesMatmuls(grid);
+      TileOrderKind kind = matmuls ? TileOrderKind::swizzle : TileOrderKind::row_major;
       int64_t group = 1;
-      if (computesMatmuls) {
+      if (matmuls) {
         // Bands of tile rows along the grid's second-last dim.
         DistTensorType target = grid.getTargetType();
         int64_t rowDim = target.getRank() - 2;

@@ -12,7 +12,8 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
   constexpr int kBand = 8;
   // Clustered CTAs take tiles t and t + 1 of a band's column, rows 2i and 2i + 1: the row count
   // is rounded up to the cluster, the rows beyond M are computed on zeros and stored nowhere.
-  const int tiles_m = ((M + 127) / 128 + Config::kCluster - 1) / Config::kCluster * Config::kCluster;
+  const int tiles_m =
+      ((M + 127) / 128 + Config::kCluster - 1) / Config::kCluster * Config::kCluster;
   const int tiles_n = (N + Config::BN - 1) / Config::BN;
   const int tiles = tiles_m * tiles_n, k_blocks = (K + 63) / 64;
   const auto origin = [&](int t, int &m0, int &n0) {

@@ -310,8 +310,8 @@ __device__ __forceinline__ void mbarrier_arrive(mk_u32 barrier) {
 }
 
 /// Arrives once on the mbarrier at offset `barrier` of the shared memory of cluster CTA `cta`.
-/// CTA-scope release, as for a local arrival: a cluster-scope release fences like a GPU-wide
-/// membar, about a microsecond per arrival.
+/// CTA-scope release, as for a local arrival: with a cluster-scope release the GEMM engine's
+/// stages took about a microsecond longer each (notes/gemm-engine.md v3).
 __device__ __forceinline__ void mbarrier_arrive_cluster(mk_u32 barrier, mk_u32 cta) {
   asm volatile("{\n"
                ".reg .b32 remote;\n"
