@@ -1313,6 +1313,11 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
       args.push_back(std::to_string(gpuOffsets[0]));
       args.push_back(std::to_string(gpuOffsets[1]));
       args.push_back(std::to_string(this->layout.mesh.getGpus()));
+      // Whole tiles reach the peers through the engine's senders, by the tensor's peer mappings.
+      auto ref = emitc::PointerType::get(
+          emitc::OpaqueType::get(rewriter.getContext(), "const mk_tensor_ref"));
+      args.push_back(call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getDest()}).getResult(0));
+      args.append({at.offset, std::to_string(at.ld), at.rows, at.cols});
     }
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);

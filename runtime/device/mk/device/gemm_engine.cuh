@@ -5,7 +5,10 @@
 // into a kStages-deep shared-memory ring with TMA, and two consumer warpgroups (threads 128-383,
 // the tile library's team), which multiply them with wgmma, 64 rows each, and write the finished
 // tile through shared memory with TMA stores. The ring's stages complete on mbarriers: `full`
-// when a stage's bytes have landed, `empty` when every consumer warp is done reading it.
+// when a stage's bytes have landed, `empty` when every consumer warp is done reading it. The
+// producer warpgroup's other three warps are the senders: they raise the flags of gemm_signal
+// and write the tiles of gemm_store_gpus, so that neither NVLink traffic nor system-scope fences
+// stall the producer's loads or the consumers.
 //
 // The engine does not choose tiles: producer and consumers walk the same sequence of tiles (the
 // order the compiler chose), each in its own loop, so the producer runs ahead into the next
@@ -77,6 +80,7 @@ template <typename Config> class GemmEngine;
 __device__ __forceinline__ bool gemm_is_producer();
 
 /// Hands registers from the producer warpgroup to the consumers; called first in each branch.
+/// In the producer's, warps 1-3 serve as the senders until the consumers' gemm_finish.
 template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e);
 template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
 
@@ -113,29 +117,37 @@ __device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
                                                const GemmAccumulator<Config> &acc,
                                                const mk_tensor_map *map, int c0, int c1);
 
-/// Consumers: the tile to the same place of a 2-D tensor on several GPUs of the node, staged in
-/// shared memory once: through maps[(me + j) % gpus] for j in [begin, end), stored or added.
+/// Consumers: the tile to the same place (c0, c1) of a 2-D tensor on GPUs (me + j) % gpus of the
+/// node, j in [begin, end), staged in shared memory once, stored or added. A whole tile (`rows` x
+/// `cols` = 128 x BN) goes out through the senders: to this GPU through maps[me], to peers at
+/// element `offset` of their mappings of `tensor` (rows `ld` elements apart). A tile the
+/// tensor's edges cut goes through TMA and maps[gpu], which mask it.
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                                 const mk_tensor_map *maps, int me, int begin,
-                                                int end, int gpus, int c0, int c1);
+                                                int end, int gpus, const mk_tensor_ref *tensor,
+                                                long long offset, int ld, int rows, int cols,
+                                                int c0, int c1);
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
                                                     const GemmAccumulator<Config> &acc,
                                                     const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, int c0, int c1);
+                                                    int end, int gpus, const mk_tensor_ref *tensor,
+                                                    long long offset, int ld, int rows, int cols,
+                                                    int c0, int c1);
 
-/// Consumers: an arrival on `flag` once the stores issued so far have completed, raised later
-/// (at the next tile's epilogue, gemm_flush_signals, or gemm_finish) so that the consumers go on
-/// to the next tile instead of waiting for the stores to land.
+/// Consumers: an arrival on `flag` once the stores issued so far have completed, raised by the
+/// senders (after TMA stores of the consumers, only once those complete: at the next tile's
+/// epilogue, gemm_flush_signals, or gemm_finish) so that the consumers go on to the next tile
+/// instead of waiting for the stores to land.
 template <typename Config>
 __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag);
 
-/// Consumers: raises the flags gemm_signal holds back; call before waiting on any flag.
+/// Consumers: releases the flags gemm_signal holds back; call before waiting on any flag.
 template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);
 
-/// Consumers, after their last tile: raises the flags held back and waits for the outstanding
-/// stores, which read shared memory.
+/// Consumers, after their last tile: releases the flags held back, stops the senders once they
+/// are done, and waits for the outstanding stores, which read shared memory.
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e);
 
 } // namespace mk

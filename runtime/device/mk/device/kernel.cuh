@@ -33,6 +33,11 @@ __device__ __forceinline__ Tensor<T> tensor(const mk_kernel_args &args, int inde
   return Tensor<T>{&args.tensors[index]};
 }
 
+/// The mappings of `t`, for the device library's layers below this one.
+template <typename T> __device__ __forceinline__ const mk_tensor_ref *tensor_ref(Tensor<T> t) {
+  return t.ref;
+}
+
 /// Element `offset` of this rank's part of `t`, and of the part GPU `gpu` of this node holds.
 template <typename T> __device__ __forceinline__ T *at(Tensor<T> t, int64_t offset) {
   return static_cast<T *>(t.ref->local) + offset;

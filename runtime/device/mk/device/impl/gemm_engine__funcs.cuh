@@ -38,10 +38,21 @@ struct GemmConfig {
   static constexpr int kChunkBytes = BM * 128;
   static constexpr int kEpilogueOffset = kStages * kStageBytes;
   static constexpr int kBarriersOffset = kEpilogueOffset + kEpilogueBuffers * kChunkBytes;
-  // Flags the consumers raise once the stores before them complete (gemm_signal).
+  // Flags held back until the consumers' TMA stores before them complete (gemm_signal).
   static constexpr int kMaxPendingSignals = 8;
   static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
-  static constexpr int kBytes = 1024 + kSignalsOffset + kMaxPendingSignals * 8;
+  // The producer warpgroup's other warps (the senders) finish what the consumers stage: they
+  // write whole tiles bound for several GPUs (this GPU's copy through TMA, the peers' with
+  // ordinary stores and reductions, which do not queue NVLink traffic ahead of the producer's
+  // TMA loads) and raise every flag, so that no consumer waits on a system-scope fence. A ring of
+  // send jobs, each a slot (SendJob) and a ready and a done mbarrier.
+  static constexpr int kSenderWarps = 3;
+  static constexpr int kSendSlots = 8;
+  static constexpr int kSendJobsOffset = kSignalsOffset + kMaxPendingSignals * 8;
+  static constexpr int kSendBarriersOffset = kSendJobsOffset + kSendSlots * 48;
+  // The last job that reads each epilogue buffer.
+  static constexpr int kBufferJobsOffset = kSendBarriersOffset + 2 * kSendSlots * 8;
+  static constexpr int kBytes = 1024 + kBufferJobsOffset + kEpilogueBuffers * 4;
   static_assert(kBytes <= kMaxSmemBytes, "the GEMM engine's ring and epilogue do not fit a CTA's "
                                          "shared memory (227 KiB): use fewer stages");
 
@@ -76,9 +87,15 @@ public:
       : base_((ptx::smem_address(smem) + 1023) & ~1023u), stage_(0), phase_(0), chunk_(0),
         pending_(0) {
     if (threadIdx.x == 0) {
+      for (int buffer = 0; buffer < Config::kEpilogueBuffers; ++buffer)
+        asm volatile("st.shared.s32 [%0], -1;\n" ::"r"(buffer_job(buffer)) : "memory");
       for (int s = 0; s < Config::kStages; ++s) {
         ptx::mbarrier_init(full(s), 1);
         ptx::mbarrier_init(empty(s), Config::kReleases);
+      }
+      for (int slot = 0; slot < Config::kSendSlots; ++slot) {
+        ptx::mbarrier_init(send_ready(slot), 1);
+        ptx::mbarrier_init(send_done(slot), Config::kSenderWarps);
       }
       ptx::fence_mbarrier_init();
     }
@@ -123,6 +140,27 @@ public:
   __device__ mk_u32 pending_signal(int i) const { return base_ + Config::kSignalsOffset + i * 8; }
   __device__ int &pending_signals() { return pending_; }
 
+  /// Send job `job`'s slot (a SendJob) and its barriers: ready once posted, done once every
+  /// sender warp has issued its part of the writes and TMA has read the chunk.
+  __device__ mk_u32 send_job(int job) const {
+    return base_ + Config::kSendJobsOffset + job % Config::kSendSlots * 48;
+  }
+  __device__ mk_u32 send_ready(int job) const {
+    return base_ + Config::kSendBarriersOffset + job % Config::kSendSlots * 8;
+  }
+  __device__ mk_u32 send_done(int job) const {
+    return send_ready(job) + Config::kSendSlots * 8;
+  }
+  /// Team thread 0's count of the jobs it posted, and where it keeps the last job that reads each
+  /// epilogue buffer (-1: none pending).
+  __device__ int &sends() { return sends_; }
+  __device__ mk_u32 buffer_job(int buffer) const {
+    return base_ + Config::kBufferJobsOffset + buffer * 4;
+  }
+  /// Whether TMA has stored since the consumers last waited for it (the same in every consumer
+  /// thread): flags after such stores wait for them (gemm_flush_signals).
+  __device__ bool &tma_stored() { return tma_stored_; }
+
 private:
   mk_u32 base_;
   mk_u32 cluster_rank_ = 0;
@@ -130,12 +168,160 @@ private:
   mk_u32 phase_;
   int chunk_;
   int pending_;
+  int sends_ = 0;
+  bool tma_stored_ = false;
 };
+
+namespace detail {
+
+/// What a send job asks of the senders: to store a chunk to GPUs of the node or add it there
+/// (as bf16 or f16 pairs), to raise a flag once every earlier job's writes are visible, or to stop.
+enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSendExit };
+
+/// A send job, as its slot in shared memory holds it.
+struct SendJob {
+  mk_u64 target;              // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal)
+  mk_u64 offset;              // elements from the start of each GPU's part to the chunk's first
+  const mk_tensor_map *map;   // this GPU's copy, through TMA at (c0, c1), or null
+  mk_u32 ld;                  // elements between rows
+  mk_u32 c0, c1;
+  unsigned char kind, buffer;
+  unsigned char peers, unused; // a mask of the other GPUs to write
+  mk_u64 padding;
+};
+static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
+
+/// Team thread 0: waits until the senders are done with job `job` (one of the last kSendSlots
+/// posted, so that its slot's barrier has not moved on).
+template <typename Config> __device__ __forceinline__ void wait_sent(GemmEngine<Config> &e, int job) {
+  ptx::mbarrier_wait(e.send_done(job), (job / Config::kSendSlots) & 1);
+}
+
+/// Team thread 0: waits until no send job reads epilogue buffer `buffer`.
+template <typename Config>
+__device__ __forceinline__ void wait_buffer_sent(GemmEngine<Config> &e, int buffer) {
+  int job;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(job) : "r"(e.buffer_job(buffer)) : "memory");
+  // Posting job j waited for job j - kSendSlots, so only the last kSendSlots can be pending.
+  if (job >= 0 && job >= e.sends() - Config::kSendSlots)
+    wait_sent(e, job);
+}
+
+/// Team thread 0: hands a job to the senders, once the job kSendSlots before it has freed its
+/// slot.
+template <typename Config>
+__device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &job) {
+  const int index = e.sends()++;
+  if (index >= Config::kSendSlots)
+    wait_sent(e, index - Config::kSendSlots);
+  const mk_u32 *words = reinterpret_cast<const mk_u32 *>(&job);
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(e.send_job(index) + 16 * i),
+                 "r"(words[4 * i]), "r"(words[4 * i + 1]), "r"(words[4 * i + 2]),
+                 "r"(words[4 * i + 3])
+                 : "memory");
+  ptx::mbarrier_arrive(e.send_ready(index)); // releases the chunk's and the slot's writes
+  if (job.kind < kSendSignal)
+    asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(e.buffer_job(job.buffer)), "r"(index) : "memory");
+}
+
+/// Team thread 0: the senders raise `flag` once every write before it (theirs, and this
+/// thread's that have completed) is visible.
+template <typename Config>
+__device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag) {
+  post_send(e, SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
+}
+
+/// The senders' part of a chunk: its 128 rows of 128 bytes, read from the 128-byte swizzled
+/// buffer and written 16 bytes a thread (a warp writes four whole rows) at `dst`.
+template <typename Config>
+__device__ __forceinline__ void send_chunk(mk_u32 buffer, mk_u64 dst, mk_u32 ld, mk_u32 kind) {
+  for (int unit = threadIdx.x - 32; unit < Config::BM * 8; unit += Config::kSenderWarps * 32) {
+    const int row = unit / 8, column = unit % 8;
+    mk_u32 v0, v1, v2, v3;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                 : "r"(buffer + row * 128 + ((column ^ (row % 8)) << 4))
+                 : "memory");
+    const mk_u64 to = dst + (static_cast<mk_u64>(row) * ld + column * 8) * 2;
+    if (kind == kSendStore)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0), "r"(v1),
+                   "r"(v2), "r"(v3)
+                   : "memory");
+    else if (kind == kSendAddBf16)
+      asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0),
+                   "r"(v1), "r"(v2), "r"(v3)
+                   : "memory");
+    else
+      asm volatile("red.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0),
+                   "r"(v1), "r"(v2), "r"(v3)
+                   : "memory");
+  }
+}
+
+/// The senders (the producer warpgroup's warps 1-3) serve the jobs in order until the exit job.
+template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngine<Config> &e) {
+  for (int index = 0;; ++index) {
+    ptx::mbarrier_wait(e.send_ready(index), (index / Config::kSendSlots) & 1);
+    SendJob job;
+    mk_u32 *words = reinterpret_cast<mk_u32 *>(&job);
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(words[4 * i]), "=r"(words[4 * i + 1]), "=r"(words[4 * i + 2]),
+                     "=r"(words[4 * i + 3])
+                   : "r"(e.send_job(index) + 16 * i)
+                   : "memory");
+    const bool first = threadIdx.x == 32; // issues the TMA copies and raises the flags
+    if (job.kind == kSendExit)
+      return;
+    if (job.kind == kSendSignal) {
+      // Every sender's writes so far, then the flag: its release publishes them (cumulative
+      // over the barrier), so no job fences its own writes.
+      if (first) {
+        ptx::bulk_wait_all();
+        ptx::fence_proxy_async();
+      }
+      ptx::bar_sync<2, Config::kSenderWarps * 32>();
+      if (first)
+        ptx::red_add_release_sys(reinterpret_cast<mk_u32 *>(job.target), 1);
+    } else {
+      const mk_u32 buffer = e.chunk(job.buffer);
+      if (first && job.map) {
+        // The first contribution, which a flag's acquire made visible, is read by the async
+        // proxy.
+        ptx::fence_proxy_async();
+        if (job.kind == kSendStore)
+          ptx::tma_store(job.map, job.c0, job.c1, buffer);
+        else
+          ptx::tma_store_add(job.map, job.c0, job.c1, buffer);
+        ptx::bulk_commit();
+      }
+      const mk_tensor_ref *tensor = reinterpret_cast<const mk_tensor_ref *>(job.target);
+      for (int gpu = 0; gpu < MK_MAX_GPUS_PER_NODE; ++gpu)
+        if (job.peers >> gpu & 1)
+          send_chunk<Config>(buffer, reinterpret_cast<mk_u64>(tensor->peer[gpu]) + job.offset * 2,
+                             job.ld, job.kind);
+      if (first)
+        ptx::bulk_wait_read<0>();
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0)
+      ptx::mbarrier_arrive(e.send_done(index));
+  }
+}
+
+} // namespace detail
 
 __device__ __forceinline__ bool gemm_is_producer() { return threadIdx.x < 128; }
 
-template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &) {
+template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e) {
   ptx::setmaxnreg_dec<Config::kProducerRegisters>();
+  // Warps 1-3 are the senders until gemm_finish; then, as the rest of warp 0, they pass through
+  // the producer's loop.
+  if (threadIdx.x >= 32)
+    detail::serve_sends(e);
 }
 
 template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
@@ -186,8 +372,8 @@ __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *fl
   ptx::fence_proxy_async();
 }
 
-/// Raises the pending flags: the stores before them have completed by now (a tile's mainloop
-/// later), or are waited for here.
+/// Hands the pending flags to the senders: the stores before them have completed by now (a
+/// tile's mainloop later), or are waited for here.
 template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e) {
   if (e.pending_signals() == 0)
     return;
@@ -197,17 +383,26 @@ template <typename Config> __device__ __forceinline__ void gemm_flush_signals(Ge
     for (int i = 0; i < e.pending_signals(); ++i) {
       mk_u64 flag;
       asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(flag) : "r"(e.pending_signal(i)) : "memory");
-      ptx::red_add_release_sys(reinterpret_cast<mk_u32 *>(flag), 1);
+      detail::post_signal(e, reinterpret_cast<mk_u32 *>(flag));
     }
   }
   e.pending_signals() = 0;
+  e.tma_stored() = false;
 }
 
-/// An arrival on `flag` once this tile's stores have completed: raised later (at the next
-/// tile's epilogue, a consumer wait, or gemm_finish) so that the consumers start the next tile
-/// instead of waiting for the stores to land.
+/// An arrival on `flag` once this tile's stores have completed, raised by the senders: at once
+/// after their own writes, or, after the consumers' TMA stores, at the next tile's epilogue, a
+/// consumer wait, or gemm_finish, so that the consumers start the next tile instead of waiting
+/// for the stores to land.
 template <typename Config>
 __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag) {
+  if (!e.tma_stored()) {
+    // Only the senders wrote since this thread's stores last completed: they raise the flag
+    // after their writes.
+    if (team_thread() == 0)
+      detail::post_signal(e, flag);
+    return;
+  }
   if (e.pending_signals() == Config::kMaxPendingSignals)
     gemm_flush_signals(e);
   if (team_thread() == 0)
@@ -245,12 +440,14 @@ template <typename Config> __device__ __forceinline__ void release(const GemmEng
 
 template <typename Out> struct PairOfOut;
 template <> struct PairOfOut<bf16> {
+  static constexpr SendKind kSendAdd = kSendAddBf16;
   static __device__ __forceinline__ mk_u32 pack(float x, float y) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const mk_u32 *>(&v);
   }
 };
 template <> struct PairOfOut<f16> {
+  static constexpr SendKind kSendAdd = kSendAddF16;
   static __device__ __forceinline__ mk_u32 pack(float x, float y) {
     const __half2 v = __floats2half2_rn(x, y);
     return *reinterpret_cast<const mk_u32 *>(&v);
@@ -258,7 +455,7 @@ template <> struct PairOfOut<f16> {
 };
 
 /// Writes this thread's fragments of 64-column chunk `c` into `buffer` (128 rows of 128 bytes,
-/// 128-byte swizzled, as the output map expects), then hands the buffer to TMA.
+/// 128-byte swizzled, as the output map expects), then hands the buffer to `store` (TMA, senders).
 template <typename Out, typename Config, typename Store>
 __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                              Store store) {
@@ -268,10 +465,13 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAc
   const int row = wg * 64 + warp * 16 + lane / 4;
 #pragma unroll
   for (int c = 0; c < Config::BN / 64; ++c) {
-    const mk_u32 buffer = e.chunk(e.next_chunk());
-    // The buffer's previous store (kEpilogueBuffers chunks ago) has read it.
-    if (team_thread() == 0)
+    const int index = e.next_chunk();
+    const mk_u32 buffer = e.chunk(index);
+    // The buffer's previous stores (kEpilogueBuffers chunks ago) have read it.
+    if (team_thread() == 0) {
       ptx::bulk_wait_read<Config::kEpilogueBuffers - 1>();
+      wait_buffer_sent(e, index);
+    }
     team_sync();
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -287,7 +487,7 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAc
     ptx::fence_proxy_async_shared();
     team_sync();
     if (team_thread() == 0) {
-      store(64 * c, buffer);
+      store(64 * c, buffer, index);
       ptx::bulk_commit();
     }
   }
@@ -326,7 +526,8 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1) {
-  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+  e.tma_stored() = true;
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, buffer);
   });
 }
@@ -334,22 +535,48 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
-  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+  e.tma_stored() = true;
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, c2, buffer);
   });
 }
 
 /// The tile to the same place of the 2-D tensor on several GPUs of the node, staged once: to
-/// map maps[(me + j) % gpus] for j in [begin, end), stored or (kAdd) added.
+/// GPU (me + j) % gpus for j in [begin, end), stored or (kAdd) added. A whole tile goes through
+/// the senders, at element `offset` of each GPU's part of `tensor`, rows `ld` elements apart; a
+/// tile cut by the tensor's edges (or without `tensor`) through TMA and maps[gpu], which mask it.
 template <typename Out, bool kAdd, typename Config>
 __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
                                                    const GemmAccumulator<Config> &acc,
                                                    const mk_tensor_map *maps, int me, int begin,
-                                                   int end, int gpus, int c0, int c1) {
+                                                   int end, int gpus, const mk_tensor_ref *tensor,
+                                                   long long offset, int ld, int rows, int cols,
+                                                   int c0, int c1) {
+  if (tensor && rows == Config::BM && cols == Config::BN) {
+    unsigned char peers = 0;
+    const mk_tensor_map *local = nullptr;
+    for (int j = begin; j < end; ++j) {
+      const int gpu = (me + j) % gpus;
+      if (gpu == me)
+        local = maps + gpu;
+      else
+        peers |= 1u << gpu;
+    }
+    const detail::SendKind kind = kAdd ? detail::PairOfOut<Out>::kSendAdd : detail::kSendStore;
+    detail::store_chunks<Out>(e, acc, [&](int column, mk_u32, int index) {
+      detail::post_send(
+          e, detail::SendJob{reinterpret_cast<mk_u64>(tensor), static_cast<mk_u64>(offset + column),
+                             local, static_cast<mk_u32>(ld), static_cast<mk_u32>(c0 + column),
+                             static_cast<mk_u32>(c1), static_cast<unsigned char>(kind),
+                             static_cast<unsigned char>(index), peers, 0, 0});
+    });
+    return;
+  }
+  e.tma_stored() = true;
   // The first contribution, which a flag's acquire made visible, is read by the async proxy.
   if (kAdd && team_thread() == 0)
     ptx::fence_proxy_async();
-  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer) {
+  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     for (int j = begin; j < end; ++j) {
       const mk_tensor_map *map = maps + (me + j) % gpus;
       if constexpr (kAdd)
@@ -364,26 +591,34 @@ template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
                                                const GemmAccumulator<Config> &acc,
                                                const mk_tensor_map *map, int c0, int c1) {
-  gemm_store_to_gpus<Out, true>(e, acc, map, 0, 0, 1, 1, c0, c1);
+  gemm_store_to_gpus<Out, true>(e, acc, map, 0, 0, 1, 1, nullptr, 0, 0, 0, 0, c0, c1);
 }
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                                 const mk_tensor_map *maps, int me, int begin,
-                                                int end, int gpus, int c0, int c1) {
-  gemm_store_to_gpus<Out, false>(e, acc, maps, me, begin, end, gpus, c0, c1);
+                                                int end, int gpus, const mk_tensor_ref *tensor,
+                                                long long offset, int ld, int rows, int cols,
+                                                int c0, int c1) {
+  gemm_store_to_gpus<Out, false>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
+                                 c0, c1);
 }
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
                                                     const GemmAccumulator<Config> &acc,
                                                     const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, int c0, int c1) {
-  gemm_store_to_gpus<Out, true>(e, acc, maps, me, begin, end, gpus, c0, c1);
+                                                    int end, int gpus, const mk_tensor_ref *tensor,
+                                                    long long offset, int ld, int rows, int cols,
+                                                    int c0, int c1) {
+  gemm_store_to_gpus<Out, true>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
+                                c0, c1);
 }
 
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {
   gemm_flush_signals(e);
-  if (team_thread() == 0)
+  if (team_thread() == 0) {
+    detail::post_send(e, detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, 0});
     ptx::bulk_wait_all();
+  }
 }
 
 } // namespace mk
