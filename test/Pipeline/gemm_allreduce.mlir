@@ -1,10 +1,14 @@
 // The whole pipeline on lib/gemm_allreduce.mlir for 2 nodes x 4 GPUs: the scheduled IR, the CUDA
-// C++, and sm_90a cubins for 1x2, 2x1 and 2x4 without spills (NVRTC, no GPU needed).
+// C++, and sm_90a cubins for 1x2 (bf16 and f16), 2x1 and 2x4 without spills (NVRTC, no GPU
+// needed).
 
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --in-place-all-reduce=false -o %t.1x2.roles.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// The in-place all-reduce of f16 (the senders add f16 pairs to the peer's copy).
+// RUN: sed 's/bf16/f16/g' %mkc_lib/gemm_allreduce.mlir > %t.f16.mlir
+// RUN: mkc %t.f16.mlir --topology 1x2 --shape M=4096,N=4096,K=4096 -o %t.1x2.f16.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --sm-split compute=119,intra_reduce=13 --emit=mlir | FileCheck %s --check-prefix=ROLES
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=INPLACE
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN

@@ -274,8 +274,11 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
                    : "r"(e.send_job(index) + 16 * i)
                    : "memory");
     const bool first = threadIdx.x == 32; // issues the TMA copies and raises the flags
-    if (job.kind == kSendExit)
+    if (job.kind == kSendExit) {
+      if (first)
+        ptx::bulk_wait_all();
       return;
+    }
     if (job.kind == kSendSignal) {
       // Every sender's writes so far, then the flag: its release publishes them (cumulative
       // over the barrier), so no job fences its own writes.
