@@ -152,7 +152,7 @@ public:
     return send_ready(job) + Config::kSendSlots * 8;
   }
   /// Team thread 0's count of the jobs it posted, and where it keeps the last job that reads each
-  /// epilogue buffer (-1: none pending).
+  /// epilogue buffer (-1: none yet; an older job is done once kSendSlots more are posted).
   __device__ int &sends() { return sends_; }
   __device__ mk_u32 buffer_job(int buffer) const {
     return base_ + Config::kBufferJobsOffset + buffer * 4;
