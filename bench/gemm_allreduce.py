@@ -83,6 +83,9 @@ def parse_arguments():
                         help="CSV of when each variant ran (rank 0), to line up with a log of "
                              "clocks and power (nvidia-smi --query-gpu=timestamp,...)")
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--unchecked", action="store_true",
+                        help="time a fused result that is off too (a library variant that leaves "
+                             "a stage out, to see what the stage costs), saying by how much")
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     parser.add_argument("--network", choices=("none", "emulated", "fabric"), default="none",
@@ -255,8 +258,10 @@ def rank_main(arguments):
         result = fused_c.torch().float()
         error = ((result - c.float()).norm() / c.float().norm()).item()
         if not error < 1e-2:
-            raise SystemExit(f"rank {rank}: M={m}: the fused result is off by {error:.3g} "
-                             f"(relative to cuBLAS + NCCL)")
+            message = f"rank {rank}: M={m}: the fused result is off by {error:.3g} (relative to cuBLAS + NCCL)"
+            if not arguments.unchecked:
+                raise SystemExit(message)
+            print(f"{message}; timed anyway (--unchecked)", flush=True)
 
         steps = {"mkc": fused, "sequential": sequential, "gemm": gemm, "allreduce": allreduce}
         compiled = []  # closed once timed
