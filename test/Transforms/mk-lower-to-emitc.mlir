@@ -35,7 +35,7 @@
 // CHECK: {{^ +}}for %
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]]) {args = [0 : index, #emitc.opaque<"8">]}
 // CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>">
-// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: %[[MAP:.+]] = call_opaque "mk::tensor_map"
 // CHECK: call_opaque "mk::gemm_store"(%[[ENGINE]], %[[ACC]], %[[MAP]]
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::bf16">]
@@ -198,17 +198,20 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 // its tile into both copies. The stores name the tensor's peer mappings, its row pitch (1024) and
 // the tile's valid rows and columns: whole tiles reach the peers through the engine's senders.
 // Flags after the engine's stores are held back until the stores land, and waits raise them first.
+// The waits in the tile loop (the launch, the first writer's flag) guard only the engine's stores
+// and signals: the senders wait, in order, while the consumers go on; after the loop, the
+// consumers themselves wait for every tile of the output.
 // CHECK-LABEL: emitc.func @gemm_allreduce
 // CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"()
 // CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]])
-// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: if
 // CHECK: %[[REF:.+]] = call_opaque "mk::tensor_ref"
 // CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index, #emitc.opaque<"1024">, 6 : index, 7 : index, 8 : index, 9 : index]
 // CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: } else {
-// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
+// CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: %[[REF2:.+]] = call_opaque "mk::tensor_ref"
 // CHECK: call_opaque "mk::gemm_store_add_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF2]]
 // CHECK: {{^ +}}for %

@@ -254,7 +254,9 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
 //===----------------------------------------------------------------------===//
 
 /// How an op is lowered when it is not on its own: under the GEMM engine, "load" or "mma" (a
-/// matmul of the producer or the consumers), "store", "producer" (a producer's wait); for a
+/// matmul of the producer or the consumers), "store", "producer" (a producer's wait),
+/// "consumer" (a consumers' wait), "deferred" (a consumers' signal or wait the senders raise or
+/// wait on, in the order of the engine's writes); for a
 /// reduction that is only stored, "chunks" (the accumulate and its stores); "elide" (a
 /// conversion that the accumulate or the engine's store does).
 constexpr StringLiteral kLoweringAttr = "mk.lowering";
@@ -755,6 +757,34 @@ FailureOr<int64_t> StructureLowering::engineCluster(Location loc, ArrayRef<Matmu
   return 1;
 }
 
+/// Whether all a consumer does after `wait` in its tile loop's body is engine stores, deferred
+/// signals, waits and index arithmetic: ops that reach memory or flags through the engine's send
+/// ring, in order, or through TMA stores that wait for the ring.
+bool onlyEngineWritesFollow(WaitOp wait, ArrayRef<MatmulOp> matmuls) {
+  const MatmulOp *matmul = llvm::find_if(
+      matmuls, [&](MatmulOp m) { return m->getParentOp()->isAncestor(wait); });
+  if (matmul == matmuls.end())
+    return false;
+  auto throughEngine = [](Operation *op) {
+    return !op->walk([](Operation *inner) {
+                auto how = inner->getAttrOfType<StringAttr>(kLoweringAttr);
+                bool engine = how && (how.getValue() == "store" || how.getValue() == "deferred");
+                return isMemoryEffectFree(inner) ||
+                               isa<scf::IfOp, scf::ForOp, scf::YieldOp, WaitOp>(inner) ||
+                               (isa<PutOp, StoreOp, SignalOp>(inner) && engine)
+                           ? WalkResult::advance()
+                           : WalkResult::interrupt();
+              })
+                .wasInterrupted();
+  };
+  Operation *body = (*matmul)->getParentOp();
+  for (Operation *op = wait; op != body; op = op->getParentOp())
+    for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+      if (!throughEngine(next))
+        return false;
+  return true;
+}
+
 LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<MatmulOp> matmuls,
                                                  StringRef config) {
   Location loc = branch.getLoc();
@@ -825,7 +855,6 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
       if (signal.getScope() != PeerScope::node && inTileLoop)
         mark(signal, "deferred");
     });
-    consumer->walk([&](WaitOp wait) { mark(wait, "consumer"); });
   }
   // Consumers: the waits before each matmul are the producer's; the matmul, its conversion and
   // stores go to the engine.
@@ -842,6 +871,14 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
     for (Operation *store : convert->getUsers())
       mark(store, "store");
   }
+  // Consumers: a wait in a tile loop that only the engine's stores and signals follow is left to
+  // the senders, which serve those in order (on one node: across nodes, flags count what the
+  // proxy delivers, and the consumers watch for it stopping).
+  if (!producerWaits)
+    consumer->walk([&](WaitOp wait) {
+      bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, matmuls);
+      mark(wait, defer ? "deferred" : "consumer");
+    });
   OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
   call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
   OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
@@ -1627,6 +1664,9 @@ struct WaitLowering : LoweringPattern<WaitOp> {
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else if (how && how.getValue() == "consumer")
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else if (how && how.getValue() == "deferred")
+      call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_defer_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else
       call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",

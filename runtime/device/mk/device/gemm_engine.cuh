@@ -6,9 +6,9 @@
 // the tile library's team), which multiply them with wgmma, 64 rows each, and write the finished
 // tile through shared memory with TMA stores. The ring's stages complete on mbarriers: `full`
 // when a stage's bytes have landed, `empty` when every consumer warp is done reading it. The
-// producer warpgroup's other three warps are the senders: they raise the flags of gemm_signal
-// and write the tiles of gemm_store_gpus, so that neither NVLink traffic nor system-scope fences
-// stall the producer's loads or the consumers.
+// producer warpgroup's other three warps are the senders: they raise the flags of gemm_signal,
+// write the tiles of gemm_store_gpus and wait on the flags of gemm_defer_wait, so that neither
+// NVLink traffic nor system-scope fences and flags stall the producer's loads or the consumers.
 //
 // The engine does not choose tiles: producer and consumers walk the same sequence of tiles (the
 // order the compiler chose), each in its own loop, so the producer runs ahead into the next
@@ -142,6 +142,13 @@ __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
 /// instead of waiting for the stores to land.
 template <typename Config>
 __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag);
+
+/// Consumers: the engine's writes and flags after this call (the senders', and the consumers'
+/// TMA stores) wait until `*flag` >= `target` (wrap-safe; `target` is read in team thread 0); the
+/// consumers themselves do not wait. Releases the flags held back first, as before any wait.
+template <typename Config>
+__device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_u32 *flag,
+                                                mk_u32 target);
 
 /// Consumers: releases the flags gemm_signal holds back; call before waiting on any flag.
 template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);

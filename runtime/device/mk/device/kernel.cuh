@@ -205,6 +205,15 @@ __device__ __forceinline__ void gemm_consumer_wait_arrivals(GemmEngine<Config> &
   gemm_flush_signals(engine);
   wait_arrivals(args, offset, count);
 }
+/// A consumer wait on one node that only the engine's writes after it depend on (its stores and
+/// signals): the senders wait, in order, and the consumers go on to the next tile.
+template <typename Config>
+__device__ __forceinline__ void gemm_consumer_defer_arrivals(GemmEngine<Config> &engine,
+                                                             const mk_kernel_args &args,
+                                                             int64_t offset, int64_t count) {
+  const mk_u32 target = team_thread() == 0 ? *args.epoch * static_cast<mk_u32>(count) : 0;
+  gemm_defer_wait(engine, args.flags + offset, target);
+}
 
 /// The larger of two sizes, for the kernel's shared-memory requirement.
 __host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }

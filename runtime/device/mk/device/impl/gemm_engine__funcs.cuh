@@ -160,6 +160,8 @@ public:
   /// Whether TMA has stored since the consumers last waited for it (the same in every consumer
   /// thread): flags after such stores wait for them (gemm_flush_signals).
   __device__ bool &tma_stored() { return tma_stored_; }
+  /// Team thread 0's last wait job (gemm_defer_wait; -1: none): its own TMA writes wait for it.
+  __device__ int &wait_job() { return wait_job_; }
 
 private:
   mk_u32 base_;
@@ -169,19 +171,22 @@ private:
   int chunk_;
   int pending_;
   int sends_ = 0;
+  int wait_job_ = -1;
   bool tma_stored_ = false;
 };
 
 namespace detail {
 
 /// What a send job asks of the senders: to store a chunk to GPUs of the node or add it there
-/// (as bf16 or f16 pairs), to raise a flag once every earlier job's writes are visible, or to stop.
-enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSendExit };
+/// (as bf16 or f16 pairs), to raise a flag once every earlier job's writes are visible, to wait
+/// for a flag before the jobs after it, or to stop.
+enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSendWait, kSendExit };
 
 /// A send job, as its slot in shared memory holds it.
 struct SendJob {
-  mk_u64 target;              // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal)
-  mk_u64 offset;              // elements from the start of each GPU's part to the chunk's first
+  mk_u64 target;              // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal, kSendWait)
+  mk_u64 offset;              // elements from the start of each GPU's part to the chunk's first,
+                              // or the count the flag must reach (kSendWait)
   const mk_tensor_map *map;   // this GPU's copy, through TMA at (c0, c1), or null
   mk_u32 ld;                  // elements between rows
   mk_u32 c0, c1;
@@ -195,6 +200,26 @@ static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
 /// posted, so that its slot's barrier has not moved on).
 template <typename Config> __device__ __forceinline__ void wait_sent(GemmEngine<Config> &e, int job) {
   ptx::mbarrier_wait(e.send_done(job), (job / Config::kSendSlots) & 1);
+}
+
+/// Team thread 0: waits until the senders are past the last wait job it posted, so that its own
+/// writes (TMA stores) follow that wait too.
+template <typename Config> __device__ __forceinline__ void await_deferred_waits(GemmEngine<Config> &e) {
+  const int job = e.wait_job();
+  if (job >= 0 && job >= e.sends() - Config::kSendSlots) {
+    wait_sent(e, job);
+    ptx::fence_proxy_async();
+  }
+  e.wait_job() = -1;
+}
+
+/// Spins until `*flag` >= `target` (wrap-safe), then orders this thread's later reads after the
+/// writes the flag counts.
+__device__ __forceinline__ void spin_until(const mk_u32 *flag, mk_u32 target) {
+  while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
+    __nanosleep(64);
+  // TMA reads and writes through the async proxy: order them after the acquire.
+  ptx::fence_proxy_async();
 }
 
 /// Team thread 0: waits until no send job reads epilogue buffer `buffer`.
@@ -279,7 +304,12 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
         ptx::bulk_wait_all();
       return;
     }
-    if (job.kind == kSendSignal) {
+    if (job.kind == kSendWait) {
+      // Thread 32's acquire, then the barrier, orders every sender's later writes after it.
+      if (first)
+        spin_until(reinterpret_cast<const mk_u32 *>(job.target), static_cast<mk_u32>(job.offset));
+      ptx::bar_sync<2, Config::kSenderWarps * 32>();
+    } else if (job.kind == kSendSignal) {
       // Every sender's writes so far, then the flag: its release publishes them (cumulative
       // over the barrier), so no job fences its own writes.
       if (first) {
@@ -367,12 +397,8 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
 
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *flag, mk_u32 target) {
-  if (threadIdx.x != 0)
-    return;
-  while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
-    __nanosleep(64);
-  // TMA reads through the async proxy: order them after the acquire.
-  ptx::fence_proxy_async();
+  if (threadIdx.x == 0)
+    detail::spin_until(flag, target);
 }
 
 /// Hands the pending flags to the senders: the stores before them have completed by now (a
@@ -413,6 +439,19 @@ __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag)
                  "l"(reinterpret_cast<mk_u64>(flag))
                  : "memory");
   ++e.pending_signals();
+}
+
+template <typename Config>
+__device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_u32 *flag,
+                                                mk_u32 target) {
+  // Flags held back go out first, as before any wait: what the peers wait for cannot queue
+  // behind this one.
+  gemm_flush_signals(e);
+  if (team_thread() == 0) {
+    e.wait_job() = e.sends();
+    detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(flag), target, nullptr, 0, 0, 0,
+                                         detail::kSendWait, 0, 0, 0, 0});
+  }
 }
 
 namespace detail {
@@ -529,6 +568,8 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1) {
+  if (team_thread() == 0)
+    detail::await_deferred_waits(e);
   e.tma_stored() = true;
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, buffer);
@@ -538,6 +579,8 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
+  if (team_thread() == 0)
+    detail::await_deferred_waits(e);
   e.tma_stored() = true;
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, c2, buffer);
@@ -576,9 +619,12 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
     return;
   }
   e.tma_stored() = true;
-  // The first contribution, which a flag's acquire made visible, is read by the async proxy.
-  if (kAdd && team_thread() == 0)
-    ptx::fence_proxy_async();
+  if (team_thread() == 0) {
+    detail::await_deferred_waits(e);
+    // The first contribution, which a flag's acquire made visible, is read by the async proxy.
+    if (kAdd)
+      ptx::fence_proxy_async();
+  }
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     for (int j = begin; j < end; ++j) {
       const mk_tensor_map *map = maps + (me + j) % gpus;
