@@ -218,7 +218,7 @@ struct SendJob {
   unsigned char edge;         // sums: a tile the tensor's edges cut, to the peers through TMA
                               // (map - me + gpu) rather than stores
   mk_u32 me;
-  mk_u32 padding;
+  mk_u32 chunk;               // the chunk's index in its tile
 };
 static_assert(sizeof(SendJob) == 64, "a send slot is 64 bytes");
 
@@ -367,6 +367,7 @@ template <typename Config> __device__ __forceinline__ void sum_chunk(mk_u32 buff
 /// The senders (the producer warpgroup's warps 1-3) serve the jobs in order until the exit job.
 template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngine<Config> &e) {
   mk_u32 partial_phase = 0;
+  bool partial_loading = false; // thread 32's: the next sum's chunk is on its way
   for (int index = 0;; ++index) {
     ptx::mbarrier_wait(e.send_ready(index), (index / Config::kSendSlots) & 1);
     SendJob job;
@@ -405,19 +406,25 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
       if constexpr (Config::kSums) {
         if (sum) {
           // The other contribution, which a wait job's acquire made visible, through TMA into
-          // the partial buffer, which the last sum's reads (before its barrier) are done with.
-          if (first) {
+          // the partial buffer, which the last sum's reads (before its barrier) are done with;
+          // loaded while the last chunk was stored, unless this is a tile's first.
+          const auto load = [&](mk_u32 column) {
             ptx::fence_proxy_async();
             ptx::mbarrier_arrive_expect_tx(e.partial_full(), Config::kChunkBytes);
-            ptx::tma_load(e.partial(), job.partial, job.partial_c0, job.partial_c1,
-                          e.partial_full());
-          }
+            ptx::tma_load(e.partial(), job.partial, column, job.partial_c1, e.partial_full());
+          };
+          if (first && !partial_loading)
+            load(job.partial_c0);
           ptx::mbarrier_wait(e.partial_full(), partial_phase);
           partial_phase ^= 1;
           sum_chunk<Config>(buffer, e.partial(), job);
           // The sums in the buffer, for the TMA stores.
           ptx::fence_proxy_async_shared();
           ptx::bar_sync<2, Config::kSenderWarps * 32>();
+          // The consumers post a tile's chunks one after another: the next job sums the next.
+          partial_loading = job.chunk + 1 < Config::BN / 64;
+          if (first && partial_loading)
+            load(job.partial_c0 + 64);
         }
       }
       if (first && job.map) {
@@ -800,6 +807,7 @@ __device__ __forceinline__ void gemm_store_sum_gpus(GemmEngine<Config> &e,
     job.c0 = c0 + column;
     job.partial_c0 = static_cast<mk_u32>(partial.c0 + column);
     job.buffer = static_cast<unsigned char>(index);
+    job.chunk = static_cast<mk_u32>(column / 64);
     detail::post_send(e, job);
   });
 }
