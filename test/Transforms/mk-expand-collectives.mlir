@@ -51,30 +51,24 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 !C = !mk.tensor<[1024, 1024], bf16, replicated>
 
 // One node of two GPUs: in place, in the compute role. Each GPU starts with its own slice of tile
-// rows (GPU 0 rows [0, 4), GPU 1 [4, 8)) and puts those tiles into the other's staging buffer,
-// which holds a slice, at the row less the slice's first; the other GPU loads its staged tile,
-// adds its own and puts the sum to both GPUs. mk-insert-signals orders the staging's put and load
-// and awaits the output; no flag is made here.
+// rows and puts those tiles to both GPUs, then raises the tile's flag on the other; there the
+// other tiles wait for it and add into both copies.
 // CHECK-LABEL: mk.program @all_reduce_1x2
-// CHECK-NOT: mk.flags
-// CHECK: %[[STAGING:.+]] = mk.buffer : !mk.tensor<[512, 1024], bf16, symmetric>
+// CHECK: mk.flags @[[INIT:initialized0]] [8, 4]
+// CHECK-NOT: mk.buffer
 // CHECK: mk.role compute {
 // CHECK: mk.tile_grid (%[[M:.+]], %[[N:.+]]) over %{{.*}} order <row_major, local_first>
-// CHECK: %[[TILE:.+]] = mk.convert
-// CHECK: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M]], %[[N]]] tile [128, 256] row_slices
+// CHECK: %{{.*}}, %[[FIRST:.+]] = mk.owner %{{.*}}[%[[M]], %[[N]]] tile [128, 256] row_slices
 // CHECK: %{{.*}}, %[[ME:.+]] = mk.place
-// CHECK: %[[FIRST:.+]] = arith.muli %[[OWNER]], %c4
-// CHECK: %[[ROW:.+]] = arith.subi %[[M]], %[[FIRST]]
-// CHECK: %[[MINE:.+]] = arith.cmpi eq, %[[OWNER]], %[[ME]]
+// CHECK: %[[MINE:.+]] = arith.cmpi eq, %[[FIRST]], %[[ME]]
 // CHECK: scf.if %[[MINE]] {
-// CHECK: scf.for %{{.*}} = %c1 to %c2
-// CHECK: mk.put %[[TILE]], %[[STAGING]][%[[ROW]], %[[N]]] at gpu %{{.*}} via nvlink_store :
+// CHECK: scf.for
+// CHECK: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store :
+// CHECK: mk.signal @[[INIT]][%[[M]], %[[N]]] at gpu
 // CHECK: } else {
-// CHECK-NEXT: %[[OTHER:.+]] = mk.load %[[STAGING]][%[[ROW]], %[[N]]]
-// CHECK-NEXT: %[[SUM:.+]] = mk.add %[[TILE]], %[[OTHER]]
-// CHECK: scf.for %{{.*}} = %c1 to %c3
-// CHECK: mk.put %[[SUM]], %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store :
-// CHECK-NOT: combine
+// CHECK-NEXT: mk.wait @[[INIT]][%[[M]], %[[N]]] count 1
+// CHECK: scf.for
+// CHECK: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store combine sum
 // CHECK-NOT: mk.role
 // CHECK-NOT: mk.all_reduce
 

@@ -194,29 +194,26 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 
 // GEMM + all-reduce in place on 1 x 2 (mk-expand-collectives): one engine role. Each GPU's own
 // rows come first (rotated by the GPU's slice); a first writer stages the tile once and stores it
-// to the other GPU's staging buffer (a single put to a peer becomes a store to GPU offsets
-// [1, 2)), then raises its flag there; the other GPU adds the staged tile to its own and stores
-// the sum to both (gemm_store_sum_gpus, with the staged tile's map and coordinates). The stores
-// name the tensors' peer mappings, their row pitch (1024) and the tile's valid rows and columns:
-// whole tiles reach the peers through the engine's senders, which also do the waits in the tile
-// loop (the launch, the staged tile's flag): they guard only the engine's stores and signals.
-// After the loop, the consumers themselves wait for every tile of the output. The engine keeps
-// a chunk for the staged tile (kSums).
+// to both GPUs, then raises the tile's flag on the other; the other waits for that flag and adds
+// its tile into both copies. The stores name the tensor's peer mappings, its row pitch (1024) and
+// the tile's valid rows and columns: whole tiles reach the peers through the engine's senders.
+// Flags after the engine's stores are held back until the stores land, and waits raise them first.
+// The waits in the tile loop (the launch, the first writer's flag) guard only the engine's stores
+// and signals: the senders wait, in order, while the consumers go on; after the loop, the
+// consumers themselves wait for every tile of the output.
 // CHECK-LABEL: emitc.func @gemm_allreduce
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, true>(), false, 4, 2, true>>"()
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"()
 // CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]])
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: if
 // CHECK: %[[REF:.+]] = call_opaque "mk::tensor_ref"
-// CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"2">, #emitc.opaque<"2">, 4 : index, 5 : index, #emitc.opaque<"1024">, 6 : index, 7 : index, 8 : index, 9 : index]
+// CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index, #emitc.opaque<"1024">, 6 : index, 7 : index, 8 : index, 9 : index]
 // CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: } else {
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
-// CHECK: %[[STAGED:.+]] = call_opaque "mk::staged_tile"
-// CHECK-SAME: -> !emitc.opaque<"mk::StagedTile">
 // CHECK: %[[REF2:.+]] = call_opaque "mk::tensor_ref"
-// CHECK: call_opaque "mk::gemm_store_sum_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF2]], %{{.*}}, %{{.*}}, %{{.*}}, %[[STAGED]], %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index, #emitc.opaque<"1024">, 6 : index, 7 : index, 8 : index, 9 : index, 10 : index]
+// CHECK: call_opaque "mk::gemm_store_add_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF2]]
 // CHECK: {{^ +}}for %
 // CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%[[ENGINE]]
@@ -224,51 +221,50 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 // CHECK-NOT: TmaReduce
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
   %c0 = arith.constant 0 : index
-  %c4 = arith.constant 4 : index
   %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
   %c3 = arith.constant 3 : index
+  %c2 = arith.constant 2 : index
   mk.flags @launched [1]
-  mk.flags @arrived1 [8, 4]
-  mk.flags @ready0 [4, 4]
-  %0 = mk.buffer : !mk.tensor<[512, 1024], bf16, symmetric>
+  mk.flags @arrived0 [8, 4]
+  mk.flags @initialized0 [8, 4]
   mk.role compute ctas 132 {
     mk.single_cta {
       %node, %gpu = mk.place : index, index
       scf.for %arg3 = %c0 to %c2 step %c1 {
-        %1 = arith.addi %gpu, %arg3 : index
-        %2 = arith.remsi %1, %c2 : index
-        mk.signal @launched[%c0] at gpu %2 via nvlink_store
+        %0 = arith.addi %gpu, %arg3 : index
+        %1 = arith.remsi %0, %c2 : index
+        mk.signal @launched[%c0] at gpu %1 via nvlink_store
       }
     }
     mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] order <swizzle 8, local_first> masked : !mk.tensor<[1024, 1024], bf16, replicated> {
-      %1 = mk.matmul %arg0[%arg3, :], %arg1[:, %arg4] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
-      %2 = mk.convert %1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      %0 = mk.matmul %arg0[%arg3, :], %arg1[:, %arg4] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+      %1 = mk.convert %0 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
       %node, %gpu = mk.owner %arg2[%arg3, %arg4] tile [128, 256] row_slices : !mk.tensor<[1024, 1024], bf16, replicated>
       %node_0, %gpu_1 = mk.place : index, index
-      %3 = arith.muli %gpu, %c4 : index
-      %4 = arith.subi %arg3, %3 : index
-      %5 = arith.cmpi eq, %gpu, %gpu_1 : index
+      %2 = arith.cmpi eq, %gpu, %gpu_1 : index
       mk.wait @launched[%c0] count 2
-      scf.if %5 {
-        %6 = arith.addi %gpu_1, %c1 : index
-        %7 = arith.remsi %6, %c2 : index
-        mk.put %2, %0[%4, %arg4] at gpu %7 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[512, 1024], bf16, symmetric>
-        mk.signal @ready0[%4, %arg4] at gpu %7 via nvlink_store
-      } else {
-        mk.wait @ready0[%4, %arg4] count 1
-        %6 = mk.load %0[%4, %arg4] : !mk.tensor<[512, 1024], bf16, symmetric> -> !mk.tile<[128, 256], bf16>
-        %7 = mk.add %2, %6 : !mk.tile<[128, 256], bf16>
+      scf.if %2 {
         scf.for %arg5 = %c1 to %c3 step %c1 {
-          %8 = arith.addi %gpu_1, %arg5 : index
-          %9 = arith.remsi %8, %c2 : index
-          mk.put %7, %arg2[%arg3, %arg4] at gpu %9 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
-          mk.signal @arrived1[%arg3, %arg4] at gpu %9 via nvlink_store
+          %5 = arith.addi %gpu_1, %arg5 : index
+          %6 = arith.remsi %5, %c2 : index
+          mk.put %1, %arg2[%arg3, %arg4] at gpu %6 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+        }
+        %3 = arith.addi %gpu_1, %c1 : index
+        %4 = arith.remsi %3, %c2 : index
+        mk.signal @initialized0[%arg3, %arg4] at gpu %4 via nvlink_store
+      } else {
+        mk.wait @initialized0[%arg3, %arg4] count 1
+        scf.for %arg5 = %c1 to %c3 step %c1 {
+          %3 = arith.addi %gpu_1, %arg5 : index
+          %4 = arith.remsi %3, %c2 : index
+          mk.put %1, %arg2[%arg3, %arg4] at gpu %4 via nvlink_store combine sum : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+          mk.signal @arrived0[%arg3, %arg4] at gpu %4 via nvlink_store
         }
       }
     }
     mk.tile_grid (%arg3, %arg4) over %arg2 tiles [128, 256] order <swizzle 8, local_first> masked : !mk.tensor<[1024, 1024], bf16, replicated> {
-      mk.wait @arrived1[%arg3, %arg4] count 1
+      mk.wait @arrived0[%arg3, %arg4] count 1
     }
   }
 }
+

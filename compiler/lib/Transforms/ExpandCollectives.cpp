@@ -81,10 +81,9 @@ private:
   /// Whether `op` all-reduces in place (see expandAllReduceInPlace).
   bool allReducesInPlace(AllReduceOp op);
   /// An all-reduce over the two GPUs of one node, in the compute role: each GPU starts with its
-  /// own slice of tile rows and puts those tiles, its contributions, into a staging buffer of the
-  /// other GPU; the other, reaching them half a grid later, adds its own and puts the sum into
-  /// both GPUs' copies of the result. Every SM computes, each GPU sends a tile's bytes once, every
-  /// byte of the result is written once, and both GPUs hold the same sums.
+  /// own slice of tile rows and stores those tiles to both GPUs; the other GPU, reaching them
+  /// half a grid later, adds its partials into both copies where they lie. Every SM computes,
+  /// each GPU sends a tile's bytes once, and the sum of two contributions is the same on both.
   void expandAllReduceInPlace(AllReduceOp op);
   /// Gathers the shards of `source` into a new symmetric buffer, chunk by chunk, and returns it.
   Value gather(Location loc, Value source, ArrayRef<int64_t> chunk);
@@ -430,35 +429,39 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
   TileType tile = op.getValue().getType();
   SmallVector<int64_t> sizes(tile.getShape());
   Access dest{op.getDest(), llvm::to_vector(op.getIndices()), {}};
-  // GPU 0 owns tile rows [0, T / 2), GPU 1 the rest (mk.owner's row slices): each stages the
-  // other's slice, at its row minus the slice's first.
-  int64_t tileRows = llvm::divideCeil(destType.getShape()[0], sizes[0]);
-  int64_t firstOfSecond = tileRows / 2;
-  Value staging = buffer(loc, {(tileRows - firstOfSecond) * sizes[0], destType.getShape()[1]},
-                         destType.getElementType());
+  SmallVector<int64_t> flagShape;
+  for (auto [extent, size] : llvm::zip(destType.getShape(), sizes))
+    flagShape.push_back(llvm::divideCeil(extent, size));
+  // The one ordering the transfers cannot show: a tile is added to only once it holds the first
+  // contribution, on both GPUs.
+  OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  std::string name = ("initialized" + Twine(flagCount++)).str();
+  FlagsOp::create(pb, loc, pb.getStringAttr(name), pb.getDenseI64ArrayAttr(flagShape));
+  auto initialized = FlatSymbolRefAttr::get(context, name);
+  auto nvlink = LinkAttr::get(context, Link::nvlink_store);
 
   OpBuilder b(op);
   auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
                                dest.indices, sizes, /*row_slices=*/true);
   auto [node, gpu] = place(b, loc);
-  Value stagedRow = arith::SubIOp::create(
-      b, loc, dest.indices[0], arith::MulIOp::create(b, loc, owner.getGpu(), constant(firstOfSecond)));
-  Access staged{staging, {stagedRow, dest.indices[1]}, {}};
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, owner.getGpu(), gpu);
   scf::IfOp::create(
       b, loc, first,
       [&](OpBuilder &tb, Location l) {
+        forEachGpu(tb, l, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
+          put(nb, l, op.getValue(), dest, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+        });
         forEachGpu(tb, l, /*includeSelf=*/false, [&](OpBuilder &nb, Value peer) {
-          put(nb, l, op.getValue(), staged, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+          SignalOp::create(nb, l, initialized, dest.indices,
+                           PeerScopeAttr::get(context, PeerScope::gpu), peer, nvlink);
         });
         scf::YieldOp::create(tb, l);
       },
       [&](OpBuilder &eb, Location l) {
-        Value other = LoadOp::create(eb, l, tile, staging, staged.indices,
-                                     eb.getDenseI64ArrayAttr({}));
-        Value sum = AddOp::create(eb, l, op.getValue(), other);
+        WaitOp::create(eb, l, initialized, dest.indices, eb.getI64IntegerAttr(1));
         forEachGpu(eb, l, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
-          put(nb, l, sum, dest, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+          put(nb, l, op.getValue(), dest, Peer{PeerScope::gpu, peer, Link::nvlink_store},
+              ReduceKind::sum);
         });
         scf::YieldOp::create(eb, l);
       });

@@ -27,7 +27,6 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <set>
-#include <tuple>
 #include <variant>
 
 namespace mlir::mk {
@@ -262,34 +261,13 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
 /// conversion that the accumulate or the engine's store does).
 constexpr StringLiteral kLoweringAttr = "mk.lowering";
 
-/// Where a converted tile is added to a contribution staged in a 2-D tensor before its puts (the
-/// second writer of an in-place all-reduce): `mk.add %tile, (mk.load %staging[%i, %j])`.
-AddOp stagedSum(Operation *user) {
-  auto add = dyn_cast<AddOp>(user);
-  auto load = add ? add.getRhs().getDefiningOp<LoadOp>() : LoadOp();
-  if (!load || add.getLhs() == add.getRhs() || !load.getWholeDims().empty() ||
-      load.getSource().getType().getRank() != 2)
-    return AddOp();
-  return add;
-}
-
-/// The engine's configuration for a matmul: mk::GemmConfig's arguments before the cluster's, and
-/// whether it adds staged contributions (kSums, after the cluster's).
-struct EngineConfig {
-  std::string arguments;
-  bool sums = false;
-  bool operator<(const EngineConfig &other) const {
-    return std::tie(arguments, sums) < std::tie(other.arguments, other.sums);
-  }
-};
-
-/// The engine's configuration for `matmul`, if it can run there: 16-bit operands, A [M x K] and
-/// B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile whose one use is a conversion to
-/// 16 bits that only stores and puts to a GPU of the node use (rank 2 or 3 destinations), or
-/// adds to a staged contribution (stagedSum) whose sum only puts use; the matmul directly in a
-/// tile loop whose body has no other tile work, only index arithmetic, nested loops and
-/// branches, waits, signals and copies across nodes.
-std::optional<EngineConfig> engineConfig(MatmulOp matmul, int64_t stages) {
+/// The engine's configuration (mk::GemmConfig's arguments) for `matmul`, if it can run there:
+/// 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile
+/// whose one use is a conversion to 16 bits that only stores and puts to a GPU of the node use
+/// (rank 2 or 3 destinations); the matmul directly in a tile loop whose body has no other tile
+/// work, only index arithmetic, nested loops and branches, waits, signals and copies across
+/// nodes.
+std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
   TileType tile = matmul.getResult().getType();
   DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
   Type element = lhs.getElementType();
@@ -305,39 +283,25 @@ std::optional<EngineConfig> engineConfig(MatmulOp matmul, int64_t stages) {
   Type out = convert.getResult().getType().getElementType();
   if (!(out.isBF16() || out.isF16()))
     return std::nullopt;
-  auto stored = [](Operation *user) {
+  for (Operation *user : convert->getUsers()) {
     DistTensorType dest;
     if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
       dest = store.getDest().getType();
     else if (auto put = dyn_cast<PutOp>(user);
              put && put.getScope() == PeerScope::gpu && put.getWholeDims().empty())
       dest = put.getDest().getType();
-    return dest && dest.getRank() >= 2 && dest.getRank() <= 3;
-  };
-  // The ops of the tile loop's body the engine does: the matmul, the conversion, the stores, and
-  // any staged sum with its load and puts.
-  llvm::SmallPtrSet<Operation *, 8> engineOps = {matmul, convert};
-  EngineConfig config;
-  for (Operation *user : convert->getUsers()) {
-    engineOps.insert(user);
-    if (AddOp add = stagedSum(user)) {
-      config.sums = true;
-      engineOps.insert(add.getRhs().getDefiningOp());
-      for (Operation *sumUser : add->getUsers())
-        if (!isa<PutOp>(sumUser) || !stored(sumUser) ||
-            cast<PutOp>(sumUser).getDest().getType().getRank() != 2)
-          return std::nullopt;
-      engineOps.insert(add->user_begin(), add->user_end());
-    } else if (!stored(user)) {
+    else
       return std::nullopt;
-    }
+    if (dest.getRank() < 2 || dest.getRank() > 3)
+      return std::nullopt;
   }
   auto loop = dyn_cast<scf::ForOp>(matmul->getParentOp());
   if (!loop)
     return std::nullopt;
   WalkResult other = loop.getBody()->walk([&](Operation *op) {
     bool tileWork = llvm::any_of(op->getResultTypes(), llvm::IsaPred<TileType>);
-    if (engineOps.contains(op) || isa<WaitOp, SignalOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
+    if (op == matmul || op == convert || llvm::is_contained(convert->getUsers(), op) ||
+        isa<WaitOp, SignalOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
         // The proxy's copies across nodes use no shared memory.
         (isa<CopyOp>(op) && cast<CopyOp>(op).getScope() == PeerScope::node) ||
         (isMemoryEffectFree(op) && !tileWork))
@@ -353,11 +317,10 @@ std::optional<EngineConfig> engineConfig(MatmulOp matmul, int64_t stages) {
   std::string name = elementName(element);
   std::string depth = stages > 0 ? std::to_string(stages)
                                  : "mk::gemm_max_stages<" + name + ", " + std::to_string(bn) +
-                                       ", " + buffers + (config.sums ? ", true" : "") + ">()";
+                                       ", " + buffers + ">()";
   bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
-  config.arguments = name + ", " + std::to_string(bn) + ", " + depth + ", " +
-                     (bKMajor ? "true" : "false") + ", " + buffers;
-  return config;
+  return name + ", " + std::to_string(bn) + ", " + depth + ", " + (bKMajor ? "true" : "false") +
+         ", " + buffers;
 }
 
 /// The mk::TmaReduce arguments for `accumulate` (marked "tma"): slots, source and result
@@ -468,28 +431,9 @@ void signalAfterAllPuts(Operation *root) {
 /// mod the node's GPUs.
 constexpr StringLiteral kGpuOffsetsAttr = "mk.gpu_offsets";
 
-/// The engine store of one tile to GPU (this one + offset) mod the node's GPUs, `put`'s peer as
-/// forEachGpu builds it: the offset operand, or null.
-Value offsetFromThisGpu(PutOp put, int64_t gpus) {
-  auto how = put->getAttrOfType<StringAttr>(kLoweringAttr);
-  DistTensorType dest = put.getDest().getType();
-  if (!how || how.getValue() != "store" || put.getScope() != PeerScope::gpu ||
-      dest.getPlacement().isSharded() || dest.getRank() != 2)
-    return Value();
-  auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
-  auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
-  auto place = sum ? sum.getLhs().getDefiningOp<PlaceOp>() : PlaceOp();
-  APInt modulus;
-  if (!place || sum.getLhs() != place.getGpu() ||
-      !matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) || modulus != gpus)
-    return Value();
-  return sum.getRhs();
-}
-
 /// A loop over the GPUs of the node (forEachGpu's: GPU (g + i) mod G) whose only effect is an
 /// engine store of one tile to each would stage the tile in shared memory once per GPU: make it
-/// one store that stages the tile once and sends each chunk to every GPU. A store to one such GPU
-/// outside a loop becomes one too, so that it also reaches a peer through the senders.
+/// one store that stages the tile once and sends each chunk to every GPU.
 void storeToGpusAtOnce(Operation *root, int64_t gpus) {
   struct Merge {
     scf::ForOp loop;
@@ -499,20 +443,21 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
   root->walk([&](scf::ForOp loop) {
     SmallVector<Operation *> effects = effectsOf(loop);
     auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
-    Value offset = put ? offsetFromThisGpu(put, gpus) : Value();
-    APInt begin, end, step;
-    if (offset && offset == loop.getInductionVar() &&
+    auto how = put ? put->getAttrOfType<StringAttr>(kLoweringAttr) : StringAttr();
+    DistTensorType dest = put ? put.getDest().getType() : DistTensorType();
+    if (!how || how.getValue() != "store" || put.getScope() != PeerScope::gpu ||
+        dest.getPlacement().isSharded() || dest.getRank() != 2)
+      return;
+    auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
+    auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
+    APInt modulus, begin, end, step;
+    if (sum && matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) && modulus == gpus &&
+        sum.getRhs() == loop.getInductionVar() &&
+        !loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) &&
         matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) &&
         matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) &&
         matchPattern(loop.getStep(), m_ConstantInt(&step)) && step == 1)
       merges.push_back({loop, begin.getSExtValue(), end.getSExtValue()});
-  });
-  root->walk([&](PutOp put) {
-    Value offset = offsetFromThisGpu(put, gpus);
-    APInt constant;
-    if (offset && matchPattern(offset, m_ConstantInt(&constant)))
-      put->setAttr(kGpuOffsetsAttr, OpBuilder(put).getDenseI64ArrayAttr(
-                                        {constant.getSExtValue(), constant.getSExtValue() + 1}));
   });
   for (Merge &merge : merges) {
     OpBuilder b(merge.loop);
@@ -734,11 +679,11 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   // A role whose every matmul can run on the GEMM engine runs it with all MK_CTA_THREADS
   // threads; any other runs the tile library on its team of MK_TEAM_THREADS.
   SmallVector<MatmulOp> matmuls;
-  std::set<EngineConfig> configs;
+  std::set<std::string> configs;
   bool engine = true;
   branch.getThenRegion().walk([&](MatmulOp matmul) {
     matmuls.push_back(matmul);
-    if (std::optional<EngineConfig> config = engineConfig(matmul, layout.gemmStages))
+    if (std::optional<std::string> config = engineConfig(matmul, layout.gemmStages))
       configs.insert(*config);
     else
       engine = false;
@@ -748,10 +693,8 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     if (failed(cluster))
       return failure();
     layout.cluster = std::max(layout.cluster, *cluster);
-    const EngineConfig &config = *configs.begin();
     return lowerEngineRole(branch, matmuls,
-                           config.arguments + ", " + std::to_string(*cluster) +
-                               (config.sums ? ", true" : ""));
+                           *configs.begin() + ", " + std::to_string(*cluster));
   }
   // The team takes the registers of the warpgroup that has nothing to do.
   Block *body = branch.thenBlock();
@@ -814,9 +757,9 @@ FailureOr<int64_t> StructureLowering::engineCluster(Location loc, ArrayRef<Matmu
   return 1;
 }
 
-/// Whether all a consumer does after `wait` in its tile loop's body is engine stores (with the
-/// contributions they add), deferred signals, waits and index arithmetic: ops that reach memory
-/// or flags through the engine's send ring, in order, or through TMA stores that wait for it.
+/// Whether all a consumer does after `wait` in its tile loop's body is engine stores, deferred
+/// signals, waits and index arithmetic: ops that reach memory or flags through the engine's send
+/// ring, in order, or through TMA stores that wait for the ring.
 bool onlyEngineWritesFollow(WaitOp wait, ArrayRef<MatmulOp> matmuls) {
   const MatmulOp *matmul = llvm::find_if(
       matmuls, [&](MatmulOp m) { return m->getParentOp()->isAncestor(wait); });
@@ -825,11 +768,10 @@ bool onlyEngineWritesFollow(WaitOp wait, ArrayRef<MatmulOp> matmuls) {
   auto throughEngine = [](Operation *op) {
     return !op->walk([](Operation *inner) {
                 auto how = inner->getAttrOfType<StringAttr>(kLoweringAttr);
-                bool engine = how && (how.getValue() == "store" || how.getValue() == "deferred" ||
-                                      how.getValue() == "staged");
+                bool engine = how && (how.getValue() == "store" || how.getValue() == "deferred");
                 return isMemoryEffectFree(inner) ||
                                isa<scf::IfOp, scf::ForOp, scf::YieldOp, WaitOp>(inner) ||
-                               (isa<PutOp, StoreOp, SignalOp, LoadOp>(inner) && engine)
+                               (isa<PutOp, StoreOp, SignalOp>(inner) && engine)
                            ? WalkResult::advance()
                            : WalkResult::interrupt();
               })
@@ -926,18 +868,8 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
     mark(matmul, "mma");
     Operation *convert = *matmul->user_begin();
     mark(convert, "elide");
-    for (Operation *user : convert->getUsers()) {
-      AddOp add = stagedSum(user);
-      if (!add) {
-        mark(user, "store");
-        continue;
-      }
-      // The senders add the staged contribution, which the load only names.
-      mark(add, "elide");
-      mark(add.getRhs().getDefiningOp(), "staged");
-      for (Operation *put : add->getUsers())
-        mark(put, "store");
-    }
+    for (Operation *store : convert->getUsers())
+      mark(store, "store");
   }
   // Consumers: a wait in a tile loop that only the engine's stores and signals follow is left to
   // the senders, which serve those in order (on one node: across nodes, flags count what the
@@ -1346,15 +1278,6 @@ struct LoadLowering : LoweringPattern<LoadOp> {
     Value node = layout.node, gpu = layout.gpu;
     Address at = address(a, op.getSource().getType(), adaptor.getIndices(), op.getWholeDims(),
                          tile.getShape(), node, gpu);
-    if (auto how = op->getAttrOfType<StringAttr>(kLoweringAttr); how && how.getValue() == "staged") {
-      // The engine's senders load it, 64 columns at a time, as they add it.
-      Value map = a.constant(layout.tensorMap(op.getSource().getType(), tensorIndex(op.getSource()),
-                                              std::nullopt, {64, tile.getShape()[0]}));
-      auto staged = emitc::OpaqueType::get(rewriter.getContext(), "mk::StagedTile");
-      rewriter.replaceOp(op, call(rewriter, loc, staged, "mk::staged_tile",
-                                  {tensorMapPointer(rewriter, loc, op, map), at.start[1], at.start[0]}));
-      return success();
-    }
     Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
     needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     Type result = getTypeConverter()->convertType(tile);
@@ -1436,16 +1359,9 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);
     bool combine = false;
-    AddOp sum;
-    if constexpr (std::is_same_v<OpT, PutOp>) {
+    if constexpr (std::is_same_v<OpT, PutOp>)
       combine = op.getCombine().has_value();
-      sum = op.getValue().template getDefiningOp<AddOp>();
-    }
-    if (sum && !gpuOffsets)
-      return rewriter.notifyMatchFailure(op, "a staged sum is stored to the GPUs of a node at once");
-    if (sum) // the contribution the engine adds, named by its load
-      args.insert(args.end() - rank, lookThroughCasts(rewriter.getRemappedValue(sum.getRhs())));
-    std::string callee = combine ? "mk::gemm_store_add" : sum ? "mk::gemm_store_sum" : "mk::gemm_store";
+    std::string callee = combine ? "mk::gemm_store_add" : "mk::gemm_store";
     if (gpuOffsets)
       callee += "_gpus";
     if (engine)

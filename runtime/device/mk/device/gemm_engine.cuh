@@ -55,11 +55,8 @@ namespace mk {
 /// cluster walk tiles in step: the same number of tiles, each pair with the same n0 and k_blocks
 /// (rows m0 of their own), so the grid's tile count is even; a tile beyond M still runs (TMA
 /// loads zeros and stores nothing). With [N x K] B, B's map has box {64, BN / 2}.
-///
-/// With kSums, the engine keeps a chunk of shared memory more, into which gemm_store_sum_gpus
-/// loads what it adds.
 template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2,
-          int kCluster = 1, bool kSums = false>
+          int kCluster = 1>
 struct GemmConfig;
 
 /// Dynamic shared memory the engine of Config needs (the ring, the epilogue's staging, the
@@ -67,7 +64,7 @@ struct GemmConfig;
 template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes();
 
 /// The deepest ring of 64-element K slices that fits a CTA's shared memory next to the epilogue.
-template <typename T, int BN, int kEpilogueBuffers = 2, bool kSums = false>
+template <typename T, int BN, int kEpilogueBuffers = 2>
 __host__ __device__ constexpr int gemm_max_stages();
 
 /// One consumer thread's part of a finished 128 x BN f32 tile (wgmma's fragment layout).
@@ -138,26 +135,6 @@ __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
                                                     int end, int gpus, const mk_tensor_ref *tensor,
                                                     long long offset, int ld, int rows, int cols,
                                                     int c0, int c1);
-
-/// Another GPU's contribution to a tile, staged in a 2-D tensor of this GPU: the tensor's map
-/// (box {64, 128}, 128-byte swizzled, as the output's) and the tile's first column and row there.
-struct StagedTile {
-  const mk_tensor_map *map;
-  int c0, c1;
-};
-
-/// Consumers: as gemm_store_gpus, but the senders first add `partial` to the tile, pair by pair
-/// in Out (rounding once), and store the sum; GPUs [begin, end) include this one. Whole tiles
-/// reach the peers by stores, tiles the tensor's edges cut through TMA and maps[gpu]. A
-/// gemm_defer_wait before the call on the flag that says `partial` is there orders the load after
-/// it. Needs Config::kSums.
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_sum_gpus(GemmEngine<Config> &e,
-                                                    const GemmAccumulator<Config> &acc,
-                                                    const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, const mk_tensor_ref *tensor,
-                                                    long long offset, int ld, int rows, int cols,
-                                                    const StagedTile &partial, int c0, int c1);
 
 /// Consumers: an arrival on `flag` once the stores issued so far have completed, raised by the
 /// senders (after TMA stores of the consumers, only once those complete: at the next tile's

@@ -168,12 +168,6 @@ __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args 
   return &args.maps[index];
 }
 
-/// The contribution staged at column c0, row c1 of the 2-D tensor of `map` that
-/// gemm_store_sum_gpus adds to a tile.
-__device__ __forceinline__ StagedTile staged_tile(const mk_tensor_map *map, int64_t c0, int64_t c1) {
-  return StagedTile{map, static_cast<int>(c0), static_cast<int>(c1)};
-}
-
 /// The engine producer's wait_arrivals: one thread waits, and orders the loads after it.
 template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,

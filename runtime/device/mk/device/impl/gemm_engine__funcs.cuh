@@ -8,15 +8,13 @@
 
 namespace mk {
 
-template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_, int kCluster_,
-          bool kSums_>
+template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_, int kCluster_>
 struct GemmConfig {
   using T = T_;
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = kStages_;
   static constexpr bool kBKMajor = kBKMajor_;
   static constexpr int kEpilogueBuffers = kEpilogueBuffers_;
   static constexpr int kCluster = kCluster_;
-  static constexpr bool kSums = kSums_;
   static_assert(kEpilogueBuffers == 2 || kEpilogueBuffers == 4,
                 "the epilogue stages chunks in 2 or 4 buffers");
   static_assert(sizeof(T) == 2, "16-bit operands (bf16, f16)");
@@ -39,9 +37,7 @@ struct GemmConfig {
   // hold up the next tile rather than the chunks of this one.
   static constexpr int kChunkBytes = BM * 128;
   static constexpr int kEpilogueOffset = kStages * kStageBytes;
-  // gemm_store_sum_gpus: the senders load the matching chunk of another GPU's contribution here.
-  static constexpr int kPartialOffset = kEpilogueOffset + kEpilogueBuffers * kChunkBytes;
-  static constexpr int kBarriersOffset = kPartialOffset + (kSums ? kChunkBytes : 0);
+  static constexpr int kBarriersOffset = kEpilogueOffset + kEpilogueBuffers * kChunkBytes;
   // Flags held back until the consumers' TMA stores before them complete (gemm_signal).
   static constexpr int kMaxPendingSignals = 8;
   static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
@@ -53,10 +49,9 @@ struct GemmConfig {
   static constexpr int kSenderWarps = 3;
   static constexpr int kSendSlots = 8;
   static constexpr int kSendJobsOffset = kSignalsOffset + kMaxPendingSignals * 8;
-  static constexpr int kSendBarriersOffset = kSendJobsOffset + kSendSlots * 64;
-  // The partial chunk's barrier, then the last job that reads each epilogue buffer.
-  static constexpr int kPartialBarrierOffset = kSendBarriersOffset + 2 * kSendSlots * 8;
-  static constexpr int kBufferJobsOffset = kPartialBarrierOffset + 8;
+  static constexpr int kSendBarriersOffset = kSendJobsOffset + kSendSlots * 48;
+  // The last job that reads each epilogue buffer.
+  static constexpr int kBufferJobsOffset = kSendBarriersOffset + 2 * kSendSlots * 8;
   static constexpr int kBytes = 1024 + kBufferJobsOffset + kEpilogueBuffers * 4;
   static_assert(kBytes <= kMaxSmemBytes, "the GEMM engine's ring and epilogue do not fit a CTA's "
                                          "shared memory (227 KiB): use fewer stages");
@@ -66,20 +61,16 @@ struct GemmConfig {
   static constexpr int kConsumerWarps = 8;
   // Every consumer warp of the cluster releases a stage: each CTA's producer overwrites it in all.
   static constexpr int kReleases = kConsumerWarps * kCluster;
-  // The senders' sums need more registers than their copies (which fit 40).
-  static constexpr int kProducerRegisters = kSums ? 56 : 40;
-  static constexpr int kConsumerRegisters = kSums ? 224 : 232;
-  static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536,
-                "the warpgroups' registers fit the SM's");
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 };
 
 template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes() {
   return Config::kBytes;
 }
 
-template <typename T, int BN, int kEpilogueBuffers, bool kSums>
+template <typename T, int BN, int kEpilogueBuffers>
 __host__ __device__ constexpr int gemm_max_stages() {
-  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1, kSums>;
+  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1>;
   // Each stage takes its slice of A and B and two barriers.
   const int stages = (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) /
                      (Two::kStageBytes + 16);
@@ -106,7 +97,6 @@ public:
         ptx::mbarrier_init(send_ready(slot), 1);
         ptx::mbarrier_init(send_done(slot), Config::kSenderWarps);
       }
-      ptx::mbarrier_init(partial_full(), 1);
       ptx::fence_mbarrier_init();
     }
     if constexpr (Config::kCluster > 1) {
@@ -132,8 +122,6 @@ public:
   __device__ mk_u32 chunk(int i) const {
     return base_ + Config::kEpilogueOffset + i * Config::kChunkBytes;
   }
-  __device__ mk_u32 partial() const { return base_ + Config::kPartialOffset; }
-  __device__ mk_u32 partial_full() const { return base_ + Config::kPartialBarrierOffset; }
   __device__ mk_u32 full(int s) const { return base_ + Config::kBarriersOffset + s * 8; }
   __device__ mk_u32 empty(int s) const { return full(Config::kStages + s); }
 
@@ -155,7 +143,7 @@ public:
   /// Send job `job`'s slot (a SendJob) and its barriers: ready once posted, done once every
   /// sender warp has issued its part of the writes and TMA has read the chunk.
   __device__ mk_u32 send_job(int job) const {
-    return base_ + Config::kSendJobsOffset + job % Config::kSendSlots * 64;
+    return base_ + Config::kSendJobsOffset + job % Config::kSendSlots * 48;
   }
   __device__ mk_u32 send_ready(int job) const {
     return base_ + Config::kSendBarriersOffset + job % Config::kSendSlots * 8;
@@ -189,20 +177,10 @@ private:
 
 namespace detail {
 
-/// What a send job asks of the senders: to store a chunk to GPUs of the node, add it there, or
-/// add another GPU's contribution to it and store the sum (as bf16 or f16 pairs); to raise a flag
-/// once every earlier job's writes are visible, to wait for a flag before the jobs after it, or
-/// to stop.
-enum SendKind : mk_u32 {
-  kSendStore,
-  kSendAddBf16,
-  kSendAddF16,
-  kSendSumBf16,
-  kSendSumF16,
-  kSendSignal,
-  kSendWait,
-  kSendExit
-};
+/// What a send job asks of the senders: to store a chunk to GPUs of the node or add it there
+/// (as bf16 or f16 pairs), to raise a flag once every earlier job's writes are visible, to wait
+/// for a flag before the jobs after it, or to stop.
+enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSendWait, kSendExit };
 
 /// A send job, as its slot in shared memory holds it.
 struct SendJob {
@@ -210,17 +188,13 @@ struct SendJob {
   mk_u64 offset;              // elements from the start of each GPU's part to the chunk's first,
                               // or the count the flag must reach (kSendWait)
   const mk_tensor_map *map;   // this GPU's copy, through TMA at (c0, c1), or null
-  const mk_tensor_map *partial; // sums: the other contribution, at (partial_c0, partial_c1)
   mk_u32 ld;                  // elements between rows
-  mk_u32 c0, c1, partial_c0, partial_c1;
+  mk_u32 c0, c1;
   unsigned char kind, buffer;
-  unsigned char peers;        // a mask of the other GPUs to write
-  unsigned char edge;         // sums: a tile the tensor's edges cut, to the peers through TMA
-                              // (map - me + gpu) rather than stores
-  mk_u32 me;
-  mk_u32 chunk;               // the chunk's index in its tile
+  unsigned char peers, unused; // a mask of the other GPUs to write
+  mk_u64 padding;
 };
-static_assert(sizeof(SendJob) == 64, "a send slot is 64 bytes");
+static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
 
 /// Team thread 0: waits until the senders are done with job `job` (one of the last kSendSlots
 /// posted, so that its slot's barrier has not moved on).
@@ -267,7 +241,7 @@ __device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &
     wait_sent(e, index - Config::kSendSlots);
   const mk_u32 *words = reinterpret_cast<const mk_u32 *>(&job);
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 3; ++i)
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(e.send_job(index) + 16 * i),
                  "r"(words[4 * i]), "r"(words[4 * i + 1]), "r"(words[4 * i + 2]),
                  "r"(words[4 * i + 3])
@@ -281,99 +255,44 @@ __device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &
 /// thread's that have completed) is visible.
 template <typename Config>
 __device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag) {
-  SendJob job = {};
-  job.target = reinterpret_cast<mk_u64>(flag);
-  job.kind = kSendSignal;
-  post_send(e, job);
+  post_send(e, SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
 }
 
-/// The senders' units of a chunk: 16 bytes each (a warp covers four whole rows) of its 128 rows
-/// of 128 bytes; `swizzled` is where a unit lies in a 128-byte swizzled buffer, `linear` where it
-/// lies in the tensor, in elements from the chunk's first, rows `ld` elements apart.
-template <typename Config, typename Body> __device__ __forceinline__ void for_each_unit(mk_u32 ld, Body body) {
+/// The senders' part of a chunk: its 128 rows of 128 bytes, read from the 128-byte swizzled
+/// buffer and written 16 bytes a thread (a warp writes four whole rows) at `dst`.
+template <typename Config>
+__device__ __forceinline__ void send_chunk(mk_u32 buffer, mk_u64 dst, mk_u32 ld, mk_u32 kind) {
   for (int unit = threadIdx.x - 32; unit < Config::BM * 8; unit += Config::kSenderWarps * 32) {
     const int row = unit / 8, column = unit % 8;
-    body(static_cast<mk_u32>(row * 128 + ((column ^ (row % 8)) << 4)),
-         static_cast<mk_u64>(row) * ld + column * 8);
+    mk_u32 v0, v1, v2, v3;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                 : "r"(buffer + row * 128 + ((column ^ (row % 8)) << 4))
+                 : "memory");
+    const mk_u64 to = dst + (static_cast<mk_u64>(row) * ld + column * 8) * 2;
+    if (kind == kSendStore)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0), "r"(v1),
+                   "r"(v2), "r"(v3)
+                   : "memory");
+    else if (kind == kSendAddBf16)
+      asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0),
+                   "r"(v1), "r"(v2), "r"(v3)
+                   : "memory");
+    else
+      asm volatile("red.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0),
+                   "r"(v1), "r"(v2), "r"(v3)
+                   : "memory");
   }
-}
-
-__device__ __forceinline__ void load_unit(mk_u32 address, mk_u32 (&v)[4]) {
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(address)
-               : "memory");
-}
-
-/// Writes 16 bytes at `to`, stored (kSendStore, the sums) or added (kSendAddBf16, kSendAddF16).
-__device__ __forceinline__ void write_unit(mk_u64 to, const mk_u32 (&v)[4], mk_u32 kind) {
-  if (kind == kSendAddBf16)
-    asm volatile("red.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v[0]),
-                 "r"(v[1]), "r"(v[2]), "r"(v[3])
-                 : "memory");
-  else if (kind == kSendAddF16)
-    asm volatile("red.global.add.noftz.v4.f16x2 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v[0]),
-                 "r"(v[1]), "r"(v[2]), "r"(v[3])
-                 : "memory");
-  else
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v[0]), "r"(v[1]),
-                 "r"(v[2]), "r"(v[3])
-                 : "memory");
-}
-
-/// Where GPU `gpu`'s part of `tensor` holds element `offset`.
-__device__ __forceinline__ mk_u64 peer_chunk(const mk_tensor_ref *tensor, int gpu, mk_u64 offset) {
-  return reinterpret_cast<mk_u64>(tensor->peer[gpu]) + offset * 2;
-}
-
-/// The senders' part of a copy job: the chunk staged in `buffer` to each peer.
-template <typename Config> __device__ __forceinline__ void send_chunk(mk_u32 buffer, const SendJob &job) {
-  const mk_tensor_ref *tensor = reinterpret_cast<const mk_tensor_ref *>(job.target);
-  for_each_unit<Config>(job.ld, [&](mk_u32 swizzled, mk_u64 linear) {
-    mk_u32 v[4];
-    load_unit(buffer + swizzled, v);
-    for (int gpu = 0; gpu < MK_MAX_GPUS_PER_NODE; ++gpu)
-      if (job.peers >> gpu & 1)
-        write_unit(peer_chunk(tensor, gpu, job.offset) + linear * 2, v, job.kind);
-  });
-}
-
-/// The senders' part of a sum job: adds the other contribution (in `partial`) to the chunk
-/// staged in `buffer`, in place, pair by pair, rounding once, and, but for an edge tile, writes
-/// the sum to each peer.
-template <typename Config> __device__ __forceinline__ void sum_chunk(mk_u32 buffer, mk_u32 partial, const SendJob &job) {
-  const mk_tensor_ref *tensor = reinterpret_cast<const mk_tensor_ref *>(job.target);
-  for_each_unit<Config>(job.ld, [&](mk_u32 swizzled, mk_u64 linear) {
-    mk_u32 v[4], w[4];
-    load_unit(buffer + swizzled, v);
-    load_unit(partial + swizzled, w);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (job.kind == kSendSumBf16)
-        asm("add.rn.bf16x2 %0, %0, %1;\n" : "+r"(v[i]) : "r"(w[i]));
-      else
-        asm("add.rn.f16x2 %0, %0, %1;\n" : "+r"(v[i]) : "r"(w[i]));
-    }
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(buffer + swizzled), "r"(v[0]),
-                 "r"(v[1]), "r"(v[2]), "r"(v[3])
-                 : "memory");
-    if (!job.edge)
-      for (int gpu = 0; gpu < MK_MAX_GPUS_PER_NODE; ++gpu)
-        if (job.peers >> gpu & 1)
-          write_unit(peer_chunk(tensor, gpu, job.offset) + linear * 2, v, kSendStore);
-  });
 }
 
 /// The senders (the producer warpgroup's warps 1-3) serve the jobs in order until the exit job.
 template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngine<Config> &e) {
-  mk_u32 partial_phase = 0;
-  bool partial_loading = false; // thread 32's: the next sum's chunk is on its way
   for (int index = 0;; ++index) {
     ptx::mbarrier_wait(e.send_ready(index), (index / Config::kSendSlots) & 1);
     SendJob job;
     mk_u32 *words = reinterpret_cast<mk_u32 *>(&job);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 3; ++i)
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(words[4 * i]), "=r"(words[4 * i + 1]), "=r"(words[4 * i + 2]),
                      "=r"(words[4 * i + 3])
@@ -402,47 +321,21 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
         ptx::red_add_release_sys(reinterpret_cast<mk_u32 *>(job.target), 1);
     } else {
       const mk_u32 buffer = e.chunk(job.buffer);
-      const bool sum = job.kind == kSendSumBf16 || job.kind == kSendSumF16;
-      if constexpr (Config::kSums) {
-        if (sum) {
-          // The other contribution, which a wait job's acquire made visible, through TMA into
-          // the partial buffer, which the last sum's reads (before its barrier) are done with;
-          // loaded while the last chunk was stored, unless this is a tile's first.
-          const auto load = [&](mk_u32 column) {
-            ptx::fence_proxy_async();
-            ptx::mbarrier_arrive_expect_tx(e.partial_full(), Config::kChunkBytes);
-            ptx::tma_load(e.partial(), job.partial, column, job.partial_c1, e.partial_full());
-          };
-          if (first && !partial_loading)
-            load(job.partial_c0);
-          ptx::mbarrier_wait(e.partial_full(), partial_phase);
-          partial_phase ^= 1;
-          sum_chunk<Config>(buffer, e.partial(), job);
-          // The sums in the buffer, for the TMA stores.
-          ptx::fence_proxy_async_shared();
-          ptx::bar_sync<2, Config::kSenderWarps * 32>();
-          // The consumers post a tile's chunks one after another: the next job sums the next.
-          partial_loading = job.chunk + 1 < Config::BN / 64;
-          if (first && partial_loading)
-            load(job.partial_c0 + 64);
-        }
-      }
       if (first && job.map) {
         // The first contribution, which a flag's acquire made visible, is read by the async
         // proxy.
         ptx::fence_proxy_async();
-        if (job.kind == kSendAddBf16 || job.kind == kSendAddF16)
-          ptx::tma_store_add(job.map, job.c0, job.c1, buffer);
-        else
+        if (job.kind == kSendStore)
           ptx::tma_store(job.map, job.c0, job.c1, buffer);
-        if (sum && job.edge)
-          for (int gpu = 0; gpu < MK_MAX_GPUS_PER_NODE; ++gpu)
-            if (job.peers >> gpu & 1)
-              ptx::tma_store(job.map - job.me + gpu, job.c0, job.c1, buffer);
+        else
+          ptx::tma_store_add(job.map, job.c0, job.c1, buffer);
         ptx::bulk_commit();
       }
-      if (!sum)
-        send_chunk<Config>(buffer, job);
+      const mk_tensor_ref *tensor = reinterpret_cast<const mk_tensor_ref *>(job.target);
+      for (int gpu = 0; gpu < MK_MAX_GPUS_PER_NODE; ++gpu)
+        if (job.peers >> gpu & 1)
+          send_chunk<Config>(buffer, reinterpret_cast<mk_u64>(tensor->peer[gpu]) + job.offset * 2,
+                             job.ld, job.kind);
       if (first)
         ptx::bulk_wait_read<0>();
     }
@@ -556,11 +449,8 @@ __device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_
   gemm_flush_signals(e);
   if (team_thread() == 0) {
     e.wait_job() = e.sends();
-    detail::SendJob job = {};
-    job.target = reinterpret_cast<mk_u64>(flag);
-    job.offset = target;
-    job.kind = detail::kSendWait;
-    detail::post_send(e, job);
+    detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(flag), target, nullptr, 0, 0, 0,
+                                         detail::kSendWait, 0, 0, 0, 0});
   }
 }
 
@@ -592,14 +482,14 @@ template <typename Config> __device__ __forceinline__ void release(const GemmEng
 
 template <typename Out> struct PairOfOut;
 template <> struct PairOfOut<bf16> {
-  static constexpr SendKind kSendAdd = kSendAddBf16, kSendSum = kSendSumBf16;
+  static constexpr SendKind kSendAdd = kSendAddBf16;
   static __device__ __forceinline__ mk_u32 pack(float x, float y) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const mk_u32 *>(&v);
   }
 };
 template <> struct PairOfOut<f16> {
-  static constexpr SendKind kSendAdd = kSendAddF16, kSendSum = kSendSumF16;
+  static constexpr SendKind kSendAdd = kSendAddF16;
   static __device__ __forceinline__ mk_u32 pack(float x, float y) {
     const __half2 v = __floats2half2_rn(x, y);
     return *reinterpret_cast<const mk_u32 *>(&v);
@@ -697,31 +587,6 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
   });
 }
 
-namespace detail {
-
-/// A copy job's fields but the chunk's: this GPU's map (if it is among GPUs (me + j) % gpus, j
-/// in [begin, end)) and the mask of the others.
-__device__ __forceinline__ SendJob copy_job(const mk_tensor_map *maps, int me, int begin, int end,
-                                            int gpus, const mk_tensor_ref *tensor, int ld, int c1,
-                                            SendKind kind) {
-  SendJob job = {};
-  for (int j = begin; j < end; ++j) {
-    const int gpu = (me + j) % gpus;
-    if (gpu == me)
-      job.map = maps + gpu;
-    else
-      job.peers |= 1u << gpu;
-  }
-  job.target = reinterpret_cast<mk_u64>(tensor);
-  job.ld = static_cast<mk_u32>(ld);
-  job.c1 = static_cast<mk_u32>(c1);
-  job.kind = static_cast<unsigned char>(kind);
-  job.me = static_cast<mk_u32>(me);
-  return job;
-}
-
-} // namespace detail
-
 /// The tile to the same place of the 2-D tensor on several GPUs of the node, staged once: to
 /// GPU (me + j) % gpus for j in [begin, end), stored or (kAdd) added. A whole tile goes through
 /// the senders, at element `offset` of each GPU's part of `tensor`, rows `ld` elements apart; a
@@ -734,14 +599,22 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
                                                    long long offset, int ld, int rows, int cols,
                                                    int c0, int c1) {
   if (tensor && rows == Config::BM && cols == Config::BN) {
-    detail::SendJob job =
-        detail::copy_job(maps, me, begin, end, gpus, tensor, ld, c1,
-                         kAdd ? detail::PairOfOut<Out>::kSendAdd : detail::kSendStore);
+    unsigned char peers = 0;
+    const mk_tensor_map *local = nullptr;
+    for (int j = begin; j < end; ++j) {
+      const int gpu = (me + j) % gpus;
+      if (gpu == me)
+        local = maps + gpu;
+      else
+        peers |= 1u << gpu;
+    }
+    const detail::SendKind kind = kAdd ? detail::PairOfOut<Out>::kSendAdd : detail::kSendStore;
     detail::store_chunks<Out>(e, acc, [&](int column, mk_u32, int index) {
-      job.offset = offset + column;
-      job.c0 = c0 + column;
-      job.buffer = static_cast<unsigned char>(index);
-      detail::post_send(e, job);
+      detail::post_send(
+          e, detail::SendJob{reinterpret_cast<mk_u64>(tensor), static_cast<mk_u64>(offset + column),
+                             local, static_cast<mk_u32>(ld), static_cast<mk_u32>(c0 + column),
+                             static_cast<mk_u32>(c1), static_cast<unsigned char>(kind),
+                             static_cast<unsigned char>(index), peers, 0, 0});
     });
     return;
   }
@@ -789,35 +662,10 @@ __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
                                 c0, c1);
 }
 
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_sum_gpus(GemmEngine<Config> &e,
-                                                    const GemmAccumulator<Config> &acc,
-                                                    const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, const mk_tensor_ref *tensor,
-                                                    long long offset, int ld, int rows, int cols,
-                                                    const StagedTile &partial, int c0, int c1) {
-  static_assert(Config::kSums, "gemm_store_sum_gpus needs an engine configured with kSums");
-  detail::SendJob job = detail::copy_job(maps, me, begin, end, gpus, tensor, ld, c1,
-                                         detail::PairOfOut<Out>::kSendSum);
-  job.partial = partial.map;
-  job.partial_c1 = static_cast<mk_u32>(partial.c1);
-  job.edge = !(tensor && rows == Config::BM && cols == Config::BN);
-  detail::store_chunks<Out>(e, acc, [&](int column, mk_u32, int index) {
-    job.offset = offset + column;
-    job.c0 = c0 + column;
-    job.partial_c0 = static_cast<mk_u32>(partial.c0 + column);
-    job.buffer = static_cast<unsigned char>(index);
-    job.chunk = static_cast<mk_u32>(column / 64);
-    detail::post_send(e, job);
-  });
-}
-
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {
   gemm_flush_signals(e);
   if (team_thread() == 0) {
-    detail::SendJob job = {};
-    job.kind = detail::kSendExit;
-    detail::post_send(e, job);
+    detail::post_send(e, detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, 0});
     ptx::bulk_wait_all();
   }
 }
