@@ -147,3 +147,36 @@
     }
   }
 
+
+// -----
+
+// A read in one branch waits there: hoisted out of the branch, the GPU that takes the other one
+// would wait for a tile nobody sends it. (The in-place all-reduce: the first writer puts its tile
+// into the other GPU's staging, the other loads it.)
+// CHECK-LABEL: mk.program @staged_in_a_branch
+// CHECK: mk.flags @[[READY:ready[0-9]*]] [4, 4]
+// CHECK: scf.if
+// CHECK: mk.put
+// CHECK-NEXT: mk.signal @[[READY]][%{{.*}}, %{{.*}}] at gpu
+// CHECK: } else {
+// CHECK-NEXT: mk.wait @[[READY]][%{{.*}}, %{{.*}}] count 1
+// CHECK-NEXT: mk.load
+mk.program @staged_in_a_branch [] mesh <1x2> (%c: !mk.tensor<[512, 1024], bf16, replicated>) grid 132 {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %f0 = arith.constant 0.0 : bf16
+  %staging = mk.buffer : !mk.tensor<[512, 1024], bf16, symmetric>
+  mk.role compute ctas 132 {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[512, 1024], bf16, replicated> {
+      %zero = mk.splat %f0 : bf16 -> !mk.tile<[128, 256], bf16>
+      %node, %gpu = mk.place : index, index
+      %first = arith.cmpi eq, %gpu, %c1 : index
+      scf.if %first {
+        mk.put %zero, %staging[%m, %n] at gpu %c2 via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[512, 1024], bf16, symmetric>
+      } else {
+        %other = mk.load %staging[%m, %n] : !mk.tensor<[512, 1024], bf16, symmetric> -> !mk.tile<[128, 256], bf16>
+        mk.store %other, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[512, 1024], bf16, replicated>
+      }
+    }
+  }
+}

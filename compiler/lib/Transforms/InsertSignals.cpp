@@ -280,7 +280,8 @@ private:
   }
 
   /// Waits before `read` for the flags of the tiles it reads, hoisted out of the loops around it
-  /// that do not change which flags those are. A read of a whole dim waits for each flag along it.
+  /// that do not change which flags those are (not out of branches: a branch not taken must not
+  /// wait). A read of a whole dim waits for each flag along it.
   LogicalResult waitBefore(const TileAccess &read, const FlagPlan &plan) {
     auto type = cast<DistTensorType>(read.tensor.getType());
     int64_t count = 1;
@@ -293,7 +294,7 @@ private:
       if (Value index = read.indexOf(d))
         indexValues.push_back(index);
     Operation *anchor = read.op;
-    while (isa<scf::ForOp, scf::IfOp>(anchor->getParentOp()) &&
+    while (isa<scf::ForOp>(anchor->getParentOp()) &&
            llvm::all_of(indexValues, [&](Value v) {
              return !anchor->getParentOp()->isAncestor(v.getParentBlock()->getParentOp()) ||
                     v.getParentBlock()->getParentOp() == anchor->getParentOp()->getParentOp();
