@@ -213,6 +213,14 @@ template <typename Config> __device__ __forceinline__ void await_deferred_waits(
   e.wait_job() = -1;
 }
 
+/// Consumers, before the TMA stores team thread 0 issues: they follow its wait jobs, and the
+/// flags after them wait for them (gemm_flush_signals).
+template <typename Config> __device__ __forceinline__ void begin_tma_stores(GemmEngine<Config> &e) {
+  if (team_thread() == 0)
+    await_deferred_waits(e);
+  e.tma_stored() = true;
+}
+
 /// Spins until `*flag` >= `target` (wrap-safe), then orders this thread's later reads after the
 /// writes the flag counts.
 __device__ __forceinline__ void spin_until(const mk_u32 *flag, mk_u32 target) {
@@ -568,9 +576,7 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1) {
-  if (team_thread() == 0)
-    detail::await_deferred_waits(e);
-  e.tma_stored() = true;
+  detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, buffer);
   });
@@ -579,9 +585,7 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
 template <typename Out, typename Config>
 __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
-  if (team_thread() == 0)
-    detail::await_deferred_waits(e);
-  e.tma_stored() = true;
+  detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     ptx::tma_store(map, c0 + column, c1, c2, buffer);
   });
@@ -618,13 +622,10 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
     });
     return;
   }
-  e.tma_stored() = true;
-  if (team_thread() == 0) {
-    detail::await_deferred_waits(e);
-    // The first contribution, which a flag's acquire made visible, is read by the async proxy.
-    if (kAdd)
-      ptx::fence_proxy_async();
-  }
+  detail::begin_tma_stores(e);
+  // The first contribution, which a flag's acquire made visible, is read by the async proxy.
+  if (kAdd && team_thread() == 0)
+    ptx::fence_proxy_async();
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
     for (int j = begin; j < end; ++j) {
       const mk_tensor_map *map = maps + (me + j) % gpus;
