@@ -1,7 +1,7 @@
 //===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
 //
-// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--repeat N] [--warmup-ms N] [--cooldown-ms N]
-//                [--sms N] [--csv FILE] [--cubin FILE]
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--twin MODE] [--repeat N]
+//                [--warmup-ms N] [--cooldown-ms N] [--sms N] [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
@@ -9,7 +9,12 @@
 // runs for --warmup-ms (500) after --cooldown-ms idle (0), then the median of --repeat runs
 // counts. Each engine result is first checked against an f32 GPU reference with C poisoned.
 // --check checks without timing (the gpu/gemm-engine test). --sms runs the engine on fewer CTAs
-// than the GPU has SMs (what a fused kernel's compute role gets).
+// than the GPU has SMs (what a fused kernel's compute role gets). --configs runs only the named
+// engine configurations. The _twin configurations (whole tiles only; others are skipped) also
+// write each tile to a second tensor as to a peer, and both must hold the product; --twin picks
+// what they write (TwinMode in gemm_engine.cu: 0, the fused all-reduce's stores and additions;
+// 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
+// additions or without, or through the consumers' TMA).
 //
 //===----------------------------------------------------------------------------------===//
 
@@ -55,6 +60,7 @@ struct Config {
   int bn;
   bool bKMajor;
   int cluster; // CTAs per cluster, sharing B
+  bool twin;   // takes the twin tensor's mk_tensor_ref
 };
 const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false, 1},
                            {"gemm_bf16_256x3_kn", 256, false, 1},
@@ -64,7 +70,9 @@ const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false, 1},
                            {"gemm_bf16_256x4_kn_c2", 256, false, 2},
                            {"gemm_bf16_256x3e4_kn_c2", 256, false, 2},
                            {"gemm_bf16_128x6_kn_c2", 128, false, 2},
-                           {"gemm_bf16_256x4_nk_c2", 256, true, 2}};
+                           {"gemm_bf16_256x4_nk_c2", 256, true, 2},
+                           {"gemm_bf16_256x3e4_kn_c2_twin", 256, false, 2, true},
+                           {"gemm_bf16_256x4_kn_c2_twin", 256, false, 2, true}};
 
 /// The CTAs of a persistent grid of clusters of `cluster` that are resident at once: at most
 /// `sms`, a whole number of clusters.
@@ -268,6 +276,8 @@ int run(int argc, char **argv) {
   std::string shapesText = "8192x8192x8192,8192x8192x4096,4096x8192x4096,16384x8192x4096,"
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
+  std::string configsText; // empty: all
+  int twinMode = 0;
   int ctas = 0;
   Regime regime;
   for (int i = 1; i < argc; ++i) {
@@ -293,10 +303,32 @@ int run(int argc, char **argv) {
       csvPath = value();
     else if (arg == "--cubin")
       cubinPath = value();
+    else if (arg == "--configs")
+      configsText = value();
+    else if (arg == "--twin")
+      twinMode = std::atoi(value());
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
   const std::vector<Shape> shapes = parseShapes(shapesText);
+  if (twinMode < 0 || twinMode > 5)
+    throw std::invalid_argument("--twin: a mode from 0 to 5");
+  // The twin holds the product in modes 0 and 1; the second half of the rows is added but in 1
+  // and 4.
+  const bool twinChecked = twinMode <= 1, twinAdds = twinMode != 1 && twinMode != 4;
+  std::vector<std::string> configNames; // empty: all
+  for (size_t start = 0; start < configsText.size();) {
+    const size_t end = std::min(configsText.find(',', start), configsText.size());
+    configNames.push_back(configsText.substr(start, end - start));
+    if (std::none_of(std::begin(kConfigs), std::end(kConfigs),
+                     [&](const Config &c) { return configNames.back() == c.kernel; }))
+      throw std::invalid_argument("no engine configuration '" + configNames.back() + "'");
+    start = end + 1;
+  }
+  const auto selected = [&](const char *kernel) {
+    return configNames.empty() ||
+           std::find(configNames.begin(), configNames.end(), kernel) != configNames.end();
+  };
 
   const Driver &driver = Driver::get();
   if (!driver.available()) {
@@ -336,11 +368,34 @@ int run(int argc, char **argv) {
     // cuBLASLt first, then each engine configuration whose result is right.
     std::vector<const char *> names = {"cuBLASLt"};
     std::vector<std::function<void()>> runs;
+    // The _twin configurations' second tensor, and its mk_tensor_ref.
+    std::unique_ptr<Buffer> twin, twinRef;
     if (!checkOnly) {
       lt.prepare(s);
       runs.push_back([&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
     }
+    // Elements of `out` off the reference, and the largest error.
+    const auto compare = [&](CUdeviceptr out) {
+      CU(cuMemsetD8(stats.pointer, 0, 32));
+      CUdeviceptr bad = stats.pointer, first = stats.pointer + 8, maxBits = stats.pointer + 16;
+      long long count = static_cast<long long>(cCount);
+      float atol = 0.02f, rtol = 1.0f / 64;
+      launch(reference.function("compare_bf16"), 1024, 256, 0, out, want.pointer, count, atol,
+             rtol, bad, first, maxBits);
+      unsigned long long host[3];
+      CU(cuMemcpyDtoH(host, stats.pointer, sizeof host));
+      float maxError;
+      const unsigned bits = unsigned(host[2]);
+      std::memcpy(&maxError, &bits, sizeof maxError);
+      return std::pair(host[0], maxError);
+    };
     for (const Config &config : kConfigs) {
+      if (!selected(config.kernel))
+        continue;
+      if (config.twin && (s.m % (128 * config.cluster) || s.n % config.bn)) {
+        std::printf("skipped %s %lldx%lldx%lld (not whole tiles)\n", config.kernel, s.m, s.n, s.k);
+        continue;
+      }
       const CUfunction f = engine.function(config.kernel);
       const int smem = engine.constant(std::string(config.kernel) + "_smem");
       CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
@@ -351,26 +406,43 @@ int run(int argc, char **argv) {
       const mk_tensor_map cMap = map2d(c.pointer, s.n, s.m, 64, 128);
       const int m = int(s.m), n = int(s.n), k = int(s.k);
       const unsigned grid = persistentGrid(f, sms, smem, config.cluster);
-      const auto go = [=] { launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k); };
-      CU(cuMemsetD8(c.pointer, 0xff, cCount * 2)); // NaN: unwritten elements fail
+      if (config.twin && !twin) {
+        twin = std::make_unique<Buffer>(cCount * 2);
+        twinRef = std::make_unique<Buffer>(sizeof(mk_tensor_ref));
+        mk_tensor_ref ref{};
+        ref.local = reinterpret_cast<void *>(c.pointer);
+        ref.peer[1] = reinterpret_cast<void *>(twin->pointer);
+        CU(cuMemcpyHtoD(twinRef->pointer, &ref, sizeof ref));
+      }
+      const CUdeviceptr ref = config.twin ? twinRef->pointer : 0;
+      const auto go = [=] {
+        if (config.twin)
+          launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k, ref, twinMode);
+        else
+          launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k);
+      };
+      // NaN: unwritten elements fail. The _twin configurations may add the second half of the
+      // rows: to zeros there.
+      const size_t poisoned = config.twin && twinAdds ? cCount / 2 : cCount;
+      for (CUdeviceptr out : {c.pointer, config.twin && twinChecked ? twin->pointer : 0}) {
+        if (!out)
+          continue;
+        CU(cuMemsetD8(out, 0xff, poisoned * 2));
+        CU(cuMemsetD8(out + poisoned * 2, 0, (cCount - poisoned) * 2));
+      }
       go();
       CU(cuCtxSynchronize());
-      CU(cuMemsetD8(stats.pointer, 0, 32));
-      CUdeviceptr bad = stats.pointer, first = stats.pointer + 8, maxBits = stats.pointer + 16;
-      long long count = static_cast<long long>(cCount);
-      float atol = 0.02f, rtol = 1.0f / 64;
-      launch(reference.function("compare_bf16"), 1024, 256, 0, c.pointer, want.pointer, count,
-             atol, rtol, bad, first, maxBits);
-      unsigned long long host[3];
-      CU(cuMemcpyDtoH(host, stats.pointer, sizeof host));
-      float maxError;
-      unsigned bits = unsigned(host[2]);
-      std::memcpy(&maxError, &bits, sizeof maxError);
-      const bool ok = host[0] == 0;
+      auto [off, maxError] = compare(c.pointer);
+      if (config.twin && twinChecked) {
+        const auto [twinOff, twinError] = compare(twin->pointer);
+        off += twinOff;
+        maxError = std::max(maxError, twinError);
+      }
+      const bool ok = off == 0;
       failures += !ok;
       std::printf("%s %s %lldx%lldx%lld on %u CTAs: %llu of %zu elements off (max error %.4g)\n",
-                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, host[0], cCount,
-                  maxError);
+                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, off,
+                  config.twin && twinChecked ? 2 * cCount : cCount, maxError);
       if (ok) {
         names.push_back(config.kernel);
         runs.push_back(go);

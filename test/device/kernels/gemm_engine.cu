@@ -2,13 +2,58 @@
 // per SM, tiles walked in bands of 8 tile rows so that concurrent CTAs share operands in L2.
 // Compiled by NVRTC in DeviceCompileTest (resources, SASS) and by mkc-gemm-bench (checks, timing
 // against cuBLASLt).
+//
+// The _twin kernels also write every tile to a second tensor shaped like C, through the senders,
+// as the fused all-reduce writes a peer's copy: stored on the first half of the tile rows, added
+// on the rest (C through TMA likewise). On one GPU they show what that traffic costs the GEMM
+// on the memory side, without NVLink; their TwinMode leaves parts of it out. They take whole
+// tiles only (M and N multiples of the cluster's rows and the tile's columns).
 #include "mk/device.cuh"
 
 extern __shared__ __align__(128) unsigned char mk_smem[];
 
+enum TwinMode : int {
+  kTwinAllReduce = 0,  // as above
+  kTwinStores = 1,     // stored everywhere, no additions
+  kTwinResident = 2,   // as kTwinAllReduce, but each CTA writes its twin tiles over one 128 x BN
+                       // block of the twin, which stays in L2
+  kTwinNone = 3,       // C alone, through the senders as above: no twin traffic
+  kTwinNoneStores = 4, // C alone, through the senders, stored everywhere
+  kTwinNoneTma = 5,    // C alone, through the consumers' TMA (gemm_store, gemm_store_add)
+};
+
+/// Tile (m0, n0) to C, and to the twin (peer 1 of `twin`, a tensor shaped like C) as `mode` says.
+template <typename Out, typename Config>
+__device__ __forceinline__ void store_with_twin(mk::GemmEngine<Config> &engine,
+                                                const mk::GemmAccumulator<Config> &acc,
+                                                const mk_tensor_map &c, const mk_tensor_ref *twin,
+                                                int mode, int m0, int n0, int M, int N) {
+  const bool add = m0 >= M / 2 && mode != kTwinStores && mode != kTwinNoneStores;
+  if (mode == kTwinNoneTma) {
+    if (add)
+      mk::gemm_store_add<Out>(engine, acc, &c, n0, m0);
+    else
+      mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+    return;
+  }
+  // "GPU" 0 is C, through its map; "GPU" 1 the twin.
+  const bool resident = mode == kTwinResident;
+  const long long offset =
+      resident ? (long long)blockIdx.x * Config::BM * Config::BN : (long long)m0 * N + n0;
+  const int ld = resident ? Config::BN : N;
+  const int end = mode == kTwinNone || mode == kTwinNoneStores ? 1 : 2;
+  if (add)
+    mk::gemm_store_add_gpus<Out>(engine, acc, &c, 0, 0, end, 2, twin, offset, ld, Config::BM,
+                                 Config::BN, n0, m0);
+  else
+    mk::gemm_store_gpus<Out>(engine, acc, &c, 0, 0, end, 2, twin, offset, ld, Config::BM,
+                             Config::BN, n0, m0);
+}
+
 template <typename Config, typename Out>
 __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
-                                     const mk_tensor_map &c, int M, int N, int K) {
+                                     const mk_tensor_map &c, int M, int N, int K,
+                                     const mk_tensor_ref *twin = nullptr, int mode = 0) {
   constexpr int kBand = 8;
   // Clustered CTAs take tiles t and t + 1 of a band's column, rows 2i and 2i + 1: the row count
   // is rounded up to the cluster, the rows beyond M are computed on zeros and stored nowhere.
@@ -36,7 +81,10 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
       int m0, n0;
       origin(t, m0, n0);
       const mk::GemmAccumulator<Config> acc = mk::gemm_mma(engine, k_blocks);
-      mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+      if (twin)
+        store_with_twin<Out>(engine, acc, c, twin, mode, m0, n0, M, N);
+      else
+        mk::gemm_store<Out>(engine, acc, &c, n0, m0);
     }
     mk::gemm_finish(engine);
   }
@@ -53,6 +101,17 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
     gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K);           \
   }
 
+// The same with the twin (peer 1 of `twin`) written as `mode` says.
+#define GEMM_TWIN_KERNEL(name, T, BN, STAGES, BUFFERS, CLUSTER)                                    \
+  extern "C" __constant__ int name##_smem =                                                        \
+      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>>();               \
+  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
+      name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
+           const __grid_constant__ mk_tensor_map c, int M, int N, int K,                           \
+           const mk_tensor_ref *twin, int mode) {                                                  \
+    gemm<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K, twin, mode); \
+  }
+
 GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2, 1)
 GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false, 2, 1)
 GEMM_KERNEL(gemm_bf16_256x3e4_kn, mk::bf16, 256, 3, false, 4, 1)
@@ -63,6 +122,8 @@ GEMM_KERNEL(gemm_bf16_256x4_kn_c2, mk::bf16, 256, 4, false, 2, 2)
 GEMM_KERNEL(gemm_bf16_256x3e4_kn_c2, mk::bf16, 256, 3, false, 4, 2)
 GEMM_KERNEL(gemm_bf16_256x4_nk_c2, mk::bf16, 256, 4, true, 2, 2)
 GEMM_KERNEL(gemm_bf16_128x6_kn_c2, mk::bf16, 128, 6, false, 2, 2)
+GEMM_TWIN_KERNEL(gemm_bf16_256x3e4_kn_c2_twin, mk::bf16, 256, 3, 4, 2)
+GEMM_TWIN_KERNEL(gemm_bf16_256x4_kn_c2_twin, mk::bf16, 256, 4, 2, 2)
 
 // out [cols x rows] = in [rows x cols]^T, for the [N x K] operand.
 extern "C" __global__ void transpose_16(const unsigned short *in, unsigned short *out,
