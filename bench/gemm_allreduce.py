@@ -29,6 +29,9 @@ clocks fall as the GPU heats for a few hundred milliseconds: by default every va
 at the clocks of a sustained load; with --cooldown-s 1 --warmup-s 0, at those of a burst after
 a pause. Either way no variant gains from its place in line. Inputs rotate among as many
 sets as make 3x the L2 cache. The fused result is checked against the sequential one first.
+Each --variant LABEL:OPTIONS (repeatable) times the fused program once more, compiled with other
+compiler options (mkc's flags: 'c1:gemm-cluster=1', 'roles:sm-split=compute=120,intra_reduce=12'),
+in the same processes and regime, checked first; it is printed as "M=...: mkc LABEL: ... ms".
 
     python3 bench/gemm_allreduce.py [--sizes 2048,4096,8192,16384] [--network ...] [--out DIR]
 
@@ -95,10 +98,11 @@ def parse_arguments():
     parser.add_argument("--timeout", type=float, default=0,
                         help="seconds after which a rank prints every thread's stack and exits "
                              "(0: never)")
-    parser.add_argument("--sm-splits", default="",
-                        help="also time mkc with these SM splits instead of the cost model's, "
-                             "';'-separated ROLE=CTAS,... lists "
-                             "(e.g. 'compute=120,intra_reduce=12;compute=124,intra_reduce=8')")
+    parser.add_argument("--variant", action="append", default=[], type=variant,
+                        metavar="LABEL:OPTIONS",
+                        help="also time mkc compiled with these compiler options (mkc's flags, "
+                             "';'-separated NAME=VALUE), checked first; repeatable (e.g. "
+                             "'c1:gemm-cluster=1', 'roles:sm-split=compute=120,intra_reduce=12')")
     return parser.parse_args()
 
 
@@ -176,6 +180,20 @@ class Bench:
                               device="cuda")
         self.dist.all_reduce(median, op=self.dist.ReduceOp.MAX)
         return median.item()
+
+
+def variant(text):
+    """--variant's LABEL:NAME=VALUE;... as (label, {name: value})."""
+    label, colon, options = text.partition(":")
+    if not colon or not label or not options:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LABEL:NAME=VALUE;...")
+    pairs = {}
+    for item in filter(None, options.split(";")):
+        name, equals, value = item.partition("=")
+        if not equals:
+            raise argparse.ArgumentTypeError(f"{item!r} in {text!r} is not NAME=VALUE")
+        pairs[name] = value
+    return label, pairs
 
 
 def rank_main(arguments):
@@ -265,18 +283,17 @@ def rank_main(arguments):
 
         steps = {"mkc": fused, "sequential": sequential, "gemm": gemm, "allreduce": allreduce}
         compiled = []  # closed once timed
-        # Other SM splits, each checked like the cost model's before it is timed.
-        for split in filter(None, arguments.sm_splits.split(";")):
-            roles = dict(item.split("=") for item in split.split(","))
+        # The same program with other compiler choices, each checked like the default first.
+        for label, options in arguments.variant:
             other = runtime.compile(mkc.library_program("gemm_allreduce"), M=m, N=n, K=k,
-                                    sm_split={role: int(ctas) for role, ctas in roles.items()})
+                                    options=options)
             a, b = inputs[0]
             other(a, b, fused_c, stream=stream)
             torch.cuda.synchronize()
-            split_error = ((fused_c.torch().float() - c.float()).norm() / c.float().norm()).item()
-            if not split_error < 1e-2:
-                raise SystemExit(f"rank {rank}: M={m}, split {split}: off by {split_error:.3g}")
-            steps[f"mkc {split}"] = on_inputs(other)
+            other_error = ((fused_c.torch().float() - c.float()).norm() / c.float().norm()).item()
+            if not other_error < 1e-2:
+                raise SystemExit(f"rank {rank}: M={m}, variant {label}: off by {other_error:.3g}")
+            steps[f"mkc {label}"] = on_inputs(other)
             compiled.append(other)
 
         if arguments.network != "none":

@@ -59,7 +59,7 @@ double compileOnce(const Program &program, std::string &source) {
   options.shapes = program.shapes;
   mlir::mk::buildSchedulePipeline(pm, options);
   if (program.cuda)
-    mlir::mk::buildEmitCPipeline(pm);
+    mlir::mk::buildEmitCPipeline(pm, options);
   if (mlir::failed(pm.run(*module)))
     return -1;
   source.clear();

@@ -107,7 +107,7 @@ PROTOTYPES = {
     "mkc_generate_cuda": (
         mkc_status,
         [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-         ctypes.POINTER(ctypes.c_void_p)]),
+         ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]),
     "mkc_free": (None, [ctypes.c_void_p]),
 }
 

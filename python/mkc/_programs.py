@@ -63,15 +63,43 @@ def bindings(what, mapping, keywords=None):
     return ",".join(f"{name}={value}" for name, value in merged.items()) or None
 
 
+def compiler_options(options, sm_split=None):
+    """`options` ({name: value}, the names and values of mkc's flags: {"gemm-stages": 3,
+    "in-place-all-reduce": False, "sm-split": "compute=120,intra_reduce=12"}) and `sm_split`
+    ({role: ctas}) as the C ABI's "NAME=VALUE;..." string, or None if both are empty."""
+    if options is not None and not hasattr(options, "items"):
+        raise TypeError(f"options must be a mapping of mkc's flag names to values, not "
+                        f"{type(options).__name__}")
+    merged = dict(options or {})
+    split = bindings("sm_split", sm_split)
+    if split is not None:
+        if "sm-split" in merged:
+            raise TypeError("options: sm-split is given twice (options and sm_split)")
+        merged["sm-split"] = split
+    items = []
+    for name, value in merged.items():
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c == "-" for c in name):
+            raise ValueError(f"options: {name!r} is not the name of one of mkc's flags")
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, str)) or ";" in str(value):
+            raise TypeError(f"options: {name} must be an int, a bool or a str without ';', not "
+                            f"{value!r}")
+        items.append(f"{name}={value}")
+    return ";".join(items) or None
+
+
 def encode(text):
     """`text` as the C ABI's const char *: UTF-8, or NULL for None."""
     return None if text is None else text.encode()
 
 
-def generate_cuda(program, topology="1x2", rank=-1, shapes=None, **shape_values):
+def generate_cuda(program, topology="1x2", rank=-1, shapes=None, *, options=None, sm_split=None,
+                  **shape_values):
     """The CUDA C++ the JIT would compile for `program` (its text or a path, see Runtime.compile)
     on `topology` ("NODESxGPUS"), as rank `rank` (-1: any), with its shape symbols bound by
-    `shapes` ({"M": 8192, ...}) and keyword arguments (M=8192). Needs no GPU.
+    `shapes` ({"M": 8192, ...}) and keyword arguments (M=8192), and the compiler's choices
+    overridden by `options` and `sm_split` (see Runtime.compile). Needs no GPU.
 
     Raises mkc.Error (MKC_ERROR_COMPILE, with the located diagnostics) if it does not compile.
     """
@@ -83,7 +111,8 @@ def generate_cuda(program, topology="1x2", rank=-1, shapes=None, **shape_values)
     lib = _capi.library()
     cuda = ctypes.c_void_p()
     lib.mkc_generate_cuda(encode(text), encode(name), encode(topology), rank,
-                          encode(bindings("shapes", shapes, shape_values)), ctypes.byref(cuda))
+                          encode(bindings("shapes", shapes, shape_values)),
+                          encode(compiler_options(options, sm_split)), ctypes.byref(cuda))
     try:
         return ctypes.string_at(cuda.value).decode()
     finally:

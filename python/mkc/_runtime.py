@@ -128,29 +128,32 @@ class Runtime:
             handle, math.prod(shape) * _dtypes.ITEM_BYTES[element], ctypes.byref(pointer))
         return SymmetricTensor(pointer.value, shape, element, self.device, runtime=self)
 
-    def compile(self, program, shapes=None, *, sm_split=None, **shape_values):
+    def compile(self, program, shapes=None, *, options=None, sm_split=None, **shape_values):
         """`program` compiled for this job's topology and this rank, as a FusedOp. Collective.
 
         `program` is the text of a tile program (a str containing "mk.program") or the path of a
         .mlir file (mkc.library_program("gemm_allreduce") for the library's). Its shape symbols
         are bound by `shapes` ({"M": 8192, ...}) and keyword arguments (M=8192). `sm_split`
-        ({"compute": 120, ...} or None for the cost model's) sets the CTAs of each role.
+        ({"compute": 120, ...} or None for the cost model's) sets the CTAs of each role;
+        `options` overrides the compiler's other choices, with the names and values of mkc's
+        flags: {"gemm-tile-n": 128, "gemm-stages": 3, "gemm-cluster": 1,
+        "in-place-all-reduce": False}.
 
         Raises mkc.Error (MKC_ERROR_COMPILE, with located diagnostics) if it does not compile
         on some rank, or if ranks ask for different things.
         """
         handle = self._live_handle()
         shapes = _programs.encode(_programs.bindings("shapes", shapes, shape_values))
-        split = _programs.encode(_programs.bindings("sm_split", sm_split))
+        choices = _programs.encode(_programs.compiler_options(options, sm_split))
         op = ctypes.POINTER(_capi.mkc_op)()
         if _programs.is_program_text(program):
-            _capi.library().mkc_op_compile(handle, _programs.encode(program), None, shapes, split,
-                                           ctypes.byref(op))
+            _capi.library().mkc_op_compile(handle, _programs.encode(program), None, shapes,
+                                           choices, ctypes.byref(op))
         else:
             # The runtime reads the file, so that a rank that cannot fails every rank, not only
             # itself while the others wait for it.
             _capi.library().mkc_op_compile_file(handle, _programs.encode(_programs.path(program)),
-                                                shapes, split, ctypes.byref(op))
+                                                shapes, choices, ctypes.byref(op))
         return FusedOp(self, op)
 
     def __repr__(self):

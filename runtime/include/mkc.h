@@ -83,12 +83,14 @@ mkc_status mkc_barrier(mkc_runtime *runtime);
 mkc_status mkc_symmetric_alloc(mkc_runtime *runtime, size_t bytes, void **local);
 
 /* A tile program (`text`, called `name` in diagnostics, or the file at `path`) compiled for
- * `shapes` ("M=8192,N=8192,K=8192"), this job's topology and this rank. `sm_split` ("ROLE=CTAS,..."
- * or NULL) overrides the cost model's split of the SMs. Collective. */
+ * `shapes` ("M=8192,N=8192,K=8192"), this job's topology and this rank. `options` (or NULL)
+ * overrides the compiler's choices: ';'-separated NAME=VALUE with the names and values of mkc's
+ * flags, "sm-split=ROLE=CTAS,...", "gemm-tile-n=N", "gemm-stages=N", "gemm-cluster=1|2",
+ * "in-place-all-reduce=0|1". Collective. */
 mkc_status mkc_op_compile(mkc_runtime *runtime, const char *text, const char *name,
-                          const char *shapes, const char *sm_split, mkc_op **op);
+                          const char *shapes, const char *options, mkc_op **op);
 mkc_status mkc_op_compile_file(mkc_runtime *runtime, const char *path, const char *shapes,
-                               const char *sm_split, mkc_op **op);
+                               const char *options, mkc_op **op);
 /* NULL is a no-op. */
 mkc_status mkc_op_destroy(mkc_op *op);
 
@@ -110,10 +112,11 @@ mkc_status mkc_op_get_argument(const mkc_op *op, int index, mkc_argument *argume
  * stream) with `count` device addresses, one per argument. */
 mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments, int count);
 
-/* The CUDA C++ that `text` becomes for `topology` ("NODESxGPUS"), `rank` (-1: any) and `shapes`,
- * without a GPU: what the JIT would compile. *cuda is freed with mkc_free. */
+/* The CUDA C++ that `text` becomes for `topology` ("NODESxGPUS"), `rank` (-1: any), `shapes`
+ * and `options` (as for mkc_op_compile), without a GPU: what the JIT would compile. *cuda is
+ * freed with mkc_free. */
 mkc_status mkc_generate_cuda(const char *text, const char *name, const char *topology, int rank,
-                             const char *shapes, char **cuda);
+                             const char *shapes, const char *options, char **cuda);
 void mkc_free(void *pointer);
 
 #ifdef __cplusplus

@@ -184,24 +184,24 @@ mkc_status mkc_symmetric_alloc(mkc_runtime *runtime, size_t bytes, void **local)
 }
 
 mkc_status mkc_op_compile(mkc_runtime *runtime, const char *text, const char *name,
-                          const char *shapes, const char *sm_split, mkc_op **op) {
+                          const char *shapes, const char *options, mkc_op **op) {
   return guarded(__func__, [&] {
     mkc_op *&out = required(op, "op");
     out = nullptr;
     mkc_runtime &rt = required(runtime, "runtime");
     mkc::TileProgram program{&required(text, "text"), name ? name : "<program>"};
-    out = adopt(rt, rt.runtime->compile(program, splitShapes(shapes), orEmpty(sm_split)));
+    out = adopt(rt, rt.runtime->compile(program, splitShapes(shapes), orEmpty(options)));
   });
 }
 
 mkc_status mkc_op_compile_file(mkc_runtime *runtime, const char *path, const char *shapes,
-                               const char *sm_split, mkc_op **op) {
+                               const char *options, mkc_op **op) {
   return guarded(__func__, [&] {
     mkc_op *&out = required(op, "op");
     out = nullptr;
     mkc_runtime &rt = required(runtime, "runtime");
     out = adopt(rt, rt.runtime->compileFile(&required(path, "path"), splitShapes(shapes),
-                                            orEmpty(sm_split)));
+                                            orEmpty(options)));
   });
 }
 
@@ -260,7 +260,7 @@ mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments,
 }
 
 mkc_status mkc_generate_cuda(const char *text, const char *name, const char *topology, int rank,
-                             const char *shapes, char **cuda) {
+                             const char *shapes, const char *compiler_options, char **cuda) {
   return guarded(__func__, [&] {
     char *&out = required(cuda, "cuda");
     out = nullptr;
@@ -268,6 +268,9 @@ mkc_status mkc_generate_cuda(const char *text, const char *name, const char *top
     options.pipeline.topology = orEmpty(topology);
     options.pipeline.rank = rank;
     options.pipeline.shapes = splitShapes(shapes);
+    if (std::optional<std::string> error =
+            mlir::mk::parsePipelineOptions(orEmpty(compiler_options), options.pipeline))
+      throw mkc::JitError("compiler options: " + *error);
     std::string source =
         mkc::generateKernel({&required(text, "text"), name ? name : "<program>"}, options).cuda;
     out = static_cast<char *>(std::malloc(source.size() + 1));

@@ -362,7 +362,7 @@ KernelSource generateKernel(const TileProgram &program, const JitOptions &option
 
   mlir::PassManager pm(&context);
   mlir::mk::buildSchedulePipeline(pm, options.pipeline);
-  mlir::mk::buildEmitCPipeline(pm);
+  mlir::mk::buildEmitCPipeline(pm, options.pipeline);
   llvm::raw_string_ostream cuda(source.cuda);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::mk::printCuda(*module, cuda)))
     throw JitError("cannot compile " + program.name + ":\n" + diagnostics);

@@ -488,17 +488,18 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
 }
 
 FusedOp Runtime::compile(const TileProgram &program, const std::vector<std::string> &shapes,
-                         const std::string &smSplit) {
-  return compile([&] { return program; }, program.name, shapes, smSplit);
+                         const std::string &options) {
+  return compile([&] { return program; }, program.name, shapes, options);
 }
 
 FusedOp Runtime::compileFile(const std::filesystem::path &path,
-                             const std::vector<std::string> &shapes, const std::string &smSplit) {
-  return compile([&] { return TileProgram::fromFile(path); }, path.string(), shapes, smSplit);
+                             const std::vector<std::string> &shapes, const std::string &options) {
+  return compile([&] { return TileProgram::fromFile(path); }, path.string(), shapes, options);
 }
 
 FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::string &name,
-                         const std::vector<std::string> &shapes, const std::string &smSplit) {
+                         const std::vector<std::string> &shapes,
+                         const std::string &compilerOptions) {
   State &runtime = *state_;
   const cuda::Driver &cu = runtime.driver;
   ProcessGroup &group = runtime.group;
@@ -506,7 +507,6 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   options.pipeline.topology = fmt::format("{}x{}", group.nodeCount(), group.localWorldSize());
   options.pipeline.rank = group.rank();
   options.pipeline.shapes = shapes;
-  options.pipeline.smSplit = smSplit;
   options.pipeline.smCount = runtime.smCount;
   options.nvrtc.arch = runtime.arch;
 
@@ -515,6 +515,9 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   TileProgram program;
   std::string failure;
   try {
+    if (std::optional<std::string> error =
+            mlir::mk::parsePipelineOptions(compilerOptions, options.pipeline))
+      throw JitError("compiler options of " + name + ": " + *error);
     program = read();
     std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
     kernel = runtime.jit.load(*compiled);
@@ -545,8 +548,9 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
     failure = error.what();
   }
   if (auto error =
-          agree(group, "compiling " + name, {"the program", "shapes", "the SM split"},
-                {program.text, fmt::format("{}", fmt::join(shapes, ",")), smSplit}, failure))
+          agree(group, "compiling " + name, {"the program", "shapes", "the compiler options"},
+                {program.text, fmt::format("{}", fmt::join(shapes, ",")), compilerOptions},
+                failure))
     throw JitError(*error);
 
   auto op = std::make_shared<FusedOp::State>();

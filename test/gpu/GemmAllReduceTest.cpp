@@ -331,6 +331,14 @@ void testErrors(Runtime &runtime, const Problem &problem, const TileProgram &pro
         runtime.compile(program, {"M=256", "N=256", k});
       },
       "asks for shapes", "ranks that compile different shapes");
+  checkThrows([&] { runtime.compile(program, {"M=256", "N=256", "K=512"}, "gemm-stage=3"); },
+              "unknown compiler option 'gemm-stage'", "a misspelt compiler option, on every rank");
+  checkThrows(
+      [&] {
+        runtime.compile(program, {"M=256", "N=256", "K=512"},
+                        runtime.rank() == 0 ? "gemm-stages=3" : "gemm-stages=4");
+      },
+      "asks for the compiler options", "ranks that compile with different options");
   checkThrows([&] { runtime.allocate(4096 + runtime.rank()); }, "asks for bytes",
               "ranks that allocate different sizes");
 }

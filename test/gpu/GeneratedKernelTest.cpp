@@ -45,7 +45,7 @@ std::string compile(const Case &c) {
   options.topology = c.topology;
   options.shapes = {"M=8192", "N=8192", "K=8192"};
   mlir::mk::buildSchedulePipeline(pm, options);
-  mlir::mk::buildEmitCPipeline(pm);
+  mlir::mk::buildEmitCPipeline(pm, options);
   std::string source;
   llvm::raw_string_ostream os(source);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::mk::printCuda(*module, os)))

@@ -1,6 +1,7 @@
 """mkc.generate_cuda end to end through libmkc.so, which needs no GPU: the library's programs
-become kernels; programs and shapes that do not compile are mkc.Errors (MKC_ERROR_COMPILE) with
-located diagnostics. And mkc.library_program, which finds the library's programs."""
+become kernels, as the compiler options given choose; programs, shapes and options that do not
+compile are mkc.Errors (MKC_ERROR_COMPILE) with located diagnostics. And mkc.library_program,
+which finds the library's programs."""
 
 import os
 import pathlib
@@ -32,9 +33,39 @@ class GenerateCuda(unittest.TestCase):
         four = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x4", rank=3, **SHAPES)
         self.assertIn('"bf16[1024,1024] bf16[1024,2048] bf16[1024,2048]"', four)
 
-    def compile_error(self, program, **shapes):
+    def test_compiler_options(self):
+        default = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES)
+        self.assertIn("mk::GemmConfig<mk::bf16, 128, mk::gemm_max_stages<mk::bf16, 128, 2>(), "
+                      "false, 2, 2>", default)
+        self.assertIn("__cluster_dims__(2, 1, 1)", default)
+        chosen = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
+                                   options={"gemm-tile-n": 256, "gemm-stages": 3,
+                                            "gemm-cluster": 1})
+        self.assertIn("mk::GemmConfig<mk::bf16, 256, 3, false, 4, 1>", chosen)
+        self.assertNotIn("__cluster_dims__", chosen)
+        # A reduce role of 16 CTAs instead of the all-reduce in place on all 132.
+        self.assertIn("< (ptrdiff_t) 132) {", default)
+        roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
+                                  sm_split={"compute": 116, "intra_reduce": 16})
+        self.assertIn("< (ptrdiff_t) 116) {", roles)
+
+    def test_bad_compiler_options(self):
+        message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
+                                     options={"gemm-stage": 3})
+        self.assertIn("compiler options: unknown compiler option 'gemm-stage' (known: sm-split, "
+                      "gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce)", message)
+        message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES, options={"gemm-stages": 1})
+        self.assertIn("gemm-stages=1: the GEMM engine's ring needs at least 2 stages", message)
+        message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
+                                     options={"gemm-cluster": "two"})
+        self.assertIn("gemm-cluster=two: not an integer", message)
+        message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
+                                     options={"in-place-all-reduce": 2})
+        self.assertIn("in-place-all-reduce=2: not 0 or 1", message)
+
+    def compile_error(self, program, options=None, **shapes):
         with self.assertRaises(mkc.Error) as raised:
-            mkc.generate_cuda(program, topology="1x2", **shapes)
+            mkc.generate_cuda(program, topology="1x2", options=options, **shapes)
         self.assertEqual(raised.exception.status, "MKC_ERROR_COMPILE", raised.exception)
         return str(raised.exception)
 

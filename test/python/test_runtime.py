@@ -59,12 +59,12 @@ class FakeLibrary:
         self.calls.append(("alloc", size))
         local._obj.value = 0x7F0000000000
 
-    def mkc_op_compile(self, runtime, text, name, shapes, sm_split, op):
-        self.calls.append(("compile", text, name, shapes, sm_split))
+    def mkc_op_compile(self, runtime, text, name, shapes, options, op):
+        self.calls.append(("compile", text, name, shapes, options))
         self._new_op(op)
 
-    def mkc_op_compile_file(self, runtime, path, shapes, sm_split, op):
-        self.calls.append(("compile_file", path, shapes, sm_split))
+    def mkc_op_compile_file(self, runtime, path, shapes, options, op):
+        self.calls.append(("compile_file", path, shapes, options))
         self._new_op(op)
 
     def _new_op(self, op):
@@ -152,7 +152,7 @@ class Calls(RuntimeTest):
         # The runtime reads the file: a rank that cannot then fails them all.
         self.assertEqual(self.last("compile_file"),
                          ("compile_file", str(support.GEMM_ALLREDUCE).encode(),
-                          b"M=1024,N=2048,K=4096", b"compute=120,intra_reduce=12"))
+                          b"M=1024,N=2048,K=4096", b"sm-split=compute=120,intra_reduce=12"))
         self.assertEqual(op.name, "gemm_allreduce")
         self.assertEqual(op.arguments,
                          [mkc.Argument("bf16", (1024, 2048), 1024 * 2048 * 2, False),
@@ -166,6 +166,13 @@ class Calls(RuntimeTest):
         mkc.Runtime().compile(text, M=1, N=2, K=3)
         self.assertEqual(self.last("compile"), ("compile", text.encode(), None, b"M=1,N=2,K=3",
                                               None))
+
+    def test_compiler_options(self):
+        mkc.Runtime().compile(support.GEMM_ALLREDUCE, M=1, N=2, K=3,
+                              options={"gemm-stages": 3, "in-place-all-reduce": False},
+                              sm_split={"compute": 120, "intra_reduce": 12})
+        self.assertEqual(self.last("compile_file")[3],
+                         b"gemm-stages=3;in-place-all-reduce=0;sm-split=compute=120,intra_reduce=12")
 
     def test_bad_compile_arguments(self):
         runtime = mkc.Runtime()
@@ -181,6 +188,18 @@ class Calls(RuntimeTest):
             runtime.compile(support.GEMM_ALLREDUCE, "M=1")
         with self.assertRaisesRegex(ValueError, "sm_split: 'a b' is not a name"):
             runtime.compile(support.GEMM_ALLREDUCE, sm_split={"a b": 1})
+        with self.assertRaisesRegex(TypeError, "options must be a mapping of mkc's flag names to "
+                                               "values, not str"):
+            runtime.compile(support.GEMM_ALLREDUCE, options="gemm-stages=3")
+        with self.assertRaisesRegex(ValueError, "options: 'gemm stages' is not the name of one "
+                                                "of mkc's flags"):
+            runtime.compile(support.GEMM_ALLREDUCE, options={"gemm stages": 3})
+        with self.assertRaisesRegex(TypeError, "options: sm-split must be an int, a bool or a "
+                                               "str without ';'"):
+            runtime.compile(support.GEMM_ALLREDUCE, options={"sm-split": "compute=1;x=2"})
+        with self.assertRaisesRegex(TypeError, "options: sm-split is given twice"):
+            runtime.compile(support.GEMM_ALLREDUCE, options={"sm-split": "compute=132"},
+                            sm_split={"compute": 132})
         self.assertNotIn("compile", [call[0] for call in self.lib.calls])
 
     def test_barrier(self):

@@ -135,19 +135,15 @@ int run() {
   options.gemmTileN = gemmTileN;
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
+  options.gemmStages = gemmStages;
+  options.gemmCluster = gemmCluster;
+  if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {
+    llvm::errs() << "mkc: error: --" << *error << "\n";
+    return 1;
+  }
   mlir::mk::buildSchedulePipeline(pm, options);
-  if (gemmStages < 0 || gemmStages == 1) {
-    llvm::errs() << "mkc: error: --gemm-stages=" << gemmStages
-                 << ": the GEMM engine's ring needs at least 2 stages\n";
-    return 1;
-  }
-  if (gemmCluster < 0 || gemmCluster > 2) {
-    llvm::errs() << "mkc: error: --gemm-cluster=" << gemmCluster
-                 << ": the GEMM engine runs in clusters of 1 or 2 CTAs\n";
-    return 1;
-  }
   if (emit != Emit::mlir)
-    mlir::mk::buildEmitCPipeline(pm, gemmStages, gemmCluster);
+    mlir::mk::buildEmitCPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;
 

@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,16 +35,29 @@ struct PipelineOptions {
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an
   /// `intra_reduce` role asks for that role instead.
   bool inPlaceAllReduce = true;
+  /// Depth of the GEMM engine's ring (0: the deepest that fits the tile).
+  int64_t gemmStages = 0;
+  /// CTAs per cluster of the GEMM engine (0: 2 where they pair up, else 1).
+  int64_t gemmCluster = 0;
 };
+
+/// What is wrong with the values of `options` that the passes would reject later, less clearly,
+/// as "NAME=VALUE: why" with mkc's flag names; nothing if they are fine.
+std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
+
+/// Sets the options `text` names: `;`-separated NAME=VALUE, the names and values of mkc's flags
+/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce=0|1),
+/// which is how the runtime's callers override the compiler's choices. Returns what is wrong,
+/// naming the option, if anything (checkPipelineOptions included).
+std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options);
 
 /// Adds the passes from program level to the scheduled level (mk.program with roles, transfers,
 /// flags) to `pm`, which runs on a module.
 void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options);
 
-/// Adds the lowering of scheduled programs to EmitC; `gemmStages` overrides the GEMM engine's
-/// pipeline depth (0: the deepest that fits), `gemmCluster` its CTAs per cluster (0: 2 where
-/// they pair up, else 1).
-void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages = 0, int64_t gemmCluster = 0);
+/// Adds the lowering of scheduled programs to EmitC (with the GEMM engine's stages and cluster of
+/// `options`).
+void buildEmitCPipeline(OpPassManager &pm, const PipelineOptions &options);
 
 /// Prints a module lowered to EmitC as CUDA C++.
 LogicalResult printCuda(ModuleOp module, raw_ostream &os);

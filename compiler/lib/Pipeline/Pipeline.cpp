@@ -37,10 +37,49 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   programs.addPass(createCanonicalizerPass());
 }
 
-void buildEmitCPipeline(OpPassManager &pm, int64_t gemmStages, int64_t gemmCluster) {
+std::optional<std::string> checkPipelineOptions(const PipelineOptions &options) {
+  if (options.gemmStages < 0 || options.gemmStages == 1)
+    return "gemm-stages=" + std::to_string(options.gemmStages) +
+           ": the GEMM engine's ring needs at least 2 stages";
+  if (options.gemmCluster < 0 || options.gemmCluster > 2)
+    return "gemm-cluster=" + std::to_string(options.gemmCluster) +
+           ": the GEMM engine runs in clusters of 1 or 2 CTAs";
+  return std::nullopt;
+}
+
+std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options) {
+  SmallVector<StringRef> items;
+  text.split(items, ';', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  for (StringRef item : items) {
+    auto [name, value] = item.trim().split('=');
+    const auto malformed = [&](StringRef want) {
+      return (name + "=" + value + ": not " + want).str();
+    };
+    if (name == "sm-split") {
+      options.smSplit = value.str();
+    } else if (name == "gemm-tile-n" || name == "gemm-stages" || name == "gemm-cluster") {
+      int64_t &field = name == "gemm-tile-n"    ? options.gemmTileN
+                       : name == "gemm-stages" ? options.gemmStages
+                                               : options.gemmCluster;
+      if (value.getAsInteger(10, field))
+        return malformed("an integer");
+    } else if (name == "in-place-all-reduce") {
+      if (value != "0" && value != "1")
+        return malformed("0 or 1");
+      options.inPlaceAllReduce = value == "1";
+    } else {
+      return ("unknown compiler option '" + name +
+              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce)")
+          .str();
+    }
+  }
+  return checkPipelineOptions(options);
+}
+
+void buildEmitCPipeline(OpPassManager &pm, const PipelineOptions &options) {
   MkLowerToEmitCOptions lowering;
-  lowering.gemmStages = gemmStages;
-  lowering.gemmCluster = gemmCluster;
+  lowering.gemmStages = options.gemmStages;
+  lowering.gemmCluster = options.gemmCluster;
   pm.addPass(createMkLowerToEmitC(lowering));
   // Folds single-use arithmetic into the expressions that use it: fewer temporaries in the C++.
   pm.addPass(emitc::createFormExpressionsPass());

@@ -110,13 +110,14 @@ public:
 
   /// `program` specialised for `shapes` ("M=8192"...), this job's topology (nodes x GPUs per
   /// node) and this rank, compiled through the JIT and loaded, with the buffers and flags it
-  /// keeps allocated. Collective; if it fails on any rank, or ranks ask for different things,
-  /// every rank throws the same JitError, naming the rank.
+  /// keeps allocated. `options` overrides the compiler's choices ("sm-split=compute=120,...;
+  /// gemm-stages=3": mlir::mk::parsePipelineOptions). Collective; if it fails on any rank, or
+  /// ranks ask for different things, every rank throws the same JitError, naming the rank.
   FusedOp compile(const TileProgram &program, const std::vector<std::string> &shapes,
-                  const std::string &smSplit = "");
+                  const std::string &options = "");
   /// The same for the program in the file at `path`; a rank that cannot read it fails them all.
   FusedOp compileFile(const std::filesystem::path &path, const std::vector<std::string> &shapes,
-                      const std::string &smSplit = "");
+                      const std::string &options = "");
 
   /// Returns once every rank has called it as often as this one (host side only).
   void barrier();
@@ -127,7 +128,7 @@ public:
 
 private:
   FusedOp compile(const std::function<TileProgram()> &read, const std::string &name,
-                  const std::vector<std::string> &shapes, const std::string &smSplit);
+                  const std::vector<std::string> &shapes, const std::string &options);
 
   std::shared_ptr<State> state_;
 };
