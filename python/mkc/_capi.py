@@ -15,7 +15,7 @@ import pathlib
 from ._errors import Error
 
 # The mkc.h this package was written for.
-MKC_API_VERSION = 1
+MKC_API_VERSION = 2
 MKC_MAX_RANK = 8
 
 STATUS_NAMES = (

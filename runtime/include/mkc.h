@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes; mkc_api_version() says what the library implements. */
-#define MKC_API_VERSION 1
+#define MKC_API_VERSION 2
 
 typedef enum mkc_status {
   MKC_SUCCESS = 0,

@@ -88,20 +88,22 @@ class Declaring(unittest.TestCase):
         return library
 
     def test_another_api_version(self):
-        library = self.fake_library(2)
+        other = _capi.MKC_API_VERSION + 1
+        library = self.fake_library(other)
         del library.mkc_op_launch  # what the version explains
-        with self.assertRaisesRegex(OSError, "it implements the C API version 2; this package "
-                                             "was written for version 1"):
+        with self.assertRaisesRegex(OSError, f"it implements the C API version {other}; this "
+                                             f"package was written for version "
+                                             f"{_capi.MKC_API_VERSION}"):
             _capi._declare(library)
 
     def test_a_missing_function(self):
-        library = self.fake_library(1)
+        library = self.fake_library(_capi.MKC_API_VERSION)
         del library.mkc_op_launch
         with self.assertRaises(AttributeError):
             _capi._declare(library)
 
     def test_status_functions_raise(self):
-        library = self.fake_library(1)
+        library = self.fake_library(_capi.MKC_API_VERSION)
         library.mkc_status_name = FakeFunction(b"MKC_ERROR_CUDA")
         library.mkc_last_error = FakeFunction(b"mkc_barrier: cuCtxSynchronize failed")
         _capi._declare(library)
