@@ -1,7 +1,8 @@
 //===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
 //
-// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--twin MODE] [--repeat N]
-//                [--warmup-ms N] [--cooldown-ms N] [--sms N] [--csv FILE] [--cubin FILE]
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--twin MODE]
+//                [--twin-device GPU] [--repeat N] [--warmup-ms N] [--cooldown-ms N] [--sms N]
+//                [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
@@ -14,7 +15,9 @@
 // write each tile to a second tensor as to a peer, and both must hold the product; --twin picks
 // what they write (TwinMode in gemm_engine.cu: 0, the fused all-reduce's stores and additions;
 // 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
-// additions or without, or through the consumers' TMA).
+// additions or without, or through the consumers' TMA; 6, C through TMA and a copy engine
+// copying each finished band of tile rows to the twin). --twin-device puts the twin on another
+// GPU (peer access, over NVLink), as the fused all-reduce's peer copy is.
 //
 //===----------------------------------------------------------------------------------===//
 
@@ -34,6 +37,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -119,10 +123,58 @@ private:
   CUmodule module_ = nullptr;
 };
 
+/// Device memory of the current context's GPU, or of `owner`'s.
 struct Buffer {
-  explicit Buffer(size_t bytes) { CU(cuMemAlloc(&pointer, bytes)); }
-  ~Buffer() { Driver::get().cuMemFree(pointer); }
+  explicit Buffer(size_t bytes, CUcontext owner = nullptr) : owner(owner) {
+    std::optional<mkc::cuda::ContextScope> scope;
+    if (owner)
+      scope.emplace(Driver::get(), owner);
+    CU(cuMemAlloc(&pointer, bytes));
+  }
+  ~Buffer() {
+    const Driver &driver = Driver::get();
+    if (owner)
+      driver.cuCtxPushCurrent(owner);
+    driver.cuMemFree(pointer);
+    if (CUcontext popped; owner)
+      driver.cuCtxPopCurrent(&popped);
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  CUcontext owner;
   CUdeviceptr pointer = 0;
+};
+
+struct Stream {
+  Stream() { CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)); }
+  ~Stream() { Driver::get().cuStreamDestroy(stream); }
+  Stream(const Stream &) = delete;
+  Stream &operator=(const Stream &) = delete;
+  CUstream stream = nullptr;
+};
+
+/// A peer GPU whose memory the current context's kernels and copies reach over NVLink.
+class PeerDevice {
+public:
+  explicit PeerDevice(int ordinal) {
+    CUdevice home;
+    CU(cuCtxGetDevice(&home));
+    CU(cuDeviceGet(&device_, ordinal));
+    int reachable = 0;
+    CU(cuDeviceCanAccessPeer(&reachable, home, device_));
+    if (!reachable)
+      throw std::runtime_error("GPU " + std::to_string(ordinal) + " is not a peer of this one");
+    CU(cuDevicePrimaryCtxRetain(&context_, device_));
+    CU(cuCtxEnablePeerAccess(context_, 0));
+  }
+  ~PeerDevice() { Driver::get().cuDevicePrimaryCtxRelease(device_); }
+  PeerDevice(const PeerDevice &) = delete;
+  PeerDevice &operator=(const PeerDevice &) = delete;
+  CUcontext context() const { return context_; }
+
+private:
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
 };
 
 template <typename... Args>
@@ -277,7 +329,7 @@ int run(int argc, char **argv) {
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
   std::string configsText; // empty: all
-  int twinMode = 0;
+  int twinMode = 0, twinDevice = 0;
   int ctas = 0;
   Regime regime;
   for (int i = 1; i < argc; ++i) {
@@ -307,15 +359,19 @@ int run(int argc, char **argv) {
       configsText = value();
     else if (arg == "--twin")
       twinMode = std::atoi(value());
+    else if (arg == "--twin-device")
+      twinDevice = std::atoi(value());
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
   const std::vector<Shape> shapes = parseShapes(shapesText);
-  if (twinMode < 0 || twinMode > 5)
-    throw std::invalid_argument("--twin: a mode from 0 to 5");
-  // The twin holds the product in modes 0 and 1; the second half of the rows is added but in 1
-  // and 4.
-  const bool twinChecked = twinMode <= 1, twinAdds = twinMode != 1 && twinMode != 4;
+  if (twinMode < 0 || twinMode > 6)
+    throw std::invalid_argument("--twin: a mode from 0 to 6");
+  // The twin holds the product in modes 0, 1 and 6; the second half of the rows is added in 0,
+  // 2, 3 and 5.
+  const bool copyEngine = twinMode == 6;
+  const bool twinChecked = twinMode <= 1 || copyEngine;
+  const bool twinAdds = twinMode != 1 && twinMode != 4 && !copyEngine;
   std::vector<std::string> configNames; // empty: all
   for (size_t start = 0; start < configsText.size();) {
     const size_t end = std::min(configsText.find(',', start), configsText.size());
@@ -341,6 +397,10 @@ int run(int argc, char **argv) {
   if (ctas > 0)
     sms = std::min(sms, ctas);
   const Module engine("gemm_engine.cu", cubinPath), reference("reference.cu");
+  const std::unique_ptr<PeerDevice> peer =
+      twinDevice ? std::make_unique<PeerDevice>(twinDevice) : nullptr;
+  // Mode 6's band copies, beside the kernels (which run on the legacy stream).
+  const Stream copies;
   Lt lt;
   Buffer workspace(Lt::kWorkspace);
   std::FILE *csv = csvPath ? std::fopen(csvPath, "w") : nullptr;
@@ -368,8 +428,11 @@ int run(int argc, char **argv) {
     // cuBLASLt first, then each engine configuration whose result is right.
     std::vector<const char *> names = {"cuBLASLt"};
     std::vector<std::function<void()>> runs;
-    // The _twin configurations' second tensor, and its mk_tensor_ref.
-    std::unique_ptr<Buffer> twin, twinRef;
+    // The _twin configurations' second tensor, its mk_tensor_ref, mode 6's count of tiles
+    // stored per band of tile rows and of its launches.
+    std::unique_ptr<Buffer> twin, twinRef, progress;
+    const auto launches = std::make_shared<std::uint32_t>(0);
+    const int tilesM = int(s.m / 128), bands = (tilesM + 7) / 8;
     if (!checkOnly) {
       lt.prepare(s);
       runs.push_back([&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
@@ -407,19 +470,37 @@ int run(int argc, char **argv) {
       const int m = int(s.m), n = int(s.n), k = int(s.k);
       const unsigned grid = persistentGrid(f, sms, smem, config.cluster);
       if (config.twin && !twin) {
-        twin = std::make_unique<Buffer>(cCount * 2);
+        twin = std::make_unique<Buffer>(cCount * 2, peer ? peer->context() : nullptr);
         twinRef = std::make_unique<Buffer>(sizeof(mk_tensor_ref));
+        progress = std::make_unique<Buffer>(4 * bands);
+        CU(cuMemsetD8(progress->pointer, 0, 4 * bands));
         mk_tensor_ref ref{};
         ref.local = reinterpret_cast<void *>(c.pointer);
         ref.peer[1] = reinterpret_cast<void *>(twin->pointer);
         CU(cuMemcpyHtoD(twinRef->pointer, &ref, sizeof ref));
       }
       const CUdeviceptr ref = config.twin ? twinRef->pointer : 0;
-      const auto go = [=] {
-        if (config.twin)
-          launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k, ref, twinMode);
-        else
+      const CUdeviceptr flags = config.twin ? progress->pointer : 0;
+      const CUdeviceptr from = c.pointer, to = config.twin ? twin->pointer : 0;
+      const CUstream copyStream = copies.stream;
+      const auto go = [=, &driver] {
+        if (!config.twin) {
           launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k);
+          return;
+        }
+        launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k, ref, twinMode, flags);
+        if (!copyEngine)
+          return;
+        // Each band once the kernel has stored its tiles (128 x 256 each), by a copy engine.
+        ++*launches;
+        for (int band = 0; band < bands; ++band) {
+          const int rows = std::min(8, tilesM - 8 * band);
+          std::vector<CUstreamBatchMemOpParams> wait = {mkc::cuda::waitValueAtLeast(
+              flags + 4 * band, std::uint32_t(rows * (n / config.bn)) * *launches)};
+          mkc::cuda::batchMemOps(driver, copyStream, wait);
+          const size_t offset = size_t(band) * 8 * 128 * n * 2, bytes = size_t(rows) * 128 * n * 2;
+          CU(cuMemcpyDtoDAsync(to + offset, from + offset, bytes, copyStream));
+        }
       };
       // NaN: unwritten elements fail. The _twin configurations may add the second half of the
       // rows: to zeros there.
@@ -451,6 +532,7 @@ int run(int argc, char **argv) {
     if (checkOnly)
       continue;
     const std::vector<double> ms = medians(repeat, regime, runs);
+    CU(cuCtxSynchronize()); // mode 6's copies, before their buffers go
     const double flops = 2.0 * s.m * s.n * s.k;
     std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  (%s)\n", s.m, s.n, s.k,
                 names[0], ms[0], flops / ms[0] / 1e9, lt.describe().c_str());

@@ -20,14 +20,25 @@ enum TwinMode : int {
   kTwinNone = 3,       // C alone, through the senders as above: no twin traffic
   kTwinNoneStores = 4, // C alone, through the senders, stored everywhere
   kTwinNoneTma = 5,    // C alone, through the consumers' TMA (gemm_store, gemm_store_add)
+  kTwinCopyEngine = 6, // C alone through the consumers' TMA, then a flag per band of 8 tile rows
+                       // (`progress`), on which the host has a copy engine copy the band to the
+                       // twin
 };
+
+constexpr int kBand = 8; // tile rows walked together (gemm's order)
 
 /// Tile (m0, n0) to C, and to the twin (peer 1 of `twin`, a tensor shaped like C) as `mode` says.
 template <typename Out, typename Config>
 __device__ __forceinline__ void store_with_twin(mk::GemmEngine<Config> &engine,
                                                 const mk::GemmAccumulator<Config> &acc,
                                                 const mk_tensor_map &c, const mk_tensor_ref *twin,
-                                                int mode, int m0, int n0, int M, int N) {
+                                                int mode, mk_u32 *progress, int m0, int n0, int M,
+                                                int N) {
+  if (mode == kTwinCopyEngine) {
+    mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+    mk::gemm_signal(engine, progress + m0 / 128 / kBand);
+    return;
+  }
   const bool add = m0 >= M / 2 && mode != kTwinStores && mode != kTwinNoneStores;
   if (mode == kTwinNoneTma) {
     if (add)
@@ -53,8 +64,8 @@ __device__ __forceinline__ void store_with_twin(mk::GemmEngine<Config> &engine,
 template <typename Config, typename Out>
 __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
                                      const mk_tensor_map &c, int M, int N, int K,
-                                     const mk_tensor_ref *twin = nullptr, int mode = 0) {
-  constexpr int kBand = 8;
+                                     const mk_tensor_ref *twin = nullptr, int mode = 0,
+                                     mk_u32 *progress = nullptr) {
   // Clustered CTAs take tiles t and t + 1 of a band's column, rows 2i and 2i + 1: the row count
   // is rounded up to the cluster, the rows beyond M are computed on zeros and stored nowhere.
   const int tiles_m =
@@ -82,7 +93,7 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
       origin(t, m0, n0);
       const mk::GemmAccumulator<Config> acc = mk::gemm_mma(engine, k_blocks);
       if (twin)
-        store_with_twin<Out>(engine, acc, c, twin, mode, m0, n0, M, N);
+        store_with_twin<Out>(engine, acc, c, twin, mode, progress, m0, n0, M, N);
       else
         mk::gemm_store<Out>(engine, acc, &c, n0, m0);
     }
@@ -101,15 +112,17 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
     gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K);           \
   }
 
-// The same with the twin (peer 1 of `twin`) written as `mode` says.
+// The same with the twin (peer 1 of `twin`) written as `mode` says, and the flags of
+// kTwinCopyEngine.
 #define GEMM_TWIN_KERNEL(name, T, BN, STAGES, BUFFERS, CLUSTER)                                    \
   extern "C" __constant__ int name##_smem =                                                        \
       mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>>();               \
   extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K,                           \
-           const mk_tensor_ref *twin, int mode) {                                                  \
-    gemm<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K, twin, mode); \
+           const mk_tensor_ref *twin, int mode, mk_u32 *progress) {                                \
+    gemm<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K, twin, mode,  \
+                                                                    progress);                     \
   }
 
 GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2, 1)

@@ -51,6 +51,7 @@ namespace mkc::cuda {
   X(cuCtxPushCurrent, 4000)                                                                        \
   X(cuCtxPopCurrent, 4000)                                                                         \
   X(cuCtxGetId, 12000)                                                                             \
+  X(cuCtxEnablePeerAccess, 4000)                                                                   \
   X(cuModuleLoadData, 2000)                                                                        \
   X(cuModuleUnload, 2000)                                                                          \
   X(cuModuleGetFunction, 2000)                                                                     \
@@ -252,6 +253,17 @@ template <typename T> CUstreamBatchMemOpParams writeValue(CUdeviceptr address, T
     op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
     op.writeValue.value64 = value;
   }
+  return op;
+}
+
+/// A stream memory operation that holds the stream's later work until the 32-bit word at
+/// `address` is at least `value` (compared as unsigned).
+inline CUstreamBatchMemOpParams waitValueAtLeast(CUdeviceptr address, std::uint32_t value) {
+  CUstreamBatchMemOpParams op{};
+  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  op.waitValue.address = address;
+  op.waitValue.value = value;
+  op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
   return op;
 }
 
