@@ -30,6 +30,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -339,18 +340,28 @@ int run(int argc, char **argv) {
         throw std::invalid_argument(arg + " needs a value");
       return argv[++i];
     };
+    // The value as an integer of at least `least`.
+    auto integer = [&](int least) {
+      const std::string text = value();
+      int number = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+      if (error != std::errc() || end != text.data() + text.size() || number < least)
+        throw std::invalid_argument(arg + ": '" + text + "' is not an integer of at least " +
+                                    std::to_string(least));
+      return number;
+    };
     if (arg == "--check")
       checkOnly = true;
     else if (arg == "--shapes")
       shapesText = value();
     else if (arg == "--repeat")
-      repeat = std::max(1, std::atoi(value()));
+      repeat = integer(1);
     else if (arg == "--warmup-ms")
-      regime.warmupMs = std::max(0, std::atoi(value()));
+      regime.warmupMs = integer(0);
     else if (arg == "--cooldown-ms")
-      regime.cooldownMs = std::max(0, std::atoi(value()));
+      regime.cooldownMs = integer(0);
     else if (arg == "--sms")
-      ctas = std::max(1, std::atoi(value()));
+      ctas = integer(1);
     else if (arg == "--csv")
       csvPath = value();
     else if (arg == "--cubin")
@@ -358,14 +369,14 @@ int run(int argc, char **argv) {
     else if (arg == "--configs")
       configsText = value();
     else if (arg == "--twin")
-      twinMode = std::atoi(value());
+      twinMode = integer(0);
     else if (arg == "--twin-device")
-      twinDevice = std::atoi(value());
+      twinDevice = integer(0);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
   const std::vector<Shape> shapes = parseShapes(shapesText);
-  if (twinMode < 0 || twinMode > 6)
+  if (twinMode > 6)
     throw std::invalid_argument("--twin: a mode from 0 to 6");
   // The twin holds the product in modes 0, 1 and 6; the second half of the rows is added in 0,
   // 2, 3 and 5.
