@@ -1,8 +1,8 @@
 //===- GemmEngineBench.cpp - the GEMM engine against cuBLASLt, side by side -------------===//
 //
-// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--twin MODE]
-//                [--twin-device GPU] [--repeat N] [--warmup-ms N] [--cooldown-ms N] [--sms N]
-//                [--csv FILE] [--cubin FILE]
+// mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--device GPU]
+//                [--twin MODE] [--twin-device GPU] [--repeat N] [--warmup-ms N]
+//                [--cooldown-ms N] [--sms N] [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
@@ -16,8 +16,9 @@
 // what they write (TwinMode in gemm_engine.cu: 0, the fused all-reduce's stores and additions;
 // 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
 // additions or without, or through the consumers' TMA; 6, C through TMA and a copy engine
-// copying each finished band of tile rows to the twin). --twin-device puts the twin on another
-// GPU (peer access, over NVLink), as the fused all-reduce's peer copy is.
+// copying each finished band of tile rows to the twin). --device picks the GPU (0), and
+// --twin-device puts the twin on another (peer access, over NVLink), as the fused all-reduce's
+// peer copy is; two processes, each with the other's GPU as its twin's, send both ways.
 //
 //===----------------------------------------------------------------------------------===//
 
@@ -330,7 +331,7 @@ int run(int argc, char **argv) {
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
   std::string configsText; // empty: all
-  int twinMode = 0, twinDevice = 0;
+  int device = 0, twinMode = 0, twinDevice = -1; // -1: the twin on `device`
   int ctas = 0;
   Regime regime;
   for (int i = 1; i < argc; ++i) {
@@ -372,6 +373,8 @@ int run(int argc, char **argv) {
       twinMode = integer(0);
     else if (arg == "--twin-device")
       twinDevice = integer(0);
+    else if (arg == "--device")
+      device = integer(0);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
@@ -402,14 +405,14 @@ int run(int argc, char **argv) {
     std::printf("SKIP: no CUDA driver: %s\n", driver.unavailableReason().c_str());
     return 0;
   }
-  mkc::cuda::PrimaryContext context(driver);
+  mkc::cuda::PrimaryContext context(driver, device);
   int sms = 0;
   CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device()));
   if (ctas > 0)
     sms = std::min(sms, ctas);
   const Module engine("gemm_engine.cu", cubinPath), reference("reference.cu");
   const std::unique_ptr<PeerDevice> peer =
-      twinDevice ? std::make_unique<PeerDevice>(twinDevice) : nullptr;
+      twinDevice >= 0 && twinDevice != device ? std::make_unique<PeerDevice>(twinDevice) : nullptr;
   // Mode 6's band copies, beside the kernels (which run on the legacy stream).
   const Stream copies;
   Lt lt;
