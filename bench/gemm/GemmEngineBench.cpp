@@ -80,6 +80,10 @@ const Config kConfigs[] = {{"gemm_bf16_256x4_kn", 256, false, 1},
                            {"gemm_bf16_256x3e4_kn_c2_twin", 256, false, 2, true},
                            {"gemm_bf16_256x4_kn_c2_twin", 256, false, 2, true}};
 
+/// Tile rows the kernels walk together, and the copy engine copies together in --twin 6
+/// (gemm_engine.cu's kBand).
+constexpr int kBandRows = 8;
+
 /// The CTAs of a persistent grid of clusters of `cluster` that are resident at once: at most
 /// `sms`, a whole number of clusters.
 unsigned persistentGrid(CUfunction f, int sms, int smem, int cluster) {
@@ -446,7 +450,7 @@ int run(int argc, char **argv) {
     // stored per band of tile rows and of its launches.
     std::unique_ptr<Buffer> twin, twinRef, progress;
     const auto launches = std::make_shared<std::uint32_t>(0);
-    const int tilesM = int(s.m / 128), bands = (tilesM + 7) / 8;
+    const int tilesM = int(s.m / 128), bands = (tilesM + kBandRows - 1) / kBandRows;
     if (!checkOnly) {
       lt.prepare(s);
       runs.push_back([&] { lt.run(a.pointer, b.pointer, c.pointer, workspace.pointer); });
@@ -508,11 +512,12 @@ int run(int argc, char **argv) {
         // Each band once the kernel has stored its tiles (128 x 256 each), by a copy engine.
         ++*launches;
         for (int band = 0; band < bands; ++band) {
-          const int rows = std::min(8, tilesM - 8 * band);
+          const int rows = std::min(kBandRows, tilesM - kBandRows * band);
           std::vector<CUstreamBatchMemOpParams> wait = {mkc::cuda::waitValueAtLeast(
               flags + 4 * band, std::uint32_t(rows * (n / config.bn)) * *launches)};
           mkc::cuda::batchMemOps(driver, copyStream, wait);
-          const size_t offset = size_t(band) * 8 * 128 * n * 2, bytes = size_t(rows) * 128 * n * 2;
+          const size_t rowBytes = size_t(128) * n * 2;
+          const size_t offset = size_t(band) * kBandRows * rowBytes, bytes = size_t(rows) * rowBytes;
           CU(cuMemcpyDtoDAsync(to + offset, from + offset, bytes, copyStream));
         }
       };
