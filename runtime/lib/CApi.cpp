@@ -268,9 +268,7 @@ mkc_status mkc_generate_cuda(const char *text, const char *name, const char *top
     options.pipeline.topology = orEmpty(topology);
     options.pipeline.rank = rank;
     options.pipeline.shapes = splitShapes(shapes);
-    if (std::optional<std::string> error =
-            mlir::mk::parsePipelineOptions(orEmpty(compiler_options), options.pipeline))
-      throw mkc::JitError("compiler options: " + *error);
+    mkc::setCompilerOptions(options, orEmpty(compiler_options));
     std::string source =
         mkc::generateKernel({&required(text, "text"), name ? name : "<program>"}, options).cuda;
     out = static_cast<char *>(std::malloc(source.size() + 1));

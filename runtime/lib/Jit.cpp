@@ -335,6 +335,11 @@ TileProgram TileProgram::fromFile(const fs::path &path) {
   }
 }
 
+void setCompilerOptions(JitOptions &options, const std::string &text) {
+  if (std::optional<std::string> error = mlir::mk::parsePipelineOptions(text, options.pipeline))
+    throw JitError("compiler options: " + *error);
+}
+
 KernelSource generateKernel(const TileProgram &program, const JitOptions &options) {
   Clock::time_point start = Clock::now();
   mlir::DialectRegistry registry;

@@ -515,9 +515,7 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   TileProgram program;
   std::string failure;
   try {
-    if (std::optional<std::string> error =
-            mlir::mk::parsePipelineOptions(compilerOptions, options.pipeline))
-      throw JitError("compiler options of " + name + ": " + *error);
+    setCompilerOptions(options, compilerOptions);
     program = read();
     std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
     kernel = runtime.jit.load(*compiled);

@@ -82,6 +82,10 @@ struct JitOptions {
   nvrtc::Options nvrtc;
 };
 
+/// Sets the compiler options `text` names (";"-separated NAME=VALUE with mkc's flag names:
+/// mlir::mk::parsePipelineOptions) in `options`; throws JitError naming what is wrong.
+void setCompilerOptions(JitOptions &options, const std::string &text);
+
 /// A tile program lowered to CUDA C++, and the key its cubin is cached under.
 struct KernelSource {
   /// The program's name: the kernel's, and the prefix of its launch parameters in the module.
