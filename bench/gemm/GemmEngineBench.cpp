@@ -477,7 +477,10 @@ int run(int argc, char **argv) {
         std::printf("skipped %s %lldx%lldx%lld (not whole tiles)\n", config.kernel, s.m, s.n, s.k);
         continue;
       }
-      const CUfunction f = engine.function(config.kernel);
+      // Modes 5 and 6 write C through the consumers' TMA, in the configuration's _tma kernel.
+      const std::string kernel =
+          std::string(config.kernel) + (config.twin && twinMode >= 5 ? "_tma" : "");
+      const CUfunction f = engine.function(kernel.c_str());
       const int smem = engine.constant(std::string(config.kernel) + "_smem");
       CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
       const mk_tensor_map aMap = map2d(a.pointer, s.k, s.m, 64, 128);

@@ -124,7 +124,8 @@ TEST_CASE("the GEMM engine compiles to HGMMA fed by TMA, without spills or local
       {"gemm_bf16_256x4_kn", "gemm_bf16_256x3_kn", "gemm_bf16_256x3e4_kn", "gemm_bf16_256x4_nk",
        "gemm_bf16_128x6_kn", "gemm_f16_64x8_kn", "gemm_bf16_256x4_kn_c2", "gemm_bf16_256x3e4_kn_c2",
        "gemm_bf16_256x4_nk_c2", "gemm_bf16_128x6_kn_c2", "gemm_bf16_256x3e4_kn_c2_twin",
-       "gemm_bf16_256x4_kn_c2_twin", "transpose_16"});
+       "gemm_bf16_256x4_kn_c2_twin", "gemm_bf16_256x3e4_kn_c2_twin_tma",
+       "gemm_bf16_256x4_kn_c2_twin_tma", "transpose_16"});
   CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
   CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
   CHECK(contains(result.ptx, "cp.async.bulk.tensor.2d.shared::cluster.global"));

@@ -27,26 +27,21 @@ enum TwinMode : int {
 
 constexpr int kBand = 8; // tile rows walked together (gemm's order)
 
-/// Tile (m0, n0) to C, and to the twin (peer 1 of `twin`, a tensor shaped like C) as `mode` says.
+/// Where the _twin kernels' consumers send a tile. Modes 0-4 go through the senders, 5 and 6
+/// through the consumers' TMA, in separate kernels (name and name_tma): one kernel with all of
+/// these epilogues inlined makes NVRTC 13.0's optimizer crash now and then (a bad pointer in
+/// nvrtcCompileProgram, in about one compile of ten).
+enum class TwinPath { kNone, kSenders, kTma };
+
+/// Tile (m0, n0) to C, and to the twin (peer 1 of `twin`, a tensor shaped like C) through the
+/// senders, as `mode` (0-4) says.
 template <typename Out, typename Config>
-__device__ __forceinline__ void store_with_twin(mk::GemmEngine<Config> &engine,
-                                                const mk::GemmAccumulator<Config> &acc,
-                                                const mk_tensor_map &c, const mk_tensor_ref *twin,
-                                                int mode, mk_u32 *progress, int m0, int n0, int M,
-                                                int N) {
-  if (mode == kTwinCopyEngine) {
-    mk::gemm_store<Out>(engine, acc, &c, n0, m0);
-    mk::gemm_signal(engine, progress + m0 / 128 / kBand);
-    return;
-  }
+__device__ __forceinline__ void store_through_senders(mk::GemmEngine<Config> &engine,
+                                                      const mk::GemmAccumulator<Config> &acc,
+                                                      const mk_tensor_map &c,
+                                                      const mk_tensor_ref *twin, int mode, int m0,
+                                                      int n0, int M, int N) {
   const bool add = m0 >= M / 2 && mode != kTwinStores && mode != kTwinNoneStores;
-  if (mode == kTwinNoneTma) {
-    if (add)
-      mk::gemm_store_add<Out>(engine, acc, &c, n0, m0);
-    else
-      mk::gemm_store<Out>(engine, acc, &c, n0, m0);
-    return;
-  }
   // "GPU" 0 is C, through its map; "GPU" 1 the twin.
   const bool resident = mode == kTwinResident;
   const long long offset =
@@ -61,7 +56,23 @@ __device__ __forceinline__ void store_with_twin(mk::GemmEngine<Config> &engine,
                              Config::BN, n0, m0);
 }
 
-template <typename Config, typename Out>
+/// Tile (m0, n0) to C through the consumers' TMA, as `mode` (5 or 6) says.
+template <typename Out, typename Config>
+__device__ __forceinline__ void store_through_tma(mk::GemmEngine<Config> &engine,
+                                                  const mk::GemmAccumulator<Config> &acc,
+                                                  const mk_tensor_map &c, int mode,
+                                                  mk_u32 *progress, int m0, int n0, int M) {
+  if (mode == kTwinCopyEngine) {
+    mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+    mk::gemm_signal(engine, progress + m0 / 128 / kBand);
+  } else if (m0 >= M / 2) {
+    mk::gemm_store_add<Out>(engine, acc, &c, n0, m0);
+  } else {
+    mk::gemm_store<Out>(engine, acc, &c, n0, m0);
+  }
+}
+
+template <typename Config, typename Out, TwinPath kPath = TwinPath::kNone>
 __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
                                      const mk_tensor_map &c, int M, int N, int K,
                                      const mk_tensor_ref *twin = nullptr, int mode = 0,
@@ -92,8 +103,10 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
       int m0, n0;
       origin(t, m0, n0);
       const mk::GemmAccumulator<Config> acc = mk::gemm_mma(engine, k_blocks);
-      if (twin)
-        store_with_twin<Out>(engine, acc, c, twin, mode, progress, m0, n0, M, N);
+      if constexpr (kPath == TwinPath::kSenders)
+        store_through_senders<Out>(engine, acc, c, twin, mode, m0, n0, M, N);
+      else if constexpr (kPath == TwinPath::kTma)
+        store_through_tma<Out>(engine, acc, c, mode, progress, m0, n0, M);
       else
         mk::gemm_store<Out>(engine, acc, &c, n0, m0);
     }
@@ -112,18 +125,21 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
     gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K);           \
   }
 
-// The same with the twin (peer 1 of `twin`) written as `mode` says, and the flags of
-// kTwinCopyEngine.
-#define GEMM_TWIN_KERNEL(name, T, BN, STAGES, BUFFERS, CLUSTER)                                    \
-  extern "C" __constant__ int name##_smem =                                                        \
-      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>>();               \
+// The same with the twin (peer 1 of `twin`) written as `mode` says: `name` takes modes 0-4,
+// `name`_tma modes 5 and 6 (with the flags of kTwinCopyEngine).
+#define GEMM_TWIN_KERNEL_PATH(name, PATH, T, BN, STAGES, BUFFERS, CLUSTER)                         \
   extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K,                           \
            const mk_tensor_ref *twin, int mode, mk_u32 *progress) {                                \
-    gemm<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K, twin, mode,  \
-                                                                    progress);                     \
+    gemm<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>, T, PATH>(a, b, c, M, N, K, twin,  \
+                                                                          mode, progress);         \
   }
+#define GEMM_TWIN_KERNEL(name, T, BN, STAGES, BUFFERS, CLUSTER)                                    \
+  extern "C" __constant__ int name##_smem =                                                        \
+      mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, false, BUFFERS, CLUSTER>>();               \
+  GEMM_TWIN_KERNEL_PATH(name, TwinPath::kSenders, T, BN, STAGES, BUFFERS, CLUSTER)                 \
+  GEMM_TWIN_KERNEL_PATH(name##_tma, TwinPath::kTma, T, BN, STAGES, BUFFERS, CLUSTER)
 
 GEMM_KERNEL(gemm_bf16_256x4_kn, mk::bf16, 256, 4, false, 2, 1)
 GEMM_KERNEL(gemm_bf16_256x3_kn, mk::bf16, 256, 3, false, 2, 1)
