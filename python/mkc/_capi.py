@@ -15,7 +15,7 @@ import pathlib
 from ._errors import Error
 
 # The mkc.h this package was written for.
-MKC_API_VERSION = 2
+MKC_API_VERSION = 3
 MKC_MAX_RANK = 8
 
 STATUS_NAMES = (
@@ -64,6 +64,14 @@ class mkc_runtime_info(ctypes.Structure):
     ]
 
 
+class mkc_network_statistics(ctypes.Structure):
+    _fields_ = [
+        ("commands", ctypes.c_ulonglong),
+        ("writes", ctypes.c_ulonglong),
+        ("bytes", ctypes.c_ulonglong),
+    ]
+
+
 class mkc_argument(ctypes.Structure):
     _fields_ = [
         ("element", ctypes.c_char * 8),
@@ -88,6 +96,8 @@ PROTOTYPES = {
         mkc_status, [ctypes.POINTER(mkc_runtime_options), ctypes.POINTER(_runtime_p)]),
     "mkc_runtime_destroy": (mkc_status, [_runtime_p]),
     "mkc_runtime_get_info": (mkc_status, [_runtime_p, ctypes.POINTER(mkc_runtime_info)]),
+    "mkc_runtime_network_statistics": (
+        mkc_status, [_runtime_p, ctypes.POINTER(mkc_network_statistics)]),
     "mkc_barrier": (mkc_status, [_runtime_p]),
     "mkc_symmetric_alloc": (
         mkc_status, [_runtime_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
@@ -102,6 +112,7 @@ PROTOTYPES = {
     "mkc_op_name": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_char_p)]),
     "mkc_op_num_arguments": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_int)]),
     "mkc_op_get_argument": (mkc_status, [_op_p, ctypes.c_int, ctypes.POINTER(mkc_argument)]),
+    "mkc_op_sm_split": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_char_p)]),
     "mkc_op_launch": (
         mkc_status, [_op_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]),
     "mkc_generate_cuda": (

@@ -13,12 +13,20 @@ import math
 import os
 import sys
 import weakref
+from typing import NamedTuple
 
 from . import _capi, _dtypes, _programs
 from ._errors import closed
 from ._tensors import Argument, SymmetricTensor, check_arguments, shape_of
 
 _op_keys = itertools.count()
+
+
+class NetworkStatistics(NamedTuple):
+    """What a rank's network proxy carried to other nodes (Runtime.network_statistics)."""
+    commands: int  # the kernels' commands it took from the queue
+    writes: int    # writes to other nodes
+    bytes: int     # their payload bytes, flags left out
 
 
 def _destroy_runtime(lib, handle, live_ops):
@@ -115,6 +123,15 @@ class Runtime:
         """Returns once every rank has called it as often as this one (host side). Collective."""
         _capi.library().mkc_barrier(self._live_handle())
 
+    def network_statistics(self):
+        """A NetworkStatistics of what this rank's network proxy carried to other nodes since
+        the runtime was created: all zeros on one node, where there is none. The difference
+        between two readings is what the launches between them sent."""
+        counted = _capi.mkc_network_statistics()
+        _capi.library().mkc_runtime_network_statistics(self._live_handle(),
+                                                       ctypes.byref(counted))
+        return NetworkStatistics(counted.commands, counted.writes, counted.bytes)
+
     def empty(self, shape, dtype):
         """An uninitialised SymmetricTensor of `shape` and `dtype` ("bf16", "f16", "f32", "i32",
         their long names, or a torch dtype), in symmetric memory: at the same offset on every
@@ -165,8 +182,10 @@ class Runtime:
 class FusedOp:
     """A tile program compiled for this job and rank (mkc_op; made by Runtime.compile).
 
-    `name` is the program's name, `arguments` its Arguments as this rank holds them. Calling it
-    launches it on a stream; close() destroys it (its runtime does so when closed).
+    `name` is the program's name, `arguments` its Arguments as this rank holds them, `sm_split`
+    the CTAs of each role as the compiler chose them ({"compute": 120, "intra_reduce": 12}:
+    what Runtime.compile's sm_split takes). Calling it launches it on a stream; close() destroys
+    it (its runtime does so when closed).
     """
 
     def __init__(self, runtime, handle):
@@ -182,6 +201,10 @@ class FusedOp:
         count = ctypes.c_int()
         lib.mkc_op_num_arguments(handle, ctypes.byref(count))
         self.arguments = [self._argument(lib, index) for index in range(count.value)]
+        split = ctypes.c_char_p()
+        lib.mkc_op_sm_split(handle, ctypes.byref(split))
+        self.sm_split = {role: int(ctas) for role, ctas in
+                         (entry.split("=") for entry in split.value.decode().split(",") if entry)}
 
     def _argument(self, lib, index):
         argument = _capi.mkc_argument()

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes; mkc_api_version() says what the library implements. */
-#define MKC_API_VERSION 2
+#define MKC_API_VERSION 3
 
 typedef enum mkc_status {
   MKC_SUCCESS = 0,
@@ -75,6 +75,17 @@ typedef struct mkc_runtime_info {
 } mkc_runtime_info;
 
 mkc_status mkc_runtime_get_info(const mkc_runtime *runtime, mkc_runtime_info *info);
+
+/* What this rank's network proxy carried to other nodes since the runtime was created; zeros on
+ * one node, where there is none. */
+typedef struct mkc_network_statistics {
+  unsigned long long commands; /* the kernels' commands it took from the queue */
+  unsigned long long writes;   /* writes to other nodes */
+  unsigned long long bytes;    /* their payload bytes, flags left out */
+} mkc_network_statistics;
+
+mkc_status mkc_runtime_network_statistics(const mkc_runtime *runtime,
+                                          mkc_network_statistics *statistics);
 /* Returns once every rank has called it as often as this one (host side). Collective. */
 mkc_status mkc_barrier(mkc_runtime *runtime);
 
@@ -107,6 +118,9 @@ typedef struct mkc_argument {
 mkc_status mkc_op_name(const mkc_op *op, const char **name);
 mkc_status mkc_op_num_arguments(const mkc_op *op, int *count);
 mkc_status mkc_op_get_argument(const mkc_op *op, int index, mkc_argument *argument);
+/* The grid's CTAs per role as the compiler chose them, in the syntax of the sm-split option
+ * ("compute=102,intra_reduce=10,inter_reduce=20"); valid while the op lives. */
+mkc_status mkc_op_sm_split(const mkc_op *op, const char **split);
 
 /* Enqueues the op on `stream` (a CUstream of this rank's device; NULL: the legacy default
  * stream) with `count` device addresses, one per argument. */

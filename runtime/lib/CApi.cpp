@@ -171,6 +171,15 @@ mkc_status mkc_runtime_get_info(const mkc_runtime *runtime, mkc_runtime_info *in
   });
 }
 
+mkc_status mkc_runtime_network_statistics(const mkc_runtime *runtime,
+                                          mkc_network_statistics *statistics) {
+  return guarded(__func__, [&] {
+    const mkc::net::ProxyStatistics counted =
+        required(runtime, "runtime").runtime->networkStatistics();
+    required(statistics, "statistics") = {counted.commands, counted.writes, counted.bytes};
+  });
+}
+
 mkc_status mkc_barrier(mkc_runtime *runtime) {
   return guarded(__func__, [&] { required(runtime, "runtime").runtime->barrier(); });
 }
@@ -217,6 +226,12 @@ mkc_status mkc_op_destroy(mkc_op *op) {
 mkc_status mkc_op_name(const mkc_op *op, const char **name) {
   return guarded(__func__, [&] {
     required(name, "name") = required(op, "op").op.name().c_str();
+  });
+}
+
+mkc_status mkc_op_sm_split(const mkc_op *op, const char **split) {
+  return guarded(__func__, [&] {
+    required(split, "split") = required(op, "op").op.kernel().launch().smSplit.c_str();
   });
 }
 

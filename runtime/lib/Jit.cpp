@@ -417,10 +417,10 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
     if (launch_.tensorBytes.size() != static_cast<size_t>(readScalar<int>(kernel, "tensors")))
       throw JitError(kernel + "_tensor_bytes does not list every tensor");
     launch_.symmetricTensors = readScalar<unsigned>(kernel, "symmetric_tensors");
-    std::string types = readGlobal(kernel, "argument_types");
-    launch_.argumentTypes = parseArgumentTypes(types.substr(0, types.find('\0')));
+    launch_.argumentTypes = parseArgumentTypes(readText(kernel, "argument_types"));
     if (launch_.argumentTypes.size() != static_cast<size_t>(launch_.arguments))
       throw JitError(kernel + "_argument_types does not describe every argument");
+    launch_.smSplit = readText(kernel, "sm_split");
     const int maps = readScalar<int>(kernel, "tensor_map_count");
     if (maps > MK_MAX_TENSOR_MAPS)
       throw JitError(kernel + " takes " + std::to_string(maps) + " tensor maps, more than " +
@@ -476,6 +476,11 @@ std::string LoadedKernel::readGlobal(const std::string &kernel, const char *fiel
   std::string bytes(size, '\0');
   MK_CU_CHECK(driver_, cuMemcpyDtoH(bytes.data(), address, size));
   return bytes;
+}
+
+std::string LoadedKernel::readText(const std::string &kernel, const char *field) const {
+  std::string text = readGlobal(kernel, field);
+  return text.substr(0, text.find('\0'));
 }
 
 template <typename T>

@@ -80,6 +80,8 @@
 // CHECK-SAME: gemm_allreduce_tensor_bytes[] = {1048576, 1048576, 2097152, 4194304};
 // Each rank holds half of K.
 // CHECK-SAME: gemm_allreduce_argument_types[] = \22bf16[1024,512] bf16[512,1024] bf16[1024,1024]\22;
+// The roles' CTAs, in sm-split's syntax.
+// CHECK-SAME: gemm_allreduce_sm_split[] = \22compute=104,intra_reduce=28\22;
 // TMA maps: A and B, the slots on each GPU (the partials' owner) and here (the reduction), the
 // output on each GPU.
 // CHECK-SAME: gemm_allreduce_tensor_map_count = 7;

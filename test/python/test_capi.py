@@ -20,6 +20,7 @@ C_TYPES = {
     "int": ctypes.c_int,
     "size_t": ctypes.c_size_t,
     "long long": ctypes.c_longlong,
+    "unsigned long long": ctypes.c_ulonglong,
     "char": ctypes.c_char,
     "mkc_status": _capi.mkc_status,
     "const char *": ctypes.c_char_p,
@@ -38,6 +39,7 @@ C_TYPES = {
     "mkc_runtime_options *": ctypes.POINTER(_capi.mkc_runtime_options),
     "const mkc_runtime_options *": ctypes.POINTER(_capi.mkc_runtime_options),
     "mkc_runtime_info *": ctypes.POINTER(_capi.mkc_runtime_info),
+    "mkc_network_statistics *": ctypes.POINTER(_capi.mkc_network_statistics),
     "mkc_argument *": ctypes.POINTER(_capi.mkc_argument),
 }
 
@@ -91,7 +93,8 @@ class HeaderMirror(unittest.TestCase):
                 self.assertEqual(argtypes, [C_TYPES[p] for p in parameters])
 
     def test_structs_have_the_header_fields_in_order(self):
-        for struct in (_capi.mkc_runtime_options, _capi.mkc_runtime_info, _capi.mkc_argument):
+        for struct in (_capi.mkc_runtime_options, _capi.mkc_runtime_info,
+                       _capi.mkc_network_statistics, _capi.mkc_argument):
             with self.subTest(struct=struct.__name__):
                 fields = header_struct(struct.__name__)
                 self.assertEqual([name for name, _ in struct._fields_],

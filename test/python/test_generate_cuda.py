@@ -45,9 +45,12 @@ class GenerateCuda(unittest.TestCase):
         self.assertNotIn("__cluster_dims__", chosen)
         # A reduce role of 16 CTAs instead of the all-reduce in place on all 132.
         self.assertIn("< (ptrdiff_t) 132) {", default)
+        self.assertIn('gemm_allreduce_sm_split[] = "compute=132";', default)
         roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                   sm_split={"compute": 116, "intra_reduce": 16})
         self.assertIn("< (ptrdiff_t) 116) {", roles)
+        # The split the runtime reads back (FusedOp.sm_split).
+        self.assertIn('gemm_allreduce_sm_split[] = "compute=116,intra_reduce=16";', roles)
 
     def test_bad_compiler_options(self):
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,

@@ -49,6 +49,10 @@ class FakeLibrary:
         info._obj.rank, info._obj.world_size, info._obj.node, info._obj.nodes = 3, 4, 1, 2
         info._obj.local_rank, info._obj.local_world_size, info._obj.device = 1, 2, 1
 
+    def mkc_runtime_network_statistics(self, runtime, statistics):
+        self.calls.append(("network_statistics", self.name_of(runtime)))
+        statistics._obj.commands, statistics._obj.writes, statistics._obj.bytes = 7, 6, 1 << 40
+
     def mkc_runtime_destroy(self, runtime):
         self.calls.append(("destroy", self.name_of(runtime)))
 
@@ -73,6 +77,9 @@ class FakeLibrary:
 
     def mkc_op_name(self, op, name):
         name._obj.value = b"gemm_allreduce"
+
+    def mkc_op_sm_split(self, op, split):
+        split._obj.value = b"compute=102,intra_reduce=10,inter_reduce=20"
 
     def mkc_op_num_arguments(self, op, count):
         count._obj.value = len(ARGUMENTS)
@@ -160,6 +167,7 @@ class Calls(RuntimeTest):
                           mkc.Argument("bf16", (1024, 2048), 1024 * 2048 * 2, True)])
         self.assertIn("gemm_allreduce(bf16[1024,2048], bf16[2048,2048], bf16[1024,2048])",
                       repr(op))
+        self.assertEqual(op.sm_split, {"compute": 102, "intra_reduce": 10, "inter_reduce": 20})
 
     def test_compile_text(self):
         text = support.GEMM_ALLREDUCE.read_text()
@@ -201,6 +209,11 @@ class Calls(RuntimeTest):
             runtime.compile(support.GEMM_ALLREDUCE, options={"sm-split": "compute=132"},
                             sm_split={"compute": 132})
         self.assertNotIn("compile", [call[0] for call in self.lib.calls])
+
+    def test_network_statistics(self):
+        statistics = mkc.Runtime().network_statistics()
+        self.assertEqual(self.last("network_statistics"), ("network_statistics", "runtime"))
+        self.assertEqual(statistics, mkc.NetworkStatistics(commands=7, writes=6, bytes=1 << 40))
 
     def test_barrier(self):
         mkc.Runtime().barrier()
@@ -294,6 +307,7 @@ class Lifetimes(RuntimeTest):
             tensors = self.tensors(runtime)
         self.assertEqual(self.destroyed(), ["op 0", "runtime"])
         calls = {"empty": lambda: runtime.empty(4, "f32"), "barrier": runtime.barrier,
+                 "network statistics": runtime.network_statistics,
                  "compile": lambda: self.compiled(runtime), "op": lambda: op(*tensors),
                  "symmetric tensor": tensors[2].data_ptr}
         for name, call in calls.items():

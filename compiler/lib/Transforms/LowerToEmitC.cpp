@@ -1703,6 +1703,11 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       layout.gemmCluster = gemmCluster;
       std::string name = program.getSymName().str();
       int64_t grid = program.getGrid().value_or(0);
+      // The split in sm-split's syntax, so that a caller can read it and ask for it again.
+      SmallVector<std::string> split;
+      for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
+        split.push_back(
+            (stringifyRoleKind(role.getKind()) + "=" + Twine(role.getCtas().value_or(0))).str());
       FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();
       if (failed(func) || failed(convert(*func, layout)))
         return signalPassFailure();
@@ -1730,6 +1735,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       constant("unsigned", "symmetric_tensors", Twine(layout.symmetricTensors) + "u");
       constant("long long", "tensor_bytes[]", "{" + bytes + "}");
       constant("char", "argument_types[]", "\"" + layout.argumentTypes + "\"");
+      constant("char", "sm_split[]", "\"" + llvm::join(split, ",") + "\"");
       constant("int", "tensor_map_count", Twine(layout.tensorMaps.size()));
       if (!layout.tensorMaps.empty())
         constant("mk_tensor_map_spec", "tensor_maps[]",

@@ -67,9 +67,12 @@ int main() {
     std::shared_ptr<const mkc::CompiledKernel> compiled = jit.compile(program, options);
     std::shared_ptr<const mkc::LoadedKernel> kernel = jit.load(*compiled);
     const mkc::LaunchParameters &launch = kernel->launch();
-    std::printf("gemm_allreduce 1x2: grid %d, %d flag words, %d bytes of shared memory (of %d)\n",
-                launch.grid, launch.flagWords, launch.dynamicSmemBytes, optin);
+    std::printf("gemm_allreduce 1x2: grid %d (%s), %d flag words, %d bytes of shared memory "
+                "(of %d)\n",
+                launch.grid, launch.smSplit.c_str(), launch.flagWords, launch.dynamicSmemBytes,
+                optin);
     expect(launch.grid == 132, "grid is the SM count compiled for");
+    expect(launch.smSplit == "compute=132", "the split is the all-reduce in place's, read back");
     expect(launch.flagWords > 1, "flag words");
     expect(launch.dynamicSmemBytes > 0 && launch.dynamicSmemBytes <= optin,
            "shared memory within the device's opt-in limit");

@@ -134,6 +134,9 @@ struct LaunchParameters {
   std::vector<TensorType> argumentTypes;
   /// The TMA tensor maps the kernel takes (mk_kernel_args::maps), built at launch.
   std::vector<mk_tensor_map_spec> tensorMaps;
+  /// The grid's CTAs per role, as the compiler chose them, in sm-split's syntax
+  /// ("compute=102,intra_reduce=10,inter_reduce=20").
+  std::string smSplit;
 };
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded
@@ -157,8 +160,10 @@ public:
   const LaunchParameters &launch() const { return launch_; }
 
 private:
-  /// The bytes of the module's `<kernel>_<field>`, read as they are or as values of T.
+  /// The bytes of the module's `<kernel>_<field>`, read as they are, as a string up to its NUL
+  /// or as values of T.
   std::string readGlobal(const std::string &kernel, const char *field) const;
+  std::string readText(const std::string &kernel, const char *field) const;
   template <typename T> std::vector<T> readArray(const std::string &kernel, const char *field) const;
   template <typename T> T readScalar(const std::string &kernel, const char *field) const;
 

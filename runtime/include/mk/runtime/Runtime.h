@@ -26,6 +26,7 @@
 #include "mk/runtime/Bootstrap.h"
 #include "mk/runtime/Jit.h"
 #include "mk/runtime/SymmetricMemory.h"
+#include "mk/runtime/net/Proxy.h"
 
 #include <cuda.h>
 
@@ -123,6 +124,10 @@ public:
   void barrier();
 
   Jit &jit();
+
+  /// What this rank's network proxy carried to other nodes since the runtime started: writes,
+  /// and their payload bytes, flags left out. Zeros on one node, where there is no proxy.
+  net::ProxyStatistics networkStatistics() const;
 
   struct State;
 
