@@ -43,19 +43,20 @@ def check_raises(error_type, expected, call, what):
     check(False, f"{what}: no {error_type.__name__}")
 
 
-def launch_ranks(script):
-    """Starts `script`'s ranks under torch.distributed.run; returns their exit status."""
+def launch_ranks(script, ranks=RANKS):
+    """Starts `ranks` ranks of `script` under torch.distributed.run, one per GPU; returns their
+    exit status."""
     try:
         import torch
     except ImportError:
         print("SKIP: torch is not installed")
         return SKIPPED
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus < RANKS:
-        print(f"SKIP: needs {RANKS} GPUs, this machine has {gpus}")
+    if gpus < ranks:
+        print(f"SKIP: needs {ranks} GPUs, this machine has {gpus}")
         return SKIPPED
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={RANKS}", script]).returncode
+                           f"--nproc-per-node={ranks}", script]).returncode
 
 
 def close_to(result, reference, label):
