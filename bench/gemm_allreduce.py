@@ -12,8 +12,9 @@ The row-parallel linear of tensor parallelism: rank r holds A_r = A[:, K_r] and 
   mkc_gemm    the fused program's tile loop without its all-reduce (each rank stores its partial):
               mkc's own bound, to see what the communication costs the fused kernel
 
-With --network emulated|fabric, the ranks act as nodes of one GPU each (MKC_GPUS_PER_NODE=1),
-so that mkc's tiles cross the network proxy: the emulated NIC (--bandwidth-gbps, --latency-us) or
+With --network emulated|fabric, the ranks act as nodes of --gpus-per-node GPUs each (default 1;
+MKC_GPUS_PER_NODE), so that mkc's tiles cross the network proxy, after the GPUs of a node have
+reduced them over NVLink: the emulated NIC (--bandwidth-gbps, --latency-us) or
 libfabric's tcp provider over loopback. Two more variants then use the same transport as mkc:
 
   mkc_sequential  torch.matmul, then lib/allreduce.mlir (mkc's all-reduce alone) over it
@@ -92,7 +93,10 @@ def parse_arguments():
     parser.add_argument("--gpus", type=int, default=None, help="ranks (default: every GPU)")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     parser.add_argument("--network", choices=("none", "emulated", "fabric"), default="none",
-                        help="run the ranks as nodes of one GPU each, over this network")
+                        help="run the ranks as nodes of --gpus-per-node GPUs, over this network")
+    parser.add_argument("--gpus-per-node", type=int, default=1,
+                        help="with --network: GPUs of each node, which reduce over NVLink first "
+                             "(default 1)")
     parser.add_argument("--bandwidth-gbps", default="50", help="emulated NIC's bandwidth")
     parser.add_argument("--latency-us", default="3", help="emulated NIC's latency")
     parser.add_argument("--timeout", type=float, default=0,
@@ -117,7 +121,12 @@ def launch(arguments):
                f"--nproc-per-node={gpus}", __file__] + sys.argv[1:]
     environment = dict(os.environ)
     if arguments.network != "none":
-        environment.update(MKC_GPUS_PER_NODE="1", MKC_NET=arguments.network)
+        if arguments.gpus_per_node < 1 or gpus % arguments.gpus_per_node or \
+                gpus == arguments.gpus_per_node:
+            sys.exit(f"gemm_allreduce: --gpus-per-node {arguments.gpus_per_node} must divide "
+                     f"the {gpus} ranks into 2 or more nodes")
+        environment.update(MKC_GPUS_PER_NODE=str(arguments.gpus_per_node),
+                           MKC_NET=arguments.network)
     if arguments.network == "emulated":
         environment.update(MKC_NET_BANDWIDTH_GBPS=arguments.bandwidth_gbps,
                            MKC_NET_LATENCY_US=arguments.latency_us)
@@ -206,7 +215,7 @@ def rank_main(arguments):
         faulthandler.dump_traceback_later(arguments.timeout, exit=True)
 
     if arguments.network != "none":
-        os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # a node per rank, a GPU each
+        os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # the host's GPUs, one per rank
     import mkc
 
     runtime = mkc.Runtime(symmetric_bytes=8 << 30)
@@ -267,10 +276,14 @@ def rank_main(arguments):
                 stream.wait_stream(communication)
             return step
 
-        # Correctness first: the fused result against cuBLAS + NCCL on the same inputs.
+        # Correctness first: the fused result against cuBLAS + NCCL on the same inputs; and what
+        # one launch sends across nodes, once every rank's launch is done (so is every write).
         torch.cuda.synchronize()
+        before = runtime.network_statistics().bytes
         fused(0)
         torch.cuda.synchronize()
+        dist.barrier()
+        network_mb = (runtime.network_statistics().bytes - before) / 1e6
         sequential(0)
         torch.cuda.synchronize()
         result = fused_c.torch().float()
@@ -336,31 +349,41 @@ def rank_main(arguments):
                     print(f"M={m}: {name}: {times[name]:.3f} ms", flush=True)
         best_chunks = min((2, 4, 8), key=lambda chunks: times[f"overlap{chunks}"])
         times["overlap"] = times[f"overlap{best_chunks}"]
+        split = ",".join(f"{role}={ctas}" for role, ctas in op.sm_split.items())
         rows.append({"M": m, "N": n, "K": k, "ranks": world, "error": error,
-                     "overlap_chunks": best_chunks, **times})
+                     "overlap_chunks": best_chunks, "sm_split": split,
+                     "network_mb": network_mb, **times})
         if rank == 0:
-            print(f"M={m}: mkc {times['mkc']:.3f} ms, sequential {times['sequential']:.3f} ms, "
+            print(f"M={m}: mkc {times['mkc']:.3f} ms ({split}"
+                  + (f", {network_mb:.1f} MB a launch across nodes from rank 0" if network_mb
+                     else "")
+                  + f"), sequential {times['sequential']:.3f} ms, "
                   f"overlap({best_chunks}) {times['overlap']:.3f} ms", flush=True)
         op.close()
         del inputs
     if rank == 0:
         regime = f"{arguments.cooldown_s:g} s idle, {arguments.warmup_s:g} s warm-up"
-        report(rows, arguments.out, properties.name, world, arguments.network, regime)
+        report(rows, arguments.out, properties.name, runtime.nodes, runtime.local_world_size,
+               arguments.network, regime)
     dist.barrier()
     dist.destroy_process_group()
     runtime.close()
 
 
-def report(rows, out, gpu, world, network, regime):
+def report(rows, out, gpu, nodes, gpus_per_node, network, regime):
     """Writes the CSV and the plot, and prints the table with the ratios."""
     os.makedirs(out, exist_ok=True)
     across = network != "none"
     columns = ["M", "N", "K", "ranks", "mkc", "sequential", "overlap", "overlap_chunks", "gemm",
                "allreduce", "mkc_gemm"]
-    columns += (["mkc_sequential", "mkc_allreduce"] if across else []) + ["error"]
+    columns += (["mkc_sequential", "mkc_allreduce", "network_mb"] if across else [])
+    columns += ["sm_split", "error"]
     name = "gemm_allreduce" + (f"_{network}" if across else "")
+    if across and gpus_per_node > 1:
+        name += f"_{nodes}x{gpus_per_node}"
     path = os.path.join(out, f"{name}.csv")
-    where = f"{world} nodes x 1 {gpu} over {network}" if across else f"{world} x {gpu}"
+    where = (f"{nodes} nodes x {gpus_per_node} {gpu} over {network}" if across
+             else f"{gpus_per_node} x {gpu}")
     with open(path, "w", newline="") as file:
         file.write(f"# {datetime.date.today()} {where}; times in ms (median after {regime})\n")
         writer = csv.DictWriter(file, fieldnames=columns, extrasaction="ignore")
