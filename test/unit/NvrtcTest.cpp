@@ -1,4 +1,4 @@
-// NVRTC in-process, without a GPU: compiling with the embedded device headers, the ptxas report,
+// NVRTC without a GPU, through its child processes: compiling with the embedded device headers, the ptxas report,
 // and diagnostics that point at the generated source.
 
 #include "mk/Target/DeviceHeaders.h"

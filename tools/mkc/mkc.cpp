@@ -1,7 +1,7 @@
 //===- mkc.cpp - the mkc compiler -----------------------------------------===//
 //
 // Compiles a tile program to a persistent CUDA kernel: the scheduled IR (--emit=mlir), its CUDA
-// C++ (--emit=cuda), or, through NVRTC in this process, PTX or a cubin. Needs no GPU.
+// C++ (--emit=cuda), or, through NVRTC (in a child process), PTX or a cubin. Needs no GPU.
 //
 //===----------------------------------------------------------------------===//
 

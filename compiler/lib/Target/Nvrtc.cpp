@@ -1,11 +1,16 @@
-//===- Nvrtc.cpp - in-process CUDA C++ compilation with NVRTC -------------===//
+//===- Nvrtc.cpp - CUDA C++ compilation with NVRTC, in a child process -----===//
 
 #include "mk/Target/Nvrtc.h"
+#include "mk/Target/ChildProcess.h"
 
 #include <nvrtc.h>
+#include <sys/mman.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -99,7 +104,7 @@ std::vector<std::string> flags(const Options &options) {
 }
 
 namespace {
-/// Destroys the program however compile() returns.
+/// Destroys the program however compileHere() returns.
 struct Program {
   nvrtcProgram handle = nullptr;
   ~Program() {
@@ -111,12 +116,17 @@ struct Program {
 std::string failure(nvrtcResult status, std::string_view during) {
   return std::string(during) + " failed: " + nvrtcGetErrorString(status) + "\n";
 }
-} // namespace
 
-Result compile(std::string_view source, std::string_view fileName, const Options &options,
-               std::span<const Header> headers) {
-  auto start = std::chrono::steady_clock::now();
-  Result result;
+/// What NVRTC gives for one compile, as it gives it.
+struct Output {
+  bool ok = false;
+  std::string log, ptx, cubin;
+};
+
+/// One compile by NVRTC, in this process.
+Output compileHere(std::string_view source, std::string_view fileName, const Options &options,
+                   std::span<const Header> headers) {
+  Output output;
   std::vector<const char *> headerContents, headerNames;
   std::vector<std::string> contents; // NUL-terminated copies
   contents.reserve(headers.size());
@@ -133,8 +143,8 @@ Result compile(std::string_view source, std::string_view fileName, const Options
                              static_cast<int>(headers.size()), headerContents.data(),
                              headerNames.data());
       status != NVRTC_SUCCESS) {
-    result.log = failure(status, "nvrtcCreateProgram");
-    return result;
+    output.log = failure(status, "nvrtcCreateProgram");
+    return output;
   }
 
   std::vector<std::string> commandLine = flags(options);
@@ -146,28 +156,97 @@ Result compile(std::string_view source, std::string_view fileName, const Options
                                              flagPointers.data());
   size_t logSize = 0;
   nvrtcGetProgramLogSize(program.handle, &logSize);
-  std::string log(logSize, '\0');
-  nvrtcGetProgramLog(program.handle, log.data());
-  while (!log.empty() && log.back() == '\0')
-    log.pop_back();
-  result.log = annotateLog(log, source, fileName);
-  result.kernels = parsePtxasReport(log);
-  result.ok = compiled == NVRTC_SUCCESS;
-
-  if (result.ok) {
-    size_t ptxSize = 0;
-    if (nvrtcGetPTXSize(program.handle, &ptxSize) == NVRTC_SUCCESS && ptxSize > 1) {
-      result.ptx.resize(ptxSize);
-      nvrtcGetPTX(program.handle, result.ptx.data());
-      result.ptx.pop_back(); // NUL
-    }
-    size_t cubinSize = 0;
-    if (options.arch.starts_with("sm_") &&
-        nvrtcGetCUBINSize(program.handle, &cubinSize) == NVRTC_SUCCESS && cubinSize > 0) {
-      result.cubin.resize(cubinSize);
-      nvrtcGetCUBIN(program.handle, result.cubin.data());
-    }
+  output.log.assign(logSize, '\0');
+  nvrtcGetProgramLog(program.handle, output.log.data());
+  while (!output.log.empty() && output.log.back() == '\0')
+    output.log.pop_back();
+  output.ok = compiled == NVRTC_SUCCESS;
+  if (!output.ok)
+    return output;
+  size_t ptxSize = 0;
+  if (nvrtcGetPTXSize(program.handle, &ptxSize) == NVRTC_SUCCESS && ptxSize > 1) {
+    output.ptx.resize(ptxSize);
+    nvrtcGetPTX(program.handle, output.ptx.data());
+    output.ptx.pop_back(); // NUL
   }
+  size_t cubinSize = 0;
+  if (options.arch.starts_with("sm_") &&
+      nvrtcGetCUBINSize(program.handle, &cubinSize) == NVRTC_SUCCESS && cubinSize > 0) {
+    output.cubin.resize(cubinSize);
+    nvrtcGetCUBIN(program.handle, output.cubin.data());
+  }
+  return output;
+}
+
+/// An Output as bytes, for the pipe from the child that compiled it, and back.
+std::string encode(const Output &output) {
+  std::string bytes(1, output.ok ? '\1' : '\0');
+  for (const std::string *field : {&output.log, &output.ptx, &output.cubin}) {
+    const std::uint64_t size = field->size();
+    bytes.append(reinterpret_cast<const char *>(&size), sizeof size);
+    bytes += *field;
+  }
+  return bytes;
+}
+
+Output decode(std::string_view bytes) {
+  Output output;
+  output.ok = bytes.at(0) == '\1';
+  std::size_t at = 1;
+  for (std::string *field : {&output.log, &output.ptx, &output.cubin}) {
+    std::uint64_t size = 0;
+    std::memcpy(&size, bytes.substr(at, sizeof size).data(), sizeof size);
+    *field = std::string(bytes.substr(at + sizeof size, size));
+    at += sizeof size + size;
+  }
+  return output;
+}
+
+/// Moves where this process's next allocations land by a random amount, with a heap block and
+/// a mapping of random sizes that live until it exits: whether NVRTC 13.0 crashes depends on
+/// where its allocations land (a kernel that crashed it in 16 of 96 forked children did so in 3
+/// of 96 after this).
+void shiftAllocations() {
+  std::random_device random;
+  volatile char *block = static_cast<char *>(std::malloc(16 + random() % 65536));
+  if (block)
+    block[0] = 1;
+  ::mmap(nullptr, 4096 * (1 + random() % 4096), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+/// Children tried before a crashing compile is reported as a failure.
+constexpr int kAttempts = 3;
+} // namespace
+
+Result compile(std::string_view source, std::string_view fileName, const Options &options,
+               std::span<const Header> headers) {
+  auto start = std::chrono::steady_clock::now();
+  Result result;
+  std::string crashes;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    const ChildOutcome child = runInChild([&] {
+      shiftAllocations();
+      return encode(compileHere(source, fileName, options, headers));
+    });
+    if (child.status == ChildOutcome::Status::Died) {
+      crashes += "\n  attempt " + std::to_string(attempt) + ": " + child.reason;
+      continue;
+    }
+    // Where no child can be started, the compile runs here, unprotected.
+    const Output output = child.status == ChildOutcome::Status::Returned
+                              ? decode(child.output)
+                              : compileHere(source, fileName, options, headers);
+    result.ok = output.ok;
+    result.log = annotateLog(output.log, source, fileName);
+    result.kernels = parsePtxasReport(output.log);
+    result.ptx = output.ptx;
+    result.cubin = output.cubin;
+    crashes.clear();
+    break;
+  }
+  if (!crashes.empty())
+    result.log = "NVRTC crashed compiling " + std::string(fileName) + ", in each of " +
+                 std::to_string(kAttempts) + " child processes:" + crashes + "\n";
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

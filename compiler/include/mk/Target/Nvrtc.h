@@ -1,8 +1,9 @@
-//===- Nvrtc.h - in-process CUDA C++ compilation with NVRTC -------*- C++ -*-===//
+//===- Nvrtc.h - CUDA C++ compilation with NVRTC ------------------*- C++ -*-===//
 //
-// Compiles generated CUDA C++ to PTX and cubins with NVRTC, in this process and without a GPU.
-// Used by the mkc tool and by the runtime's JIT. Plain C++: no MLIR types, so that anything can
-// link it.
+// Compiles generated CUDA C++ to PTX and cubins with NVRTC, without a GPU, each compile in a
+// forked child process (mk/Target/ChildProcess.h), so that a crash inside NVRTC fails the
+// compile rather than the process. Used by the mkc tool and by the runtime's JIT. Plain C++: no
+// MLIR types, so that anything can link it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,7 +60,9 @@ struct Result {
 /// The flags compile() passes to NVRTC for `options`.
 std::vector<std::string> flags(const Options &options);
 
-/// Compiles `source`, named `fileName` in diagnostics, with in-memory `headers`.
+/// Compiles `source`, named `fileName` in diagnostics, with in-memory `headers`, in a child
+/// process: one that crashes is replaced by another, three times at most, and then the Result
+/// fails with a log that says so. Where no child can be started, compiles in this process.
 Result compile(std::string_view source, std::string_view fileName, const Options &options,
                std::span<const Header> headers = {});
 
