@@ -16,7 +16,8 @@
 // what they write (TwinMode in gemm_engine.cu: 0, the fused all-reduce's stores and additions;
 // 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
 // additions or without, or through the consumers' TMA; 6, C through TMA and a copy engine
-// copying each finished band of tile rows to the twin). --device picks the GPU (0), and
+// copying each finished band of tile rows to the twin, then writing the band's flag beside the
+// twin, which must hold the launch count). --device picks the GPU (0), and
 // --twin-device puts the twin on another (peer access, over NVLink), as the fused all-reduce's
 // peer copy is; two processes, each with the other's GPU as its twin's, send both ways.
 //
@@ -447,8 +448,10 @@ int run(int argc, char **argv) {
     std::vector<const char *> names = {"cuBLASLt"};
     std::vector<std::function<void()>> runs;
     // The _twin configurations' second tensor, its mk_tensor_ref, mode 6's count of tiles
-    // stored per band of tile rows and of its launches.
-    std::unique_ptr<Buffer> twin, twinRef, progress;
+    // stored per band of tile rows and of its launches, and the band flags its copy stream
+    // writes next to the twin after each copy (where a copy-engine all-reduce would tell the
+    // peer that a band arrived).
+    std::unique_ptr<Buffer> twin, twinRef, progress, arrived;
     const auto launches = std::make_shared<std::uint32_t>(0);
     const int tilesM = int(s.m / 128), bands = (tilesM + kBandRows - 1) / kBandRows;
     if (!checkOnly) {
@@ -495,6 +498,8 @@ int run(int argc, char **argv) {
         twinRef = std::make_unique<Buffer>(sizeof(mk_tensor_ref));
         progress = std::make_unique<Buffer>(4 * bands);
         CU(cuMemsetD8(progress->pointer, 0, 4 * bands));
+        arrived = std::make_unique<Buffer>(4 * bands, peer ? peer->context() : nullptr);
+        CU(cuMemsetD8(arrived->pointer, 0, 4 * bands));
         mk_tensor_ref ref{};
         ref.local = reinterpret_cast<void *>(c.pointer);
         ref.peer[1] = reinterpret_cast<void *>(twin->pointer);
@@ -502,6 +507,7 @@ int run(int argc, char **argv) {
       }
       const CUdeviceptr ref = config.twin ? twinRef->pointer : 0;
       const CUdeviceptr flags = config.twin ? progress->pointer : 0;
+      const CUdeviceptr arrivedFlags = config.twin ? arrived->pointer : 0;
       const CUdeviceptr from = c.pointer, to = config.twin ? twin->pointer : 0;
       const CUstream copyStream = copies.stream;
       const auto go = [=, &driver] {
@@ -522,6 +528,9 @@ int run(int argc, char **argv) {
           const size_t rowBytes = size_t(128) * n * 2;
           const size_t offset = size_t(band) * kBandRows * rowBytes, bytes = size_t(rows) * rowBytes;
           CU(cuMemcpyDtoDAsync(to + offset, from + offset, bytes, copyStream));
+          std::vector<CUstreamBatchMemOpParams> write = {
+              mkc::cuda::writeValue(arrivedFlags + 4 * band, *launches)};
+          mkc::cuda::batchMemOps(driver, copyStream, write);
         }
       };
       // NaN: unwritten elements fail. The _twin configurations may add the second half of the
@@ -541,7 +550,18 @@ int run(int argc, char **argv) {
         off += twinOff;
         maxError = std::max(maxError, twinError);
       }
-      const bool ok = off == 0;
+      // Mode 6: each band's flag, written by the copy stream after its copy.
+      long unwrittenBands = 0;
+      if (config.twin && copyEngine) {
+        std::vector<std::uint32_t> written(bands);
+        CU(cuMemcpyDtoH(written.data(), arrived->pointer, 4 * written.size()));
+        unwrittenBands = std::count_if(written.begin(), written.end(),
+                                       [&](std::uint32_t flag) { return flag != *launches; });
+        if (unwrittenBands)
+          std::printf("%ld of %d band flags next to the twin not written after their copies\n",
+                      unwrittenBands, bands);
+      }
+      const bool ok = off == 0 && unwrittenBands == 0;
       failures += !ok;
       std::printf("%s %s %lldx%lldx%lld on %u CTAs: %llu of %zu elements off (max error %.4g)\n",
                   ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, off,
