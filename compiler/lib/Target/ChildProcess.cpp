@@ -103,7 +103,8 @@ ChildOutcome runInChild(const std::function<std::string()> &work) {
     }
   }
   outcome.status = ChildOutcome::Status::Died;
-  outcome.reason = reaped == pid ? describeEnd(status) : "an end waitpid cannot see (SIGCHLD ignored)";
+  outcome.reason =
+      reaped == pid ? describeEnd(status) : "an end waitpid cannot see (SIGCHLD ignored)";
   return outcome;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -221,32 +222,31 @@ constexpr int kAttempts = 3;
 Result compile(std::string_view source, std::string_view fileName, const Options &options,
                std::span<const Header> headers) {
   auto start = std::chrono::steady_clock::now();
-  Result result;
+  std::optional<Output> output;
   std::string crashes;
-  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+  for (int attempt = 1; attempt <= kAttempts && !output; ++attempt) {
     const ChildOutcome child = runInChild([&] {
       shiftAllocations();
       return encode(compileHere(source, fileName, options, headers));
     });
-    if (child.status == ChildOutcome::Status::Died) {
+    if (child.status == ChildOutcome::Status::Returned)
+      output = decode(child.output);
+    else if (child.status == ChildOutcome::Status::Unavailable)
+      output = compileHere(source, fileName, options, headers); // here, unprotected
+    else
       crashes += "\n  attempt " + std::to_string(attempt) + ": " + child.reason;
-      continue;
-    }
-    // Where no child can be started, the compile runs here, unprotected.
-    const Output output = child.status == ChildOutcome::Status::Returned
-                              ? decode(child.output)
-                              : compileHere(source, fileName, options, headers);
-    result.ok = output.ok;
-    result.log = annotateLog(output.log, source, fileName);
-    result.kernels = parsePtxasReport(output.log);
-    result.ptx = output.ptx;
-    result.cubin = output.cubin;
-    crashes.clear();
-    break;
   }
-  if (!crashes.empty())
+  Result result;
+  if (output) {
+    result.ok = output->ok;
+    result.log = annotateLog(output->log, source, fileName);
+    result.kernels = parsePtxasReport(output->log);
+    result.ptx = std::move(output->ptx);
+    result.cubin = std::move(output->cubin);
+  } else {
     result.log = "NVRTC crashed compiling " + std::string(fileName) + ", in each of " +
                  std::to_string(kAttempts) + " child processes:" + crashes + "\n";
+  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
