@@ -131,10 +131,16 @@ std::vector<int> cpusNear(std::string busId) {
   return cpus;
 }
 
-/// The CUDA device of a rank that did not choose one.
-int defaultDevice(const cuda::Driver &cu, const ProcessGroup &group) {
+/// The CUDA device of a rank: the one it chose, else its local rank's; with `share` (ranks taking
+/// turns on fewer GPUs) either modulo the GPUs this process sees.
+int rankDevice(const cuda::Driver &cu, const ProcessGroup &group, std::optional<int> chosen,
+               bool share) {
   int devices = 0;
   MK_CU_CHECK(cu, cuDeviceGetCount(&devices));
+  if (share)
+    return (chosen ? *chosen : group.localRank()) % devices;
+  if (chosen)
+    return *chosen;
   if (devices == 1)
     return 0; // the launcher gave each rank its own GPU (CUDA_VISIBLE_DEVICES)
   if (group.localRank() >= devices)
@@ -193,6 +199,11 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
       throw RuntimeError("MKC_DEVICE=" + *value + " is not a device ordinal");
     options.device = device;
   }
+  if (const std::string *value = variable("MKC_SHARE_GPU")) {
+    if (*value != "0" && *value != "1")
+      throw RuntimeError("MKC_SHARE_GPU=" + *value + " is not 0 or 1");
+    options.shareGpu = *value == "1";
+  }
   return options;
 }
 
@@ -241,7 +252,7 @@ struct Runtime::State {
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : group(launch),
-      device(options.device ? *options.device : defaultDevice(driver, group)),
+      device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device),
       smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
       jit(options.cacheDirectory) {
@@ -250,7 +261,8 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   // Hopper's wgmma and TMA, and their successors, exist only in the arch-specific targets.
   arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
 
-  // Two ranks of a node on one GPU would each wait for the other's persistent kernel forever.
+  // Two ranks of a node on one GPU wait for each other's persistent kernel, which only the GPU's
+  // time-slicing between their contexts lets run: a test set-up, never a job's.
   char pciBusId[32] = {};
   MK_CU_CHECK(driver, cuDeviceGetPCIBusId(pciBusId, sizeof pciBusId, context.device()));
   busId = pciBusId;
@@ -259,9 +271,11 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   std::vector<std::vector<std::byte>> everyone = group.store().allGather(mine);
   for (int peer : group.nodeRanks()) {
     std::vector<std::string> theirs = fields(everyone[peer]);
-    if (peer != group.rank() && theirs[1] == busId)
+    if (peer != group.rank() && theirs[1] == busId && !options.shareGpu)
       throw RuntimeError(fmt::format("ranks {} and {} both use the GPU at {}: give each rank of a "
-                                     "node its own GPU (MKC_DEVICE, CUDA_VISIBLE_DEVICES)",
+                                     "node its own GPU (MKC_DEVICE, CUDA_VISIBLE_DEVICES), or, "
+                                     "to test on fewer GPUs, let them take turns "
+                                     "(MKC_SHARE_GPU=1)",
                                      std::min(peer, group.rank()), std::max(peer, group.rank()),
                                      busId));
   }

@@ -10,7 +10,8 @@
 //   - wrong arguments, programs that do not compile and ranks that disagree: errors, no hang.
 //
 // Prints PASS/FAIL lines and exits non-zero if a check failed. Without a driver or with fewer
-// GPUs than ranks it prints "SKIP: <why>" and exits 77.
+// GPUs than ranks it prints "SKIP: <why>" and exits 77; with MKC_TEST_SHARED_GPU=1 it runs only
+// where there are fewer GPUs than ranks, which then take turns on them (MKC_SHARE_GPU).
 
 #include "TestKernels.h"
 
@@ -27,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace mkc;
@@ -355,13 +357,18 @@ int main() {
     LaunchEnvironment launch = detectLaunchEnvironment();
     int devices = 0;
     MK_CU_CHECK(cu, cuDeviceGetCount(&devices));
-    if (launch.worldSize < 2 || devices < launch.worldSize) {
-      std::printf("SKIP: GEMM+AllReduce needs 2 or more ranks with a GPU each; %d rank(s), %d "
+    // The variant for machines with too few GPUs: the ranks take turns on them.
+    const char *sharedVariant = std::getenv("MKC_TEST_SHARED_GPU");
+    bool shared = sharedVariant && std::string_view(sharedVariant) == "1";
+    if (launch.worldSize < 2 || devices == 0 || (devices < launch.worldSize) != shared) {
+      std::printf("SKIP: GEMM+AllReduce needs 2 or more ranks with a GPU each%s; %d rank(s), %d "
                   "GPU(s)\n",
-                  launch.worldSize, devices);
+                  shared ? ", shared only where there are fewer GPUs" : "", launch.worldSize,
+                  devices);
       return kSkipped;
     }
     RuntimeOptions options = RuntimeOptions::fromEnvironment();
+    options.shareGpu = shared; // MKC_DEVICE, mkc-launch's rank index, modulo the GPUs
     options.symmetricBytes = std::max<std::size_t>(options.symmetricBytes, std::size_t(2) << 30);
     Runtime runtime(launch, options);
     const char *lib = std::getenv("MKC_LIB_DIR");

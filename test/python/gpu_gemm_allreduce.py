@@ -9,8 +9,10 @@ launch on another stream, and tensors the op refuses (a wrong dtype: ValueError;
 symmetric memory: mkc.Error).
 
 Run it as is: without RANK in the environment it starts itself under torch.distributed.run, one
-process per GPU, or prints "SKIP: <why>" and exits 77 without torch or 2 GPUs. Each rank prints
-PASS/FAIL lines; the exit status is non-zero if a check failed.
+process per GPU, or prints "SKIP: <why>" and exits 77 without torch or 2 GPUs. With
+MKC_TEST_SHARED_GPU=1 it runs only where there are fewer GPUs than ranks, which then take turns
+on them (MKC_SHARE_GPU). Each rank prints PASS/FAIL lines; the exit status is non-zero if a check
+failed.
 """
 
 import os
@@ -44,25 +46,36 @@ def check_raises(error_type, expected, call, what):
 
 
 def launch_ranks(script, ranks=RANKS):
-    """Starts `ranks` ranks of `script` under torch.distributed.run, one per GPU; returns their
-    exit status."""
+    """Starts `ranks` ranks of `script` under torch.distributed.run, one per GPU, or, with
+    MKC_TEST_SHARED_GPU=1 on a machine with fewer GPUs, taking turns on them; returns their exit
+    status."""
     try:
         import torch
     except ImportError:
         print("SKIP: torch is not installed")
         return SKIPPED
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus < ranks:
+    if os.environ.get("MKC_TEST_SHARED_GPU") == "1":
+        # The variant of a test for machines with too few GPUs: its ranks take turns on them.
+        if gpus == 0 or gpus >= ranks:
+            print(f"SKIP: {gpus} GPUs: the ranks need not share, the test without sharing runs")
+            return SKIPPED
+        os.environ["MKC_SHARE_GPU"] = "1"
+    elif gpus < ranks:
         print(f"SKIP: needs {ranks} GPUs, this machine has {gpus}")
         return SKIPPED
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            f"--nproc-per-node={ranks}", script]).returncode
 
 
-def close_to(result, reference, label):
-    """Checks `result` against `reference` within 2^-7 relative plus rms/64 absolute."""
+def close_to(result, reference, label, partials=()):
+    """Checks `result` against `reference` within 2^-7 relative plus rms/64 absolute. A result
+    summed from bf16 `partials` (their f32 values) also gets 2^-8 of sum |P_i| for each of them:
+    every rounding to bf16 of a partial or of a partial sum costs up to that."""
     error = (result.float() - reference).abs()
     tolerance = reference.abs() * 2**-7 + reference.pow(2).mean().sqrt() / 64
+    if partials:
+        tolerance += sum(partial.abs() for partial in partials) * (len(partials) * 2**-8)
     check(bool((error <= tolerance).all()),  # NaN, the poison, fails
           f"{label} (max error {error.max().item():.3g}, tolerance at least "
           f"{tolerance.min().item():.3g})")

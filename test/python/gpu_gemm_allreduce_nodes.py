@@ -6,13 +6,14 @@ first). MKC_TEST_NET picks the network: "fabric" (default; libfabric's tcp provi
 the staged protocol since it cannot register GPU memory) or "emulated" (the NIC model, 50 GB/s
 and 3 us: the direct protocol, reordering writes).
 
-Checked against PyTorch's f32 GEMM on random inputs, C poisoned with NaN first; then 1,000
+Checked against PyTorch's f32 GEMM on random inputs (within a tolerance that grows with the bf16
+roundings of the ranks' partials and their sums), C poisoned with NaN first; then 1,000
 launches back to back without a host synchronisation, and C must still be right. Where every
 tile is whole, each rank must have sent (NODES - 1) x M x N x 2 / GPUS bytes a launch across
 nodes: the node partials of the tiles it owns, 1/GPUS of what a flat all-reduce sends.
 
 Run it as is: without RANK it starts itself under torch.distributed.run, or prints "SKIP: <why>"
-and exits 77 without torch or enough GPUs.
+and exits 77 without torch or enough GPUs (with MKC_TEST_SHARED_GPU=1, as gpu_gemm_allreduce.py).
 """
 
 import os
@@ -35,8 +36,8 @@ def gemm_allreduce(runtime, torch, mkc, M, N, K, launches):
     generator = torch.Generator(device="cuda").manual_seed(SEED + M + N + K)
     a_full = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
     b_full = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
-    shard = slice(rank * K // world, (rank + 1) * K // world)
-    a, b = a_full[:, shard].contiguous(), b_full[shard].contiguous()
+    shards = [slice(r * K // world, (r + 1) * K // world) for r in range(world)]
+    a, b = a_full[:, shards[rank]].contiguous(), b_full[shards[rank]].contiguous()
     c = runtime.empty((M, N), torch.bfloat16)
     c_view = c.torch()
     c_view.fill_(float("nan"))
@@ -57,8 +58,9 @@ def gemm_allreduce(runtime, torch, mkc, M, N, K, launches):
     print(f"rank {rank}: {launches} launches in {seconds:.3f} s, {sent / launches / 1e6:.3f} MB "
           f"a launch across nodes", flush=True)
     reference = a_full.float() @ b_full.float()
+    partials = [a_full[:, s].float() @ b_full[s].float() for s in shards]
     common.close_to(c_view, reference, f"rank {rank}: gemm_allreduce M={M} N={N} K={K}, "
-                                       f"{launches} launches {where}")
+                                       f"{launches} launches {where}", partials)
     gpus = runtime.local_world_size
     if M % 128 == 0 and N % 256 == 0 and (M // 128) * (N // 256) % gpus == 0:
         expected = (runtime.nodes - 1) * M * N * 2 // gpus
@@ -78,7 +80,7 @@ def topology():
 
 
 def rank_main():
-    os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # the host's GPUs, one per rank
+    os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # one per rank, or modulo with MKC_SHARE_GPU
     import torch
 
     import mkc

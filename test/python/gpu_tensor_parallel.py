@@ -9,7 +9,8 @@ whole product for reference; outputs are poisoned with NaN first. Shapes include
 a multiple of the 64-deep slices' count per tile and an N that is not a multiple of the tile.
 
 Run it as is: without RANK in the environment it starts itself under torch.distributed.run, or
-prints "SKIP: <why>" and exits 77 without torch or 2 GPUs.
+prints "SKIP: <why>" and exits 77 without torch or 2 GPUs (with MKC_TEST_SHARED_GPU=1, as
+gpu_gemm_allreduce.py).
 """
 
 import os

@@ -63,6 +63,11 @@ struct RuntimeOptions {
   std::size_t flagWords = std::size_t(1) << 20;
   /// The CUDA device of this rank; unset: the local rank, or 0 if the process sees one GPU.
   std::optional<int> device;
+  /// Whether ranks may take turns on fewer GPUs than there are ranks (MKC_SHARE_GPU=1): the
+  /// device (chosen, or the local rank's) is taken modulo the GPUs this process sees. The ranks'
+  /// persistent kernels then wait on each other across contexts, which the GPU time-slices:
+  /// correct, but slow. For testing multi-GPU programs on a machine with one GPU.
+  bool shareGpu = false;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
   /// Jobs across nodes: the network backend ("fabric", "verbs" or "emulated") and its settings
@@ -75,7 +80,7 @@ struct RuntimeOptions {
   std::chrono::milliseconds networkTimeout = std::chrono::seconds(30);
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
-  /// MKC_FLAG_WORDS, MKC_DEVICE and the MKC_NET variables; throws RuntimeError naming a
+  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU and the MKC_NET variables; throws RuntimeError naming a
   /// malformed variable.
   static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
 };
