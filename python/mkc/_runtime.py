@@ -58,7 +58,7 @@ class Runtime:
     One per process, under a launcher (torchrun, srun, mpirun, mkc-launch) that says which rank
     it is. Creating it is collective, as are empty(), compile(), barrier() and close(): every rank
     makes the same calls in the same order. None takes the default, which the environment may
-    override (MKC_SYMMETRIC_BYTES, MKC_FLAG_WORDS, MKC_DEVICE, MKC_CACHE_DIR):
+    override (MKC_SYMMETRIC_BYTES, MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_CACHE_DIR):
 
       symmetric_bytes  symmetric memory per rank, taken from the GPU up front
       flag_words       flag words per rank, shared out among the ops

@@ -59,7 +59,8 @@ typedef struct mkc_runtime_options {
   const char *cache_dir;  /* the JIT's on-disk cache, or NULL for the default */
 } mkc_runtime_options;
 
-/* The defaults, overridden by MKC_SYMMETRIC_BYTES, MKC_FLAG_WORDS, MKC_DEVICE, MKC_CACHE_DIR. */
+/* The defaults, overridden by MKC_SYMMETRIC_BYTES, MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU,
+   MKC_CACHE_DIR. */
 mkc_status mkc_runtime_options_default(mkc_runtime_options *options);
 
 /* Joins the job its launcher describes; `options` may be NULL for the defaults. Collective. */
