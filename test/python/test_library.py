@@ -135,5 +135,15 @@ class TheLibrary(InterpreterTest):
         self.assertEqual(status, "MKC_ERROR_NO_DEVICE", message)
         self.assertIn("no usable CUDA driver", message)
 
+    def test_malformed_environment(self):
+        for variable, value, expected in [
+                ("MKC_SHARE_GPU", "yes", "MKC_SHARE_GPU=yes is not 0 or 1"),
+                ("MKC_DEVICE", "x", "MKC_DEVICE=x is not a device ordinal"),
+                ("MKC_NET_TIMEOUT", "0", "MKC_NET_TIMEOUT=0 is not a positive number of seconds")]:
+            with self.subTest(variable):
+                status, message = self.report(CREATE_RUNTIME, **{variable: value})
+                self.assertEqual(status, "MKC_ERROR_INVALID_ARGUMENT", message)
+                self.assertIn(expected, message)
+
 if __name__ == "__main__":
     unittest.main()
