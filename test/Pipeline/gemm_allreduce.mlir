@@ -17,28 +17,29 @@
 // Scheduled level: three roles on 132 CTAs. Compute puts each partial tile into the slot of its
 // owner GPU (NVLink); the owner sums the node's 4 partials and sends the node partial to the same
 // GPU of the other node only (RDMA through the proxy, rail-aligned); there the 2 node partials
-// are summed and republished to the 4 GPUs of the node. Flags count arrivals per launch. Node
-// partials are kept tile-major (a [2048 tiles x 128, 256] matrix per node): a tile crosses the
-// network as one contiguous block, with one flag per tile.
+// are summed and republished to the 4 GPUs of the node. Flags count arrivals per launch. The
+// partials are staged tile-major, and each GPU stages only the tiles it owns: a [512 tiles x 128,
+// 256] matrix per slot, a quarter of C, so that a tile crosses the network as one contiguous
+// block, with one flag per tile.
 // SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x4> ({{.*}}) grid 132 {
 // SCHED-DAG: mk.flags @launched [1]
-// SCHED-DAG: mk.flags @ready0 [64, 32]
-// SCHED-DAG: mk.flags @ready1 [2048, 1]
+// SCHED-DAG: mk.flags @ready0 [512, 1]
+// SCHED-DAG: mk.flags @ready1 [512, 1]
 // SCHED: mk.role compute ctas [[COMPUTE:[0-9]+]] {
 // SCHED: mk.tile_grid {{.*}} order <swizzle 8>
 // SCHED: mk.matmul {{.*}} {k_tile = 64 : i64}
 // SCHED: mk.wait @launched[%{{.*}}] count 5
-// SCHED: mk.put {{.*}} at gpu %[[OWNER:.+]] via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, 8192, 8192], bf16, symmetric>
+// SCHED: mk.put {{.*}} at gpu %[[OWNER:.+]] via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, 65536, 256], bf16, symmetric>
 // SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
 // SCHED: mk.role intra_reduce ctas [[INTRA:[0-9]+]] {
 // SCHED: mk.tile_grid {{.*}} distribute gpus
 // SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
-// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[4, 8192, 8192], bf16, symmetric>
-// SCHED: mk.copy {{.*}} at node %[[PEER:.+]] via rdma_proxy tile [128, 256] : !mk.tensor<[2, 262144, 256], bf16, symmetric>
+// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[4, 65536, 256], bf16, symmetric>
+// SCHED: mk.copy {{.*}} at node %[[PEER:.+]] via rdma_proxy tile [128, 256] : !mk.tensor<[2, 65536, 256], bf16, symmetric>
 // SCHED-NEXT: mk.signal @[[NODES:ready[0-9]]][{{.*}}] at node %[[PEER]] via rdma_proxy
 // SCHED: mk.role inter_reduce ctas [[INTER:[0-9]+]] {
 // SCHED: mk.wait @[[NODES]][{{.*}}] count 2
-// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[2, 262144, 256], bf16, symmetric>
+// SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[2, 65536, 256], bf16, symmetric>
 // SCHED: mk.put {{.*}} at gpu %{{.*}} via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, replicated>
 
 // CUDA level: one persistent kernel, role branches by CTA index, calls of the device library.

@@ -12,21 +12,26 @@
 // All-reduce on 2 nodes x 4 GPUs: the compute role hands each tile to its owner GPU (round-robin)
 // in the slot of the sender; the owner sums the 4 slots, keeps the node partial in its node's
 // slot and sends it to the same GPU of the other node; there the 2 node partials are summed and
-// republished to every GPU of the node. Node partials are kept tile-major, each slot a
-// [tiles * 128, 256] matrix whose tile row m * 4 + n holds tile (m, n) (indices count tiles), so
-// that a tile crosses the network in one piece.
+// republished to every GPU of the node. Both stages are tile-major and hold only the owner's
+// tiles: each slot a [tiles / 4 * 128, 256] matrix whose tile row (m * 4 + n) / 4 holds tile
+// (m, n) (indices count tiles), so that a tile crosses the network in one piece and a GPU stages
+// a quarter of C per slot.
 // CHECK-LABEL: mk.program @all_reduce_2x4
-// CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 4096, 256], bf16, symmetric>
-// CHECK-DAG: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 1024], bf16, symmetric>
+// CHECK-DAG: %[[NODES:.+]] = mk.buffer : !mk.tensor<[2, 1024, 256], bf16, symmetric>
+// CHECK-DAG: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 256], bf16, symmetric>
 // CHECK: mk.role compute {
 // CHECK: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M:.+]], %[[N:.+]]] tile [128, 256]
 // CHECK: %{{.*}}, %[[ME:.+]] = mk.place
-// CHECK: mk.put %{{.*}}, %[[STAGE]][%[[ME]], %[[M]], %[[N]]] at gpu %[[OWNER]] via nvlink_store
+// CHECK: %[[BEFORE:.+]] = arith.muli %[[M]], %c4
+// CHECK: %[[TILE:.+]] = arith.addi %[[BEFORE]], %[[N]]
+// CHECK: %[[ROW:.+]] = arith.divsi %[[TILE]], %c4
+// CHECK: mk.put %{{.*}}, %[[STAGE]][%[[ME]], %[[ROW]], %c0] at gpu %[[OWNER]] via nvlink_store
 // CHECK: mk.role intra_reduce {
 // CHECK: mk.tile_grid {{.*}} distribute gpus
-// CHECK: mk.accumulate sum %[[STAGE]][:, %{{.*}}, %{{.*}}]
+// CHECK: mk.accumulate sum %[[STAGE]][:, %{{.*}}, %c0]
 // CHECK: %[[BEFORE:.+]] = arith.muli %[[M:.+]], %c4
-// CHECK: %[[FIRST:.+]] = arith.addi %[[BEFORE]], %[[N:[^ ]+]]
+// CHECK: %[[TILE:.+]] = arith.addi %[[BEFORE]], %[[N:[^ ]+]]
+// CHECK: %[[FIRST:.+]] = arith.divsi %[[TILE]], %c4
 // CHECK: mk.store %{{.*}}, %[[NODES]][%[[MYNODE:[^,]+]], %[[FIRST]], %c0]
 // CHECK: scf.for
 // CHECK: mk.copy %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] -> %[[NODES]][%[[MYNODE]], %[[FIRST]], %c0] at node %{{.*}} via rdma_proxy tile [128, 256]

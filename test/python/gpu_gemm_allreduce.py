@@ -5,7 +5,7 @@ PyTorch's f32 GEMM.
 Rank r holds A_r = A[:, K_r] and B_r = B[K_r, :] (bf16, random from a seed every rank shares, so
 each can compute the whole product for reference); lib/gemm_allreduce.mlir compiled by
 mkc.Runtime leaves C = A B, in symmetric memory (runtime.empty), on every rank. Also checked: a
-launch on another stream, and tensors the op refuses (a wrong dtype: ValueError; C outside
+launch on another stream, the op compiled not in place (a reduce role), and tensors the op refuses (a wrong dtype: ValueError; C outside
 symmetric memory: mkc.Error).
 
 Run it as is: without RANK in the environment it starts itself under torch.distributed.run, one
@@ -135,6 +135,19 @@ def rank_main():
     op(a, b_twice, c, stream=side)
     side.synchronize()
     close_to(c_view, 2 * reference, f"rank {rank}: C = A (2 B), launched on another stream")
+
+    # Not in place: the owner GPU of each tile sums the partials staged for it in an intra_reduce
+    # role and republishes the tile.
+    roles = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
+                            options={"in-place-all-reduce": False})
+    check("intra_reduce" in roles.sm_split, f"rank {rank}: not in place, split {roles.sm_split}")
+    c_view.fill_(float("nan"))
+    torch.cuda.synchronize()
+    runtime.barrier()
+    roles(a, b, c)
+    torch.cuda.synchronize()
+    close_to(c_view, reference, f"rank {rank}: C = A B, not in place")
+    roles.close()
 
     check_raises(ValueError, "gemm_allreduce argument 0: expected bf16[1024,2048], got float32",
                  lambda: op(a.float(), b, c), f"rank {rank}: a wrong dtype")

@@ -272,40 +272,48 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   bool intraStep = axis != MeshAxis::nodes && gpus > 1;
   bool interStep = axis != MeshAxis::gpus && nodes > 1;
 
-  // Where a node's partial goes, and who keeps the final tile. An all-reduce's node partials of
-  // R x C tiles are kept tile-major: a slot is a [tiles * R, C] matrix whose tile row t holds
-  // grid tile t (row-major), so that a tile crosses the network as one contiguous block (one
-  // write, one copy) rather than R rows. Still three dims: the TMA paths of stores and reductions
-  // stay those of the other stages.
-  Value nodePartials;
+  // Where a GPU's and a node's partials are staged. An all-reduce's partials of R x C tiles are
+  // kept tile-major: a slot is a [tiles * R, C] matrix whose tile row t holds grid tile t
+  // (row-major), so that a tile crosses the network as one contiguous block (one write, one copy)
+  // rather than R rows. Where the GPUs of a node deal the tiles out (mk.owner: tile t to GPU
+  // t mod gpus), a GPU stages only its own, tile t at tile row t / gpus: a slot is 1/gpus of the
+  // tensor. Still three dims: the TMA paths of stores and reductions stay those of the other
+  // stages.
   int64_t tileCols = 0; // tile-major: tiles along the columns of dest
-  if (interStep) {
-    if (!scatter && destType.getRank() == 2 && dest.wholeDims.empty() && tile.getRank() == 2 &&
-        destType.hasStaticShape()) {
-      tileCols = llvm::divideCeil(destType.getShape()[1], sizes[1]);
-      int64_t tiles = llvm::divideCeil(destType.getShape()[0], sizes[0]) * tileCols;
-      nodePartials =
-          buffer(loc, {nodes, tiles * extents[0], extents[1]}, tile.getElementType());
-    } else {
-      stageShape.insert(stageShape.begin(), nodes);
-      nodePartials = buffer(loc, stageShape, tile.getElementType());
-      stageShape.erase(stageShape.begin());
-    }
+  int64_t dealtOver = intraStep ? gpus : 1;
+  SmallVector<int64_t> tileMajorShape;
+  if (!scatter && destType.getRank() == 2 && dest.wholeDims.empty() && tile.getRank() == 2 &&
+      destType.hasStaticShape()) {
+    tileCols = llvm::divideCeil(destType.getShape()[1], sizes[1]);
+    int64_t tiles = llvm::divideCeil(destType.getShape()[0], sizes[0]) * tileCols;
+    tileMajorShape = {(tiles + dealtOver - 1) / dealtOver * extents[0], extents[1]};
   }
-  // The node partials of one tile: slot `node`'s, or every node's for a null one. Indices count
-  // tiles: tile (m, n) is tile row m * tileCols + n of a slot.
-  auto nodePartialsOf = [&](OpBuilder &b, Location l, const Access &tileAt, Value node) {
+  // A staging buffer of `slots` slots, tile-major where it can be, else shaped as dest.
+  auto stagingBuffer = [&](int64_t slots) {
+    SmallVector<int64_t> shape{slots};
+    llvm::append_range(shape, tileCols ? tileMajorShape : stageShape);
+    return buffer(loc, shape, tile.getElementType());
+  };
+  // One tile of a staging buffer: slot `slot`'s, or every slot's for a null one.
+  auto stagedTile = [&](OpBuilder &b, Location l, Value staging, const Access &tileAt,
+                        Value slot) {
     if (!tileCols)
-      return tileAt.inSlot(nodePartials, node);
+      return tileAt.inSlot(staging, slot);
     Value rowsBefore = arith::MulIOp::create(b, l, tileAt.indices[0], constant(tileCols));
     Value tileRow = arith::AddIOp::create(b, l, rowsBefore, tileAt.indices[1]);
-    Access slot{nodePartials, {}, {}};
-    if (node)
-      slot.indices.push_back(node);
+    if (dealtOver > 1)
+      tileRow = arith::DivSIOp::create(b, l, tileRow, constant(dealtOver));
+    Access staged{staging, {}, {}};
+    if (slot)
+      staged.indices.push_back(slot);
     else
-      slot.wholeDims.push_back(0);
-    slot.indices.append({tileRow, constant(0)});
-    return slot;
+      staged.wholeDims.push_back(0);
+    staged.indices.append({tileRow, constant(0)});
+    return staged;
+  };
+  Value nodePartials = interStep ? stagingBuffer(nodes) : Value();
+  auto nodePartialsOf = [&](OpBuilder &b, Location l, const Access &tileAt, Value node) {
+    return stagedTile(b, l, nodePartials, tileAt, node);
   };
 
   // A rank's node partial of one tile: kept in its slot, and sent to the same GPU of the nodes
@@ -352,12 +360,11 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   OpBuilder b(op);
   Value stage;
   if (intraStep) {
-    stageShape.insert(stageShape.begin(), gpus);
-    stage = buffer(loc, stageShape, tile.getElementType());
+    stage = stagingBuffer(gpus);
     auto owner =
         OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor, dest.indices, sizes);
     auto [node, gpu] = place(b, loc);
-    put(b, loc, op.getValue(), dest.inSlot(stage, gpu),
+    put(b, loc, op.getValue(), stagedTile(b, loc, stage, dest, gpu),
         Peer{PeerScope::gpu, owner.getGpu(), Link::nvlink_store});
   } else if (interStep) {
     sendNodePartial(b, loc, op.getValue(), dest);
@@ -376,7 +383,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
                   .order = producer.getOrderAttr()},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
-               Value partial = reduceSlots(gb, loc, tileAt.inSlot(stage, Value()));
+               Value partial = reduceSlots(gb, loc, stagedTile(gb, loc, stage, tileAt, Value()));
                if (interStep)
                  sendNodePartial(gb, loc, partial, tileAt);
                else
