@@ -10,7 +10,10 @@
 #                                  # compressed, as variant NAME (build-pack/libmkc-NAME.so.xz)
 #   scripts/gpu-test.sh unpack     # GPU machine: build-gpu/ and build-ab/libmkc-NAME.so from a
 #                                  # carried build-pack/, then MKC_LIBRARY=build-ab/... picks one
-#   scripts/gpu-test.sh            # GPU machine, with build-gpu/ or build-pack/ carried: run them
+#   scripts/gpu-test.sh [run [CTEST ARGS]]
+#                                  # GPU machine, with build-gpu/ or build-pack/ carried: run them
+#                                  # (e.g. run -LE shared-gpu: not the variants whose ranks take
+#                                  # turns on fewer GPUs, which take minutes)
 #
 # The device tool carries 64 MiB: build-gpu/ alone is about 62 MiB, build-pack/ with it and a
 # dozen library variants about 50, so that one run can test and compare them.
@@ -93,13 +96,13 @@ run() {
     ln -sfn build-gpu build
   fi
   nvidia-smi -L
-  ctest --test-dir build -L gpu --output-on-failure
+  ctest --test-dir build -L gpu --output-on-failure "$@"
 }
 
 case "${1:-run}" in
   pack) pack ;;
   pack-lib) pack_lib "${2:-}" ;;
   unpack) unpack ;;
-  run) run ;;
+  run) shift || true; run "$@" ;;
   *) echo "usage: scripts/gpu-test.sh [pack|pack-lib NAME|unpack|run]" >&2; exit 2 ;;
 esac
