@@ -5,8 +5,8 @@ PyTorch's f32 GEMM.
 Rank r holds A_r = A[:, K_r] and B_r = B[K_r, :] (bf16, random from a seed every rank shares, so
 each can compute the whole product for reference); lib/gemm_allreduce.mlir compiled by
 mkc.Runtime leaves C = A B, in symmetric memory (runtime.empty), on every rank. Also checked: a
-launch on another stream, the op compiled not in place (a reduce role), and tensors the op refuses (a wrong dtype: ValueError; C outside
-symmetric memory: mkc.Error).
+launch on another stream, the op compiled not in place (a reduce role), and tensors the op
+refuses (a wrong dtype: ValueError; C outside symmetric memory: mkc.Error).
 
 Run it as is: without RANK in the environment it starts itself under torch.distributed.run, one
 process per GPU, or prints "SKIP: <why>" and exits 77 without torch or 2 GPUs. With

@@ -80,7 +80,7 @@ def topology():
 
 
 def rank_main():
-    os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # one per rank, or modulo with MKC_SHARE_GPU
+    os.environ["MKC_DEVICE"] = os.environ["LOCAL_RANK"]  # one each; MKC_SHARE_GPU: modulo
     import torch
 
     import mkc

@@ -80,8 +80,8 @@ struct RuntimeOptions {
   std::chrono::milliseconds networkTimeout = std::chrono::seconds(30);
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
-  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU and the MKC_NET variables; throws RuntimeError naming a
-  /// malformed variable.
+  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU and the MKC_NET variables; throws RuntimeError
+  /// naming a malformed variable.
   static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
 };
 
