@@ -433,6 +433,17 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
       if (spec.tensor >= launch_.tensorBytes.size() ||
           (spec.gpu != MK_MAP_LOCAL && spec.gpu >= MK_MAX_GPUS_PER_NODE))
         throw JitError(kernel + "_tensor_maps names a tensor or GPU the kernel does not have");
+    if (readScalar<int>(kernel, "engine_copy_count") > 0)
+      launch_.engineCopies = readArray<mk_engine_copy>(kernel, "engine_copies");
+    for (const mk_engine_copy &copy : launch_.engineCopies)
+      if (copy.tensor >= launch_.tensorBytes.size() || copy.from_gpu >= MK_MAX_GPUS_PER_NODE ||
+          copy.to_gpu >= MK_MAX_GPUS_PER_NODE || copy.from_gpu == copy.to_gpu ||
+          copy.wait_flag >= static_cast<unsigned>(launch_.flagWords) ||
+          copy.signal_flag >= static_cast<unsigned>(launch_.flagWords) ||
+          copy.offset + copy.bytes >
+              static_cast<unsigned long long>(launch_.tensorBytes[copy.tensor]))
+        throw JitError(kernel + "_engine_copies names a tensor, GPU, flag or range the kernel "
+                                "does not have");
     std::string advance = kernel + "_advance_epoch";
     driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
                   ("cuModuleGetFunction(" + advance + ")").c_str());

@@ -437,6 +437,11 @@ struct FusedOp::State {
   /// The launch's epoch (mk_kernel_args::epoch), and buffers of this rank only.
   CUdeviceptr epoch = 0;
   std::vector<CUdeviceptr> privateBuffers;
+  /// The copies this GPU's copy engines make beside each launch (mk.engine_copy), on a stream of
+  /// the op's that forks from the caller's before the kernel and joins it before the epoch moves.
+  std::vector<mk_engine_copy> copies;
+  CUstream copyStream = nullptr;
+  CUevent copiesMayStart = nullptr, copiesDone = nullptr;
 
   /// The arguments of the last launch and their references: launches usually repeat them, and
   /// then skip the driver queries that check them.
@@ -457,6 +462,11 @@ FusedOp::State::~State() {
       cu.cuMemFree(buffer);
     if (epoch)
       cu.cuMemFree(epoch);
+    for (CUevent event : {copiesMayStart, copiesDone})
+      if (event)
+        cu.cuEventDestroy(event);
+    if (copyStream)
+      cu.cuStreamDestroy(copyStream);
   } catch (const std::exception &error) {
     log::error("runtime: freeing the buffers of {}: {}", name, error.what());
   }
@@ -607,12 +617,51 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   parameter.node = static_cast<mk_u32>(group.nodeIndex());
   parameter.gpu = static_cast<mk_u32>(group.localRank());
   parameter.abi_version = MK_ABI_VERSION;
+  std::copy_if(launch.engineCopies.begin(), launch.engineCopies.end(),
+               std::back_inserter(op->copies),
+               [&](const mk_engine_copy &copy) { return copy.from_gpu == parameter.gpu; });
+  if (!op->copies.empty()) {
+    MK_CU_CHECK(cu, cuStreamCreate(&op->copyStream, CU_STREAM_NON_BLOCKING));
+    MK_CU_CHECK(cu, cuEventCreate(&op->copiesMayStart, CU_EVENT_DISABLE_TIMING));
+    MK_CU_CHECK(cu, cuEventCreate(&op->copiesDone, CU_EVENT_DISABLE_TIMING));
+  }
   return FusedOp(std::move(op));
 }
 
 const std::string &FusedOp::name() const { return state_->name; }
 const std::vector<Argument> &FusedOp::arguments() const { return state_->arguments; }
 const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
+
+namespace {
+
+/// Queues the op's copies on its copy stream, in order: each waits until its flag holds the
+/// count the kernel raises it to, copies its bytes into the other GPU's mapping, sets the flag
+/// to signal on both GPUs to the epoch (a copy of the epoch word, so that a captured graph
+/// replays with the epoch of each replay), and clears the flag it waited for, which the next
+/// launch's kernel, ordered after this stream, counts up from zero again.
+void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &parameter) {
+  const cuda::Driver &cu = op.runtime->driver;
+  auto word = [](const mk_u32 *flags, mk_u32 index) {
+    return reinterpret_cast<CUdeviceptr>(flags + index);
+  };
+  std::vector<CUstreamBatchMemOpParams> ops;
+  for (const mk_engine_copy &copy : op.copies) {
+    const mk_tensor_ref &tensor = parameter.tensors[copy.tensor];
+    ops.assign({cuda::waitValueAtLeast(word(parameter.flags, copy.wait_flag), copy.wait_count)});
+    cuda::batchMemOps(cu, op.copyStream, ops);
+    MK_CU_CHECK(cu, cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(tensor.peer[copy.to_gpu]) +
+                                          copy.offset,
+                                      reinterpret_cast<CUdeviceptr>(tensor.local) + copy.offset,
+                                      copy.bytes, op.copyStream));
+    for (const mk_u32 *flags : {parameter.flags_peer[copy.to_gpu], parameter.flags})
+      MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(flags, copy.signal_flag), op.epoch, sizeof(mk_u32),
+                                        op.copyStream));
+    ops.assign({cuda::writeValue(word(parameter.flags, copy.wait_flag), mk_u32(0))});
+    cuda::batchMemOps(cu, op.copyStream, ops);
+  }
+}
+
+} // namespace
 
 void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   const State &op = *state_;
@@ -666,7 +715,16 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   }
   if (counted)
     op.runtime->awaitLaunchRoom();
+  if (op.copyStream) {
+    MK_CU_CHECK(cu, cuEventRecord(op.copiesMayStart, stream));
+    MK_CU_CHECK(cu, cuStreamWaitEvent(op.copyStream, op.copiesMayStart, 0));
+  }
   MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
+  if (op.copyStream) {
+    enqueueEngineCopies(op, parameter);
+    MK_CU_CHECK(cu, cuEventRecord(op.copiesDone, op.copyStream));
+    MK_CU_CHECK(cu, cuStreamWaitEvent(stream, op.copiesDone, 0));
+  }
   CUdeviceptr epoch = op.epoch;
   void *advanceParameters[] = {&epoch};
   MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,

@@ -11,6 +11,8 @@
 // RUN: mkc %t.f16.mlir --topology 1x2 --shape M=4096,N=4096,K=4096 -o %t.1x2.f16.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --sm-split compute=119,intra_reduce=13 --emit=mlir | FileCheck %s --check-prefix=ROLES
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=INPLACE
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine -o %t.1x2.engine.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine --emit=cuda | FileCheck %s --check-prefix=COPIES
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
@@ -77,5 +79,21 @@
 // INPLACE: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
 // INPLACE-NEXT: compute 132 CTAs: {{.*}} 134.2 MB over NVLink
 // INPLACE-NOT: intra_reduce
+// With the copies by copy engines, a GPU's kernel writes only its own C: its tiles through TMA,
+// then its band's flag (once the stores land); the other GPU's tiles are added where they lie
+// once their band has arrived. The module lists the copies the runtime issues beside it: GPU 0's
+// 4 bands of 8 tile rows (16 MiB, 256 tiles) to GPU 1 as their `ready` flags (words 1-4) fill,
+// signalling `arrived` (9-12), and the sums of GPU 1's bands back from `summed` (21-24) to
+// `final` (29-32).
+// COPIES: mk::gemm_store<mk::bf16>(
+// COPIES-NEXT: size_t [[READY:v[0-9]+]] = {{.*}} + 1;
+// COPIES-NEXT: mk::gemm_signal_gpu({{.*}}, [[READY]]);
+// COPIES: mk::gemm_consumer_defer_arrivals(
+// COPIES: mk::gemm_store_add<mk::bf16>(
+// COPIES: mk::gemm_consumer_wait_arrivals(
+// COPIES: gemm_allreduce_engine_copy_count = 16;
+// COPIES: gemm_allreduce_engine_copies[] = {{[{][{]}}0, 1, 2, 1, 256, 9, 0ull, 16777216ull}, {0, 1, 2, 2, 256, 10, 16777216ull, 16777216ull},
+// COPIES-SAME: {0, 1, 2, 21, 256, 29, 67108864ull, 16777216ull}, {0, 1, 2, 22, 256, 30, 83886080ull, 16777216ull}, {0, 1, 2, 23, 256, 31, 100663296ull, 16777216ull}, {0, 1, 2, 24, 256, 32, 117440512ull, 16777216ull}};
+
 // ROLES: mk.role compute ctas 119
 // ROLES: mk.role intra_reduce ctas 13

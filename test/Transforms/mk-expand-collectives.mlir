@@ -1,5 +1,6 @@
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=in-place-all-reduce=false | FileCheck %s --check-prefix=ROLES
+// RUN: mk-opt %s -split-input-file -mk-expand-collectives=all-reduce-copy-engine=true | FileCheck %s --check-prefix=ENGINE
 
 // mk-expand-collectives turns collective intents into hierarchical transfers in roles: NVLink
 // within the node first, then rail-aligned RDMA between the same GPU index of each node, then
@@ -76,6 +77,39 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 // CHECK: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] at gpu %{{.*}} via nvlink_store combine sum
 // CHECK-NOT: mk.role
 // CHECK-NOT: mk.all_reduce
+
+// With all-reduce-copy-engine, no SM writes to the other GPU. The 8 tile rows split into each
+// GPU's slice of 4, one band each (no order groups: bands of up to 8 rows). The first writer
+// stores its tile and counts it into its band's `ready`; the second waits for the band to have
+// arrived, adds its tile into its own copy and counts it into `summed`. After the tiles, every
+// tile waits for its band's `final`. The copies: each band to the other GPU once it is ready
+// (signalling `arrived`), then its sums back (signalling `final`), 4 x 4 tiles each.
+// ENGINE-LABEL: mk.program @all_reduce_1x2
+// ENGINE-DAG: mk.flags @[[READY:band_ready[0-9]+]] [2]
+// ENGINE-DAG: mk.flags @[[ARRIVED:band_arrived[0-9]+]] [2]
+// ENGINE-DAG: mk.flags @[[SUMMED:band_summed[0-9]+]] [2]
+// ENGINE-DAG: mk.flags @[[FINAL:band_final[0-9]+]] [2]
+// ENGINE-NOT: mk.buffer
+// ENGINE: mk.role compute {
+// ENGINE: mk.tile_grid (%[[M:.+]], %[[N:.+]]) over %{{.*}} order <row_major, local_first>
+// ENGINE: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M]], %[[N]]] tile [128, 256] row_slices
+// ENGINE: %{{.*}}, %[[ME:.+]] = mk.place
+// ENGINE: %[[BAND:.+]] = arith.addi
+// ENGINE: %[[MINE:.+]] = arith.cmpi eq, %[[OWNER]], %[[ME]]
+// ENGINE: scf.if %[[MINE]] {
+// ENGINE-NEXT: mk.store %{{.*}}, %{{.*}}[%[[M]], %[[N]]] :
+// ENGINE-NEXT: mk.signal @[[READY]][%[[BAND]]] at gpu %[[ME]] via nvlink_store
+// ENGINE-NEXT: } else {
+// ENGINE-NEXT: mk.wait @[[ARRIVED]][%[[BAND]]] count 1
+// ENGINE-NEXT: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] combine sum :
+// ENGINE-NEXT: mk.signal @[[SUMMED]][%[[BAND]]] at gpu %[[ME]] via nvlink_store
+// ENGINE: mk.tile_grid
+// ENGINE: mk.wait @[[FINAL]][%{{.*}}] count 1
+// ENGINE: mk.engine_copy %{{.*}} rows [0, 512] from gpu 0 to gpu 1 after @[[READY]][0] count 16 signal @[[ARRIVED]][0]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] from gpu 1 to gpu 0 after @[[READY]][1] count 16 signal @[[ARRIVED]][1]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [0, 512] from gpu 1 to gpu 0 after @[[SUMMED]][0] count 16 signal @[[FINAL]][0]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] from gpu 0 to gpu 1 after @[[SUMMED]][1] count 16 signal @[[FINAL]][1]
+// ENGINE-NOT: mk.all_reduce
 
 // With in-place-all-reduce=false, the owner sums the slots and republishes the tile.
 // ROLES-LABEL: mk.program @all_reduce_1x2

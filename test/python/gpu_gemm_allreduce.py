@@ -5,8 +5,9 @@ PyTorch's f32 GEMM.
 Rank r holds A_r = A[:, K_r] and B_r = B[K_r, :] (bf16, random from a seed every rank shares, so
 each can compute the whole product for reference); lib/gemm_allreduce.mlir compiled by
 mkc.Runtime leaves C = A B, in symmetric memory (runtime.empty), on every rank. Also checked: a
-launch on another stream, the op compiled not in place (a reduce role), and tensors the op
-refuses (a wrong dtype: ValueError; C outside symmetric memory: mkc.Error).
+launch on another stream, replays of a CUDA graph, the op compiled not in place (a reduce role),
+and tensors the op refuses (a wrong dtype: ValueError; C outside symmetric memory: mkc.Error).
+MKC_TEST_COMPILER_OPTIONS compiles the op under test with mkc's flags ("NAME=VALUE;...").
 
 Run it as is: without RANK in the environment it starts itself under torch.distributed.run, one
 process per GPU, or prints "SKIP: <why>" and exits 77 without torch or 2 GPUs. With
@@ -97,6 +98,13 @@ def same_on_every_rank(tensor, label):
     check(all(torch.equal(d, digests[0]) for d in digests), f"{label} is the same on every rank")
 
 
+def compiler_options():
+    """The compiler options the op is tested with: MKC_TEST_COMPILER_OPTIONS, mkc's flags as
+    "NAME=VALUE;..." ("all-reduce-copy-engine=1"), or none."""
+    text = os.environ.get("MKC_TEST_COMPILER_OPTIONS", "")
+    return dict(item.split("=", 1) for item in text.split(";") if item) or None
+
+
 def rank_main():
     import torch
 
@@ -105,7 +113,8 @@ def rank_main():
     runtime = mkc.Runtime()
     torch.cuda.set_device(runtime.device)
     rank, world = runtime.rank, runtime.world_size
-    op = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K)
+    op = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
+                         options=compiler_options())
     check(op.arguments[2].symmetric, f"rank {rank}: {op!r}")
 
     generator = torch.Generator(device="cuda").manual_seed(SEED)
@@ -148,6 +157,18 @@ def rank_main():
     torch.cuda.synchronize()
     close_to(c_view, reference, f"rank {rank}: C = A B, not in place")
     roles.close()
+
+    # Replayed from a CUDA graph: each replay is a launch with an epoch of its own.
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(a, b, c)
+    for replay in range(3):
+        c_view.fill_(float("nan"))
+        torch.cuda.synchronize()
+        runtime.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        close_to(c_view, reference, f"rank {rank}: C = A B, graph replay {replay}")
 
     check_raises(ValueError, "gemm_allreduce argument 0: expected bf16[1024,2048], got float32",
                  lambda: op(a.float(), b, c), f"rank {rank}: a wrong dtype")

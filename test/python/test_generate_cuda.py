@@ -51,12 +51,19 @@ class GenerateCuda(unittest.TestCase):
         self.assertIn("< (ptrdiff_t) 116) {", roles)
         # The split the runtime reads back (FusedOp.sm_split).
         self.assertIn('gemm_allreduce_sm_split[] = "compute=116,intra_reduce=16";', roles)
+        # Copies by copy engines, which the module lists for the runtime; none by default.
+        self.assertIn("gemm_allreduce_engine_copy_count = 0;", default)
+        engines = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
+                                    options={"all-reduce-copy-engine": True})
+        self.assertIn("gemm_allreduce_engine_copy_count = 4;", engines)
+        self.assertNotIn("gemm_store_gpus", engines)
 
     def test_bad_compiler_options(self):
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
                                      options={"gemm-stage": 3})
         self.assertIn("compiler options: unknown compiler option 'gemm-stage' (known: sm-split, "
-                      "gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce)", message)
+                      "gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
+                      "all-reduce-copy-engine)", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES, options={"gemm-stages": 1})
         self.assertIn("gemm-stages=1: the GEMM engine's ring needs at least 2 stages", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,

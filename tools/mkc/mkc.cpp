@@ -57,6 +57,10 @@ cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
                                cl::desc("All-reduce in place on one node of two GPUs, in the "
                                         "compute role (default; =false keeps a reduce role)"),
                                cl::init(true), cl::cat(category));
+cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
+                                  cl::desc("In the in-place all-reduce, move the tiles between "
+                                           "the GPUs with copy engines, not the SMs"),
+                                  cl::cat(category));
 cl::opt<int64_t> gemmTileN("gemm-tile-n",
                            cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
                                     "(default: chosen per shape)"),
@@ -135,6 +139,7 @@ int run() {
   options.gemmTileN = gemmTileN;
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
+  options.allReduceCopyEngine = allReduceCopyEngine;
   options.gemmStages = gemmStages;
   options.gemmCluster = gemmCluster;
   if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {

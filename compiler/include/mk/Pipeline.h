@@ -35,6 +35,8 @@ struct PipelineOptions {
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an
   /// `intra_reduce` role asks for that role instead.
   bool inPlaceAllReduce = true;
+  /// In the in-place all-reduce, copy engines move the tiles between the GPUs.
+  bool allReduceCopyEngine = false;
   /// Depth of the GEMM engine's ring (0: the deepest that fits the tile).
   int64_t gemmStages = 0;
   /// CTAs per cluster of the GEMM engine (0: 2 where they pair up, else 1).
@@ -46,7 +48,8 @@ struct PipelineOptions {
 std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
 
 /// Sets the options `text` names: `;`-separated NAME=VALUE, the names and values of mkc's flags
-/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce=0|1),
+/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce=0|1,
+/// all-reduce-copy-engine=0|1),
 /// which is how the runtime's callers override the compiler's choices. Returns what is wrong,
 /// naming the option, if anything (checkPipelineOptions included).
 std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options);

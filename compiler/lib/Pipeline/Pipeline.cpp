@@ -25,6 +25,7 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   MkExpandCollectivesOptions expand;
   expand.inPlaceAllReduce = options.inPlaceAllReduce &&
                             !llvm::StringRef(options.smSplit).contains("intra_reduce");
+  expand.copyEngineAllReduce = options.allReduceCopyEngine;
   programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
   partition.smCount = options.smCount;
@@ -63,13 +64,15 @@ std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions 
                                                : options.gemmCluster;
       if (value.getAsInteger(10, field))
         return malformed("an integer");
-    } else if (name == "in-place-all-reduce") {
+    } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine") {
       if (value != "0" && value != "1")
         return malformed("0 or 1");
-      options.inPlaceAllReduce = value == "1";
+      (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
+          value == "1";
     } else {
       return ("unknown compiler option '" + name +
-              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce)")
+              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
+              "all-reduce-copy-engine)")
           .str();
     }
   }

@@ -61,9 +61,10 @@ struct Peer {
 
 class Expander {
 public:
-  Expander(ProgramOp program, bool inPlaceAllReduce)
+  Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines)
       : program(program), context(program.getContext()), mesh(program.getMesh()),
-        nodes(mesh.getNodes()), gpus(mesh.getGpus()), inPlaceAllReduce(inPlaceAllReduce) {}
+        nodes(mesh.getNodes()), gpus(mesh.getGpus()), inPlaceAllReduce(inPlaceAllReduce),
+        copyEngines(copyEngines) {}
 
   LogicalResult run();
 
@@ -85,6 +86,8 @@ private:
   /// half a grid later, adds its partials into both copies where they lie. Every SM computes,
   /// each GPU sends a tile's bytes once, and the sum of two contributions is the same on both.
   void expandAllReduceInPlace(AllReduceOp op);
+  /// The same, with the tiles' bands crossing between the GPUs by copy engines (see there).
+  void expandAllReduceWithCopyEngines(AllReduceOp op);
   /// Gathers the shards of `source` into a new symmetric buffer, chunk by chunk, and returns it.
   Value gather(Location loc, Value source, ArrayRef<int64_t> chunk);
 
@@ -126,6 +129,7 @@ private:
   MeshAttr mesh;
   int64_t nodes, gpus;
   bool inPlaceAllReduce;
+  bool copyEngines;
   int64_t flagCount = 0;
   RoleOp computeRole;
   DenseMap<int64_t, Value> constants;
@@ -475,9 +479,122 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
   op.erase();
 }
 
+/// Each GPU stores the tiles of its slice of tile rows to its own C only and counts them into
+/// their band's `ready` flag (a band: a run of tile rows of one owner, the order's group, which
+/// finish together). A copy engine copies the band to the other GPU once it is whole and raises
+/// `arrived` there; the other GPU adds its tiles of the band into its own C with TMA, counting
+/// them into `summed`, and a copy engine of that GPU copies the sums back, raising `final` on
+/// both. Every tile's last wait is for its band's `final`. No SM writes to the other GPU: over
+/// NVLink the copy engines take the transfers off the GEMM's critical path.
+void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
+  Location loc = op.getLoc();
+  auto producer = op->getParentOfType<TileGridOp>();
+  TileOrderAttr order = producer.getOrderAttr();
+  TileOrderKind kind = order ? order.getKind() : TileOrderKind::row_major;
+  int64_t group = order ? order.getGroup() : 1;
+  producer.setOrderAttr(TileOrderAttr::get(context, kind, group, /*localFirst=*/true));
+
+  DistTensorType destType = op.getDest().getType();
+  TileType tile = op.getValue().getType();
+  SmallVector<int64_t> sizes(tile.getShape());
+  Access dest{op.getDest(), llvm::to_vector(op.getIndices()), {}};
+  int64_t rows = destType.getShape()[0];
+  int64_t tileRows = llvm::divideCeil(rows, sizes[0]);
+  int64_t tileCols = llvm::divideCeil(destType.getShape()[1], sizes[1]);
+  // GPU g owns tile rows [sliceStart(g), sliceStart(g + 1)) (mk.owner row_slices).
+  auto sliceStart = [&](int64_t g) { return g * tileRows / gpus; };
+  constexpr int64_t kBandRows = 8; // where the order has no groups
+  int64_t bandRows = group > 1 ? group : kBandRows;
+  int64_t bandsPerOwner = 0;
+  for (int64_t g = 0; g < gpus; ++g)
+    bandsPerOwner = std::max<int64_t>(
+        bandsPerOwner, llvm::divideCeil(sliceStart(g + 1) - sliceStart(g), bandRows));
+
+  OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  auto flags = [&](StringRef what) {
+    std::string name = (what + Twine(flagCount++)).str();
+    FlagsOp::create(pb, loc, pb.getStringAttr(name),
+                    pb.getDenseI64ArrayAttr({gpus * bandsPerOwner}));
+    return FlatSymbolRefAttr::get(context, name);
+  };
+  FlatSymbolRefAttr ready = flags("band_ready"), arrived = flags("band_arrived"),
+                    summed = flags("band_summed"), final = flags("band_final");
+  auto gpuScope = PeerScopeAttr::get(context, PeerScope::gpu);
+  auto nvlink = LinkAttr::get(context, Link::nvlink_store);
+  // The band of the tile at tile row `m`, whose owner is `owner`.
+  auto bandOf = [&](OpBuilder &b, Location l, Value m, Value owner) -> Value {
+    Value start = arith::DivSIOp::create(
+        b, l, arith::MulIOp::create(b, l, owner, constant(tileRows)), constant(gpus));
+    Value within = arith::DivSIOp::create(b, l, arith::SubIOp::create(b, l, m, start),
+                                          constant(bandRows));
+    return arith::AddIOp::create(
+        b, l, arith::MulIOp::create(b, l, owner, constant(bandsPerOwner)), within);
+  };
+
+  OpBuilder b(op);
+  auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
+                               dest.indices, sizes, /*row_slices=*/true);
+  auto [node, gpu] = place(b, loc);
+  Value band = bandOf(b, loc, dest.indices[0], owner.getGpu());
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, owner.getGpu(), gpu);
+  scf::IfOp::create(
+      b, loc, first,
+      [&](OpBuilder &tb, Location l) {
+        StoreOp::create(tb, l, op.getValue(), dest.tensor, dest.indices, ArrayRef<int64_t>{});
+        SignalOp::create(tb, l, ready, ValueRange{band}, gpuScope, gpu, nvlink);
+        scf::YieldOp::create(tb, l);
+      },
+      [&](OpBuilder &eb, Location l) {
+        WaitOp::create(eb, l, arrived, ValueRange{band}, eb.getI64IntegerAttr(1));
+        put(eb, l, op.getValue(), dest, Peer{}, ReduceKind::sum);
+        SignalOp::create(eb, l, summed, ValueRange{band}, gpuScope, gpu, nvlink);
+        scf::YieldOp::create(eb, l);
+      });
+  op.erase();
+
+  // Every tile's sum is in place once its band's `final` is: a grid of waits after the tiles'.
+  OpBuilder after(producer);
+  after.setInsertionPointAfter(producer);
+  auto waits = cast<TileGridOp>(after.clone(*producer));
+  waits.removeDistributeAttr();
+  Block &body = waits.getBodyBlock();
+  for (Operation &inner : llvm::make_early_inc_range(llvm::reverse(body)))
+    inner.erase();
+  OpBuilder wb = OpBuilder::atBlockBegin(&body);
+  auto waitOwner = OwnerOp::create(wb, loc, wb.getIndexType(), wb.getIndexType(), dest.tensor,
+                                   ValueRange(body.getArguments()), sizes, /*row_slices=*/true);
+  Value waitBand = bandOf(wb, loc, body.getArgument(0), waitOwner.getGpu());
+  WaitOp::create(wb, loc, final, ValueRange{waitBand}, wb.getI64IntegerAttr(1));
+
+  // The copies, in the order each GPU issues them: its own bands there as they finish, then the
+  // other GPU's bands back as their sums do.
+  OpBuilder cb = OpBuilder::atBlockEnd(&program.getBodyBlock());
+  auto bandCopies = [&](bool back) {
+    for (int64_t g = 0; g < gpus; ++g) {
+      int64_t other = (g + 1) % gpus;
+      for (int64_t j = 0; sliceStart(g) + j * bandRows < sliceStart(g + 1); ++j) {
+        int64_t begin = sliceStart(g) + j * bandRows;
+        int64_t end = std::min(begin + bandRows, sliceStart(g + 1));
+        SmallVector<int64_t> range = {begin * sizes[0], std::min(end * sizes[0], rows)};
+        int64_t index = g * bandsPerOwner + j;
+        auto number = [&](int64_t value) { return cb.getI64IntegerAttr(value); };
+        EngineCopyOp::create(cb, loc, dest.tensor, cb.getDenseI64ArrayAttr(range),
+                             number(back ? other : g), number(back ? g : other),
+                             back ? summed : ready, number(index), number((end - begin) * tileCols),
+                             back ? final : arrived, number(index));
+      }
+    }
+  };
+  bandCopies(/*back=*/false);
+  bandCopies(/*back=*/true);
+}
+
 LogicalResult Expander::expandAllReduce(AllReduceOp op) {
   if (allReducesInPlace(op)) {
-    expandAllReduceInPlace(op);
+    if (copyEngines)
+      expandAllReduceWithCopyEngines(op);
+    else
+      expandAllReduceInPlace(op);
     return success();
   }
   return expandReduction(op, op.getAxis());
@@ -750,7 +867,7 @@ LogicalResult Expander::run() {
 struct ExpandCollectivesPass : mk::impl::MkExpandCollectivesBase<ExpandCollectivesPass> {
   using MkExpandCollectivesBase::MkExpandCollectivesBase;
   void runOnOperation() override {
-    if (failed(Expander(getOperation(), inPlaceAllReduce).run()))
+    if (failed(Expander(getOperation(), inPlaceAllReduce, copyEngineAllReduce).run()))
       signalPassFailure();
   }
 };

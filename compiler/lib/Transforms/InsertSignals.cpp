@@ -155,7 +155,7 @@ public:
       bool readElsewhere = llvm::any_of(reads->second, [&](const TileAccess &read) {
         return read.op->getParentOfType<TileGridOp>() != grid;
       });
-      if (isa<PutOp, CopyOp, SelectRoutedOp>(write.op) || readElsewhere)
+      if (transfers(write.op) || readElsewhere)
         transferred.insert(write.tensor);
     }
 
@@ -180,6 +180,14 @@ public:
   }
 
 private:
+  /// Whether `op` moves a tile to where another rank or CTA reads it: every put, copy and routed
+  /// selection but a put to this rank's own memory, which is a store.
+  static bool transfers(Operation *op) {
+    if (auto put = dyn_cast<PutOp>(op))
+      return put.getScope() != PeerScope::self;
+    return isa<CopyOp, SelectRoutedOp>(op);
+  }
+
   /// Flags named `prefix`N for the tiles of `tensor` that `writes` write and `reads` read.
   FailureOr<FlagPlan> planFlags(Value tensor, ArrayRef<TileAccess> writes,
                                 ArrayRef<TileAccess> reads, StringRef prefix) {
@@ -187,7 +195,7 @@ private:
     FlagPlan plan;
     const TileAccess *first = nullptr;
     for (const TileAccess &write : writes)
-      if (write.tensor == tensor && (!first || isa<PutOp, CopyOp, SelectRoutedOp>(write.op)))
+      if (write.tensor == tensor && (!first || transfers(write.op)))
         first = &write;
     plan.extents = first->extents;
     for (const TileAccess &read : reads)
@@ -365,7 +373,7 @@ private:
       });
     const TileAccess *remote = nullptr;
     for (const TileAccess &write : writes)
-      if (write.tensor == argument && isa<PutOp, CopyOp>(write.op))
+      if (write.tensor == argument && isa<PutOp, CopyOp>(write.op) && transfers(write.op))
         remote = &write;
     if (!remote)
       return success();

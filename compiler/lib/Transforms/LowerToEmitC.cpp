@@ -25,6 +25,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <set>
 #include <variant>
@@ -65,6 +66,8 @@ struct KernelLayout {
   uint32_t symmetricTensors = 0;
   /// The TMA tensor maps the kernel takes, as mk_tensor_map_spec initialisers (mk/abi.h).
   std::vector<std::string> tensorMaps;
+  /// The copies copy engines make beside the kernel, as mk_engine_copy initialisers.
+  std::vector<std::string> engineCopies;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
   /// mk::GemmConfig arguments, and the TMA reduction of each role that has one (mk::TmaReduce).
   SmallVector<Value> engines, reducers;
@@ -288,7 +291,7 @@ std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
     if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
       dest = store.getDest().getType();
     else if (auto put = dyn_cast<PutOp>(user);
-             put && put.getScope() == PeerScope::gpu && put.getWholeDims().empty())
+             put && put.getScope() != PeerScope::node && put.getWholeDims().empty())
       dest = put.getDest().getType();
     else
       return std::nullopt;
@@ -598,6 +601,25 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     layout.flagShape[flags.getSymName()] = SmallVector<int64_t>(flags.getShape());
     layout.flagWords += words;
     flags.erase();
+  }
+  // The copies are the runtime's to issue: a list in the module.
+  for (EngineCopyOp copy : llvm::to_vector(body.getOps<EngineCopyOp>())) {
+    DistTensorType type = copy.getTensor().getType();
+    int64_t tensor = layout.tensorIndex.lookup(copy.getTensor());
+    int64_t rowBytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+    for (int64_t d = 1; d < type.getRank(); ++d)
+      rowBytes *= type.getLocalExtent(d, mesh);
+    ArrayRef<int64_t> rows = copy.getRows();
+    layout.symmetricTensors |= 1u << tensor;
+    layout.engineCopies.push_back(
+        llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}ull, {7}ull}", copy.getFrom(),
+                      copy.getTo(), tensor,
+                      layout.flagOffset.lookup(copy.getWait()) + copy.getWaitIndex(),
+                      copy.getCount(),
+                      layout.flagOffset.lookup(copy.getSignal()) + copy.getSignalIndex(),
+                      rows[0] * rowBytes, (rows[1] - rows[0]) * rowBytes)
+            .str());
+    copy.erase();
   }
 
   Type sizeT = emitc::SizeTType::get(context);
@@ -1740,6 +1762,10 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
       if (!layout.tensorMaps.empty())
         constant("mk_tensor_map_spec", "tensor_maps[]",
                  "{" + Twine(llvm::join(layout.tensorMaps, ", ")) + "}");
+      constant("int", "engine_copy_count", Twine(layout.engineCopies.size()));
+      if (!layout.engineCopies.empty())
+        constant("mk_engine_copy", "engine_copies[]",
+                 "{" + Twine(llvm::join(layout.engineCopies, ", ")) + "}");
       os << "extern \"C\" __global__ void " << name
          << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
       OpBuilder after(context);

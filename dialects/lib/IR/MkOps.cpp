@@ -401,6 +401,8 @@ LogicalResult ProgramOp::verifyRegions() {
             return WalkResult::interrupt();
     if (auto signal = dyn_cast<SignalOp>(op))
       signalled.insert(signal.getFlags());
+    if (auto copy = dyn_cast<EngineCopyOp>(op))
+      signalled.insert(copy.getSignal());
     if (auto wait = dyn_cast<WaitOp>(op))
       waits.push_back(wait);
     return WalkResult::advance();
@@ -906,6 +908,42 @@ LogicalResult SignalOp::verify() {
 
 LogicalResult WaitOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
+}
+
+LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  for (auto [symbol, index] : {std::pair{getWaitAttr(), getWaitIndex()},
+                               std::pair{getSignalAttr(), getSignalIndex()}}) {
+    auto flags = symbolTable.lookupNearestSymbolFrom<FlagsOp>(*this, symbol);
+    if (!flags)
+      return emitOpError() << "names " << symbol << ", which is not an mk.flags array";
+    int64_t words = 1;
+    for (int64_t extent : flags.getShape())
+      words *= extent;
+    if (index >= words)
+      return emitOpError() << "uses flag " << index << " of " << symbol << ", which has "
+                           << words;
+  }
+  return success();
+}
+
+LogicalResult EngineCopyOp::verify() {
+  DistTensorType type = getTensor().getType();
+  ArrayRef<int64_t> rows = getRows();
+  if (!type.hasStaticShape())
+    return emitOpError() << "copies rows of a tensor of dynamic shape";
+  if (rows.size() != 2 || rows[0] < 0 || rows[0] >= rows[1] || rows[1] > type.getShape()[0])
+    return emitOpError() << "copies rows [" << rows << "], not a range within the "
+                         << type.getShape()[0] << " rows of the tensor";
+  PlacementKind placement = type.getPlacement().getKind();
+  if (placement != PlacementKind::replicated && placement != PlacementKind::symmetric)
+    return emitOpError() << "copies a tensor that is not replicated or symmetric: a GPU's copy "
+                            "must be where the other GPU's is";
+  auto program = (*this)->getParentOfType<ProgramOp>();
+  int64_t gpus = program.getMesh().getGpus();
+  if (getFrom() == getTo() || getFrom() >= gpus || getTo() >= gpus)
+    return emitOpError() << "copies from GPU " << getFrom() << " to GPU " << getTo()
+                         << ": two different GPUs of a node of " << gpus;
+  return success();
 }
 
 LogicalResult PutOp::verify() {

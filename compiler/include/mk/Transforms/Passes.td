@@ -103,10 +103,18 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     expansion writes itself) holds each add back until the first contribution is on both GPUs.
     With two contributions the sum does not depend on the order in which they land, so both
     copies are equal. `in-place-all-reduce=false` keeps the reduce role instead.
+
+    With `all-reduce-copy-engine`, no SM writes to the other GPU: each GPU stores its tiles to
+    its own copy and counts them into their band's flag (a band: a run of the owner's tile rows,
+    the order's group); `mk.engine_copy` ops have copy engines move each finished band to the
+    other GPU, which adds its tiles into its own copy and has the sums copied back.
   }];
   let options = [
     Option<"inPlaceAllReduce", "in-place-all-reduce", "bool", /*default=*/"true",
            "All-reduce in place on one node of two GPUs (see the description)">,
+    Option<"copyEngineAllReduce", "all-reduce-copy-engine", "bool", /*default=*/"false",
+           "In the in-place all-reduce, move the bands of tiles between the GPUs with copy "
+           "engines (mk.engine_copy) rather than the SMs">,
   ];
 }
 

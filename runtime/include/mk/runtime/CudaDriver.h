@@ -100,6 +100,7 @@ namespace mkc::cuda {
   X(cuStreamQuery, 2000)                                                                           \
   X(cuStreamIsCapturing, 10000)                                                                    \
   X(cuStreamBatchMemOp, 11070)                                                                     \
+  X(cuStreamWaitEvent, 3020)                                                                       \
   X(cuStreamBeginCapture, 10010)                                                                   \
   X(cuStreamEndCapture, 10000)                                                                     \
   X(cuGraphInstantiateWithFlags, 11040)                                                            \

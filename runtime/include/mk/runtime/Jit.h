@@ -137,6 +137,8 @@ struct LaunchParameters {
   /// The grid's CTAs per role, as the compiler chose them, in sm-split's syntax
   /// ("compute=102,intra_reduce=10,inter_reduce=20").
   std::string smSplit;
+  /// The copies copy engines make beside the kernel, in the order each GPU issues its own.
+  std::vector<mk_engine_copy> engineCopies;
 };
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded
