@@ -9,6 +9,8 @@
 //   - a CUDA graph of launches, captured once and replayed, then a plain launch after it;
 //   - wrong arguments, programs that do not compile and ranks that disagree: errors, no hang.
 //
+// MKC_TEST_COMPILER_OPTIONS compiles the op under test with mkc's flags ("NAME=VALUE;...").
+//
 // Prints PASS/FAIL lines and exits non-zero if a check failed. Without a driver or with fewer
 // GPUs than ranks it prints "SKIP: <why>" and exits 77; with MKC_TEST_SHARED_GPU=1 it runs only
 // where there are fewer GPUs than ranks, which then take turns on them (MKC_SHARE_GPU).
@@ -161,13 +163,20 @@ struct Shape {
   }
 };
 
+/// The compiler options the op under test is compiled with: MKC_TEST_COMPILER_OPTIONS, mkc's
+/// flags as "NAME=VALUE;..." ("all-reduce-copy-engine=1"), or none.
+std::string compilerOptions() {
+  const char *options = std::getenv("MKC_TEST_COMPILER_OPTIONS");
+  return options ? options : "";
+}
+
 /// One shape's op, inputs (this rank's shards of A and of two B) and references (C for each B).
 class Problem {
 public:
   Problem(Runtime &runtime, const TileProgram &program, const References &references,
           const Shape &shape, CUstream stream)
       : cu_(cuda::Driver::get()), runtime_(runtime), references_(references), shape_(shape),
-        stream_(stream), op_(runtime.compile(program, shape.bindings())),
+        stream_(stream), op_(runtime.compile(program, shape.bindings(), compilerOptions())),
         c_(runtime.allocate(static_cast<std::size_t>(shape.m * shape.n) * 2)) {
     const long long shardK = shape.k / runtime.worldSize(), k0 = runtime.rank() * shardK;
     a_ = std::make_unique<DeviceBuffer>(cu_, shape.m * shardK * 2);
