@@ -72,6 +72,9 @@ class GenerateCuda(unittest.TestCase):
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
                                      options={"in-place-all-reduce": 2})
         self.assertIn("in-place-all-reduce=2: not 0 or 1", message)
+        message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
+                                     options={"all-reduce-copy-engine": "yes"})
+        self.assertIn("all-reduce-copy-engine=yes: not 0 or 1", message)
 
     def compile_error(self, program, options=None, **shapes):
         with self.assertRaises(mkc.Error) as raised:
