@@ -13,6 +13,7 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=INPLACE
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine -o %t.1x2.engine.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine --emit=cuda | FileCheck %s --check-prefix=COPIES
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=COPYSPLIT
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
@@ -85,6 +86,8 @@
 // 4 bands of 8 tile rows (16 MiB, 256 tiles) to GPU 1 as their `ready` flags (words 1-4) fill,
 // signalling `arrived` (9-12), and the sums of GPU 1's bands back from `summed` (21-24) to
 // `final` (29-32).
+// COPYSPLIT: compute 132 CTAs: {{.*}} MB through CTAs{{$}}
+// COPYSPLIT-NEXT: copy engines: 134.2 MB over NVLink, beside the kernel (not modelled)
 // COPIES: mk::gemm_store<mk::bf16>(
 // COPIES-NEXT: size_t [[READY:v[0-9]+]] = {{.*}} + 1;
 // COPIES-NEXT: mk::gemm_signal_gpu({{.*}}, [[READY]]);

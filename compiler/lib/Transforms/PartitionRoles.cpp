@@ -323,6 +323,19 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
       if (work.networkBytes)
         os << llvm::formatv(", {0:F1} MB over the network", work.networkBytes / 1e6);
     }
+    // Copy engines move these beside the kernel: they take no CTA, and the model leaves them out.
+    double engineBytes = 0;
+    for (EngineCopyOp copy : program.getBodyBlock().getOps<EngineCopyOp>()) {
+      DistTensorType type = copy.getTensor().getType();
+      double rowBytes = type.getElementType().getIntOrFloatBitWidth() / 8;
+      for (int64_t d = 1; d < type.getRank(); ++d)
+        rowBytes *= type.getShape()[d];
+      engineBytes += (copy.getRows()[1] - copy.getRows()[0]) * rowBytes;
+    }
+    if (engineBytes)
+      os << llvm::formatv("\n  copy engines: {0:F1} MB over NVLink, beside the kernel (not "
+                          "modelled)",
+                          engineBytes / 1e6 / program.getMesh().getGpus());
     return text;
   }
 };
