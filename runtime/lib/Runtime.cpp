@@ -635,7 +635,7 @@ const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
 namespace {
 
 /// Queues the op's copies on its copy stream, in order: each waits until its flag holds the
-/// count the kernel raises it to, copies its bytes into the other GPU's mapping, sets the flag
+/// count the kernel raises it to, copies its rows into the other GPU's mapping, sets the flag
 /// to signal on both GPUs to the epoch (a copy of the epoch word, so that a captured graph
 /// replays with the epoch of each replay), and clears the flag it waited for, which the next
 /// launch's kernel, ordered after this stream, counts up from zero again.
@@ -649,10 +649,14 @@ void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &paramet
     const mk_tensor_ref &tensor = parameter.tensors[copy.tensor];
     ops.assign({cuda::waitValueAtLeast(word(parameter.flags, copy.wait_flag), copy.wait_count)});
     cuda::batchMemOps(cu, op.copyStream, ops);
-    MK_CU_CHECK(cu, cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(tensor.peer[copy.to_gpu]) +
-                                          copy.offset,
-                                      reinterpret_cast<CUdeviceptr>(tensor.local) + copy.offset,
-                                      copy.bytes, op.copyStream));
+    CUDA_MEMCPY2D region{};
+    region.srcMemoryType = region.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    region.srcDevice = reinterpret_cast<CUdeviceptr>(tensor.local) + copy.offset;
+    region.dstDevice = reinterpret_cast<CUdeviceptr>(tensor.peer[copy.to_gpu]) + copy.offset;
+    region.srcPitch = region.dstPitch = copy.pitch;
+    region.WidthInBytes = copy.width;
+    region.Height = copy.height;
+    MK_CU_CHECK(cu, cuMemcpy2DAsync(&region, op.copyStream));
     for (const mk_u32 *flags : {parameter.flags_peer[copy.to_gpu], parameter.flags})
       MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(flags, copy.signal_flag), op.epoch, sizeof(mk_u32),
                                         op.copyStream));

@@ -82,10 +82,10 @@
 // INPLACE-NOT: intra_reduce
 // With the copies by copy engines, a GPU's kernel writes only its own C: its tiles through TMA,
 // then its band's flag (once the stores land); the other GPU's tiles are added where they lie
-// once their band has arrived. The module lists the copies the runtime issues beside it: GPU 0's
-// 4 bands of 8 tile rows (16 MiB, 256 tiles) to GPU 1 as their `ready` flags (words 1-4) fill,
-// signalling `arrived` (9-12), and the sums of GPU 1's bands back from `summed` (21-24) to
-// `final` (29-32).
+// once their band has arrived. The module lists the copies the runtime issues beside it, bands
+// of 8 x 8 tiles (1024 rows of 4 KiB, 16 KiB apart): GPU 0's 16 bands to GPU 1 as their `ready`
+// flags (words 1-16) fill, signalling `arrived` (33-48), and the sums of GPU 1's bands back from
+// `summed` (81-96) to `final` (113-128).
 // COPYSPLIT: compute 132 CTAs: {{.*}} MB through CTAs{{$}}
 // COPYSPLIT-NEXT: copy engines: 134.2 MB over NVLink, beside the kernel (not modelled)
 // COPIES: mk::gemm_store<mk::bf16>(
@@ -94,9 +94,10 @@
 // COPIES: mk::gemm_consumer_defer_arrivals(
 // COPIES: mk::gemm_store_add<mk::bf16>(
 // COPIES: mk::gemm_consumer_wait_arrivals(
-// COPIES: gemm_allreduce_engine_copy_count = 16;
-// COPIES: gemm_allreduce_engine_copies[] = {{[{][{]}}0, 1, 2, 1, 256, 9, 0ull, 16777216ull}, {0, 1, 2, 2, 256, 10, 16777216ull, 16777216ull},
-// COPIES-SAME: {0, 1, 2, 21, 256, 29, 67108864ull, 16777216ull}, {0, 1, 2, 22, 256, 30, 83886080ull, 16777216ull}, {0, 1, 2, 23, 256, 31, 100663296ull, 16777216ull}, {0, 1, 2, 24, 256, 32, 117440512ull, 16777216ull}};
+// COPIES: gemm_allreduce_flag_words = 129;
+// COPIES: gemm_allreduce_engine_copy_count = 64;
+// COPIES: gemm_allreduce_engine_copies[] = {{[{][{]}}0, 1, 2, 1, 64, 33, 0ull, 4096ull, 1024ull, 16384ull}, {0, 1, 2, 2, 64, 34, 4096ull, 4096ull, 1024ull, 16384ull},
+// COPIES-SAME: {0, 1, 2, 96, 64, 128, 117452800ull, 4096ull, 1024ull, 16384ull}};
 
 // ROLES: mk.role compute ctas 119
 // ROLES: mk.role intra_reduce ctas 13

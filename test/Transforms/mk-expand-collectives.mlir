@@ -79,7 +79,8 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 // CHECK-NOT: mk.all_reduce
 
 // With all-reduce-copy-engine, no SM writes to the other GPU. The 8 tile rows split into each
-// GPU's slice of 4, one band each (no order groups: bands of up to 8 rows). The first writer
+// GPU's slice of 4, one band each (no order groups: bands of up to 8 rows, and of up to 8 tile
+// columns: here all 4). The first writer
 // stores its tile and counts it into its band's `ready`; the second waits for the band to have
 // arrived, adds its tile into its own copy and counts it into `summed`. After the tiles, every
 // tile waits for its band's `final`. The copies: each band to the other GPU once it is ready
@@ -94,21 +95,20 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 // ENGINE: mk.tile_grid (%[[M:.+]], %[[N:.+]]) over %{{.*}} order <row_major, local_first>
 // ENGINE: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%[[M]], %[[N]]] tile [128, 256] row_slices
 // ENGINE: %{{.*}}, %[[ME:.+]] = mk.place
-// ENGINE: %[[BAND:.+]] = arith.addi
 // ENGINE: %[[MINE:.+]] = arith.cmpi eq, %[[OWNER]], %[[ME]]
 // ENGINE: scf.if %[[MINE]] {
 // ENGINE-NEXT: mk.store %{{.*}}, %{{.*}}[%[[M]], %[[N]]] :
-// ENGINE-NEXT: mk.signal @[[READY]][%[[BAND]]] at gpu %[[ME]] via nvlink_store
+// ENGINE-NEXT: mk.signal @[[READY]][%[[BAND:.+]]] at gpu %[[ME]] via nvlink_store
 // ENGINE-NEXT: } else {
 // ENGINE-NEXT: mk.wait @[[ARRIVED]][%[[BAND]]] count 1
 // ENGINE-NEXT: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] combine sum :
 // ENGINE-NEXT: mk.signal @[[SUMMED]][%[[BAND]]] at gpu %[[ME]] via nvlink_store
 // ENGINE: mk.tile_grid
 // ENGINE: mk.wait @[[FINAL]][%{{.*}}] count 1
-// ENGINE: mk.engine_copy %{{.*}} rows [0, 512] from gpu 0 to gpu 1 after @[[READY]][0] count 16 signal @[[ARRIVED]][0]
-// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] from gpu 1 to gpu 0 after @[[READY]][1] count 16 signal @[[ARRIVED]][1]
-// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [0, 512] from gpu 1 to gpu 0 after @[[SUMMED]][0] count 16 signal @[[FINAL]][0]
-// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] from gpu 0 to gpu 1 after @[[SUMMED]][1] count 16 signal @[[FINAL]][1]
+// ENGINE: mk.engine_copy %{{.*}} rows [0, 512] cols [0, 1024] from gpu 0 to gpu 1 after @[[READY]][0] count 16 signal @[[ARRIVED]][0]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] cols [0, 1024] from gpu 1 to gpu 0 after @[[READY]][1] count 16 signal @[[ARRIVED]][1]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [0, 512] cols [0, 1024] from gpu 1 to gpu 0 after @[[SUMMED]][0] count 16 signal @[[FINAL]][0]
+// ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] cols [0, 1024] from gpu 0 to gpu 1 after @[[SUMMED]][1] count 16 signal @[[FINAL]][1]
 // ENGINE-NOT: mk.all_reduce
 
 // With in-place-all-reduce=false, the owner sums the slots and republishes the tile.

@@ -55,7 +55,9 @@ class GenerateCuda(unittest.TestCase):
         self.assertIn("gemm_allreduce_engine_copy_count = 0;", default)
         engines = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                     options={"all-reduce-copy-engine": True})
-        self.assertIn("gemm_allreduce_engine_copy_count = 4;", engines)
+        # 8 tile rows of 16 (128 x 128 tiles): a band of 4 x 8 tiles at a time, each GPU's 2 there
+        # and 2 back.
+        self.assertIn("gemm_allreduce_engine_copy_count = 8;", engines)
         self.assertNotIn("gemm_store_gpus", engines)
 
     def test_bad_compiler_options(self):

@@ -480,8 +480,9 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
 }
 
 /// Each GPU stores the tiles of its slice of tile rows to its own C only and counts them into
-/// their band's `ready` flag (a band: a run of tile rows of one owner, the order's group, which
-/// finish together). A copy engine copies the band to the other GPU once it is whole and raises
+/// their band's `ready` flag (a band: a block of an owner's tile rows, the order's group, which
+/// it walks a column at a time, by up to 8 tile columns: the last band's copies, after the last
+/// tile, are then a few MiB). A copy engine copies the band to the other GPU once it is whole and raises
 /// `arrived` there; the other GPU adds its tiles of the band into its own C with TMA, counting
 /// them into `summed`, and a copy engine of that GPU copies the sums back, raising `final` on
 /// both. Every tile's last wait is for its band's `final`. No SM writes to the other GPU: over
@@ -504,11 +505,15 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   // GPU g owns tile rows [sliceStart(g), sliceStart(g + 1)) (mk.owner row_slices).
   auto sliceStart = [&](int64_t g) { return g * tileRows / gpus; };
   constexpr int64_t kBandRows = 8; // where the order has no groups
+  constexpr int64_t kBandCols = 8;
   int64_t bandRows = group > 1 ? group : kBandRows;
+  int64_t bandCols = std::min(kBandCols, tileCols);
+  int64_t colBands = llvm::divideCeil(tileCols, bandCols);
   int64_t bandsPerOwner = 0;
   for (int64_t g = 0; g < gpus; ++g)
     bandsPerOwner = std::max<int64_t>(
-        bandsPerOwner, llvm::divideCeil(sliceStart(g + 1) - sliceStart(g), bandRows));
+        bandsPerOwner,
+        llvm::divideCeil(sliceStart(g + 1) - sliceStart(g), bandRows) * colBands);
 
   OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
   auto flags = [&](StringRef what) {
@@ -521,12 +526,15 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
                     summed = flags("band_summed"), final = flags("band_final");
   auto gpuScope = PeerScopeAttr::get(context, PeerScope::gpu);
   auto nvlink = LinkAttr::get(context, Link::nvlink_store);
-  // The band of the tile at tile row `m`, whose owner is `owner`.
-  auto bandOf = [&](OpBuilder &b, Location l, Value m, Value owner) -> Value {
+  // The band of tile (m, n), whose owner is `owner`.
+  auto bandOf = [&](OpBuilder &b, Location l, Value m, Value n, Value owner) -> Value {
     Value start = arith::DivSIOp::create(
         b, l, arith::MulIOp::create(b, l, owner, constant(tileRows)), constant(gpus));
-    Value within = arith::DivSIOp::create(b, l, arith::SubIOp::create(b, l, m, start),
-                                          constant(bandRows));
+    Value rowBand = arith::DivSIOp::create(b, l, arith::SubIOp::create(b, l, m, start),
+                                           constant(bandRows));
+    Value within = arith::AddIOp::create(
+        b, l, arith::MulIOp::create(b, l, rowBand, constant(colBands)),
+        arith::DivSIOp::create(b, l, n, constant(bandCols)));
     return arith::AddIOp::create(
         b, l, arith::MulIOp::create(b, l, owner, constant(bandsPerOwner)), within);
   };
@@ -535,7 +543,7 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
                                dest.indices, sizes, /*row_slices=*/true);
   auto [node, gpu] = place(b, loc);
-  Value band = bandOf(b, loc, dest.indices[0], owner.getGpu());
+  Value band = bandOf(b, loc, dest.indices[0], dest.indices[1], owner.getGpu());
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, owner.getGpu(), gpu);
   scf::IfOp::create(
       b, loc, first,
@@ -563,25 +571,32 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   OpBuilder wb = OpBuilder::atBlockBegin(&body);
   auto waitOwner = OwnerOp::create(wb, loc, wb.getIndexType(), wb.getIndexType(), dest.tensor,
                                    ValueRange(body.getArguments()), sizes, /*row_slices=*/true);
-  Value waitBand = bandOf(wb, loc, body.getArgument(0), waitOwner.getGpu());
+  Value waitBand =
+      bandOf(wb, loc, body.getArgument(0), body.getArgument(1), waitOwner.getGpu());
   WaitOp::create(wb, loc, final, ValueRange{waitBand}, wb.getI64IntegerAttr(1));
 
   // The copies, in the order each GPU issues them: its own bands there as they finish, then the
   // other GPU's bands back as their sums do.
   OpBuilder cb = OpBuilder::atBlockEnd(&program.getBodyBlock());
+  int64_t columns = destType.getShape()[1];
   auto bandCopies = [&](bool back) {
     for (int64_t g = 0; g < gpus; ++g) {
       int64_t other = (g + 1) % gpus;
       for (int64_t j = 0; sliceStart(g) + j * bandRows < sliceStart(g + 1); ++j) {
         int64_t begin = sliceStart(g) + j * bandRows;
         int64_t end = std::min(begin + bandRows, sliceStart(g + 1));
-        SmallVector<int64_t> range = {begin * sizes[0], std::min(end * sizes[0], rows)};
-        int64_t index = g * bandsPerOwner + j;
-        auto number = [&](int64_t value) { return cb.getI64IntegerAttr(value); };
-        EngineCopyOp::create(cb, loc, dest.tensor, cb.getDenseI64ArrayAttr(range),
-                             number(back ? other : g), number(back ? g : other),
-                             back ? summed : ready, number(index), number((end - begin) * tileCols),
-                             back ? final : arrived, number(index));
+        for (int64_t k = 0; k < colBands; ++k) {
+          int64_t first = k * bandCols, last = std::min(first + bandCols, tileCols);
+          SmallVector<int64_t> rowRange = {begin * sizes[0], std::min(end * sizes[0], rows)};
+          SmallVector<int64_t> colRange = {first * sizes[1], std::min(last * sizes[1], columns)};
+          int64_t index = g * bandsPerOwner + j * colBands + k;
+          auto number = [&](int64_t value) { return cb.getI64IntegerAttr(value); };
+          EngineCopyOp::create(cb, loc, dest.tensor, cb.getDenseI64ArrayAttr(rowRange),
+                               cb.getDenseI64ArrayAttr(colRange), number(back ? other : g),
+                               number(back ? g : other), back ? summed : ready, number(index),
+                               number((end - begin) * (last - first)), back ? final : arrived,
+                               number(index));
+        }
       }
     }
   };

@@ -606,18 +606,18 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   for (EngineCopyOp copy : llvm::to_vector(body.getOps<EngineCopyOp>())) {
     DistTensorType type = copy.getTensor().getType();
     int64_t tensor = layout.tensorIndex.lookup(copy.getTensor());
-    int64_t rowBytes = type.getElementType().getIntOrFloatBitWidth() / 8;
-    for (int64_t d = 1; d < type.getRank(); ++d)
-      rowBytes *= type.getLocalExtent(d, mesh);
-    ArrayRef<int64_t> rows = copy.getRows();
+    int64_t element = type.getElementType().getIntOrFloatBitWidth() / 8;
+    int64_t pitch = element * type.getLocalExtent(1, mesh);
+    ArrayRef<int64_t> rows = copy.getRows(), cols = copy.getCols();
     layout.symmetricTensors |= 1u << tensor;
     layout.engineCopies.push_back(
-        llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}ull, {7}ull}", copy.getFrom(),
-                      copy.getTo(), tensor,
+        llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}ull, {7}ull, {8}ull, {9}ull}",
+                      copy.getFrom(), copy.getTo(), tensor,
                       layout.flagOffset.lookup(copy.getWait()) + copy.getWaitIndex(),
                       copy.getCount(),
                       layout.flagOffset.lookup(copy.getSignal()) + copy.getSignalIndex(),
-                      rows[0] * rowBytes, (rows[1] - rows[0]) * rowBytes)
+                      rows[0] * pitch + cols[0] * element, (cols[1] - cols[0]) * element,
+                      rows[1] - rows[0], pitch)
             .str());
     copy.erase();
   }

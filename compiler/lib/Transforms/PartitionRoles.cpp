@@ -326,11 +326,9 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     // Copy engines move these beside the kernel: they take no CTA, and the model leaves them out.
     double engineBytes = 0;
     for (EngineCopyOp copy : program.getBodyBlock().getOps<EngineCopyOp>()) {
-      DistTensorType type = copy.getTensor().getType();
-      double rowBytes = type.getElementType().getIntOrFloatBitWidth() / 8;
-      for (int64_t d = 1; d < type.getRank(); ++d)
-        rowBytes *= type.getShape()[d];
-      engineBytes += (copy.getRows()[1] - copy.getRows()[0]) * rowBytes;
+      double element = copy.getTensor().getType().getElementType().getIntOrFloatBitWidth() / 8;
+      engineBytes += element * (copy.getRows()[1] - copy.getRows()[0]) *
+                     (copy.getCols()[1] - copy.getCols()[0]);
     }
     if (engineBytes)
       os << llvm::formatv("\n  copy engines: {0:F1} MB over NVLink, beside the kernel (not "

@@ -928,12 +928,13 @@ LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable)
 
 LogicalResult EngineCopyOp::verify() {
   DistTensorType type = getTensor().getType();
-  ArrayRef<int64_t> rows = getRows();
-  if (!type.hasStaticShape())
-    return emitOpError() << "copies rows of a tensor of dynamic shape";
-  if (rows.size() != 2 || rows[0] < 0 || rows[0] >= rows[1] || rows[1] > type.getShape()[0])
-    return emitOpError() << "copies rows [" << rows << "], not a range within the "
-                         << type.getShape()[0] << " rows of the tensor";
+  if (type.getRank() != 2 || !type.hasStaticShape())
+    return emitOpError() << "copies a block of a tensor that is not a matrix of static shape";
+  for (auto [what, range, extent] : {std::tuple{"rows", getRows(), type.getShape()[0]},
+                                     std::tuple{"cols", getCols(), type.getShape()[1]}})
+    if (range.size() != 2 || range[0] < 0 || range[0] >= range[1] || range[1] > extent)
+      return emitOpError() << "copies " << what << " [" << range << "], not a range within the "
+                           << extent << " " << what << " of the tensor";
   PlacementKind placement = type.getPlacement().getKind();
   if (placement != PlacementKind::replicated && placement != PlacementKind::symmetric)
     return emitOpError() << "copies a tensor that is not replicated or symmetric: a GPU's copy "

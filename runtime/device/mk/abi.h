@@ -73,10 +73,10 @@ typedef struct mk_tensor_map_spec {
 } mk_tensor_map_spec;
 
 /* A copy a copy engine makes beside the kernel (mk.engine_copy), which the runtime issues on a
- * stream of its own: once flag `wait_flag` of GPU `from_gpu` holds `wait_count`, bytes
- * [offset, offset + bytes) of tensor `tensor` go from that GPU to the same bytes on GPU `to_gpu`
- * of the node; then flag `signal_flag` of both GPUs is set to the launch's epoch and `wait_flag`
- * cleared. Flags are word offsets into the ranks' flag regions. */
+ * stream of its own: once flag `wait_flag` of GPU `from_gpu` holds `wait_count`, `height` rows of
+ * `width` bytes, `pitch` bytes apart from byte `offset` of tensor `tensor`, go from that GPU to
+ * the same bytes on GPU `to_gpu` of the node; then flag `signal_flag` of both GPUs is set to the
+ * launch's epoch and `wait_flag` cleared. Flags are word offsets into the ranks' flag regions. */
 typedef struct mk_engine_copy {
   mk_u32 from_gpu;
   mk_u32 to_gpu;
@@ -85,7 +85,9 @@ typedef struct mk_engine_copy {
   mk_u32 wait_count;
   mk_u32 signal_flag;
   mk_u64 offset;
-  mk_u64 bytes;
+  mk_u64 width;
+  mk_u64 height;
+  mk_u64 pitch;
 } mk_engine_copy;
 
 /* The single parameter of every generated kernel. */
@@ -115,7 +117,7 @@ static_assert(sizeof(void *) == 8, "64-bit only");
 static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
 static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
-static_assert(sizeof(mk_engine_copy) == 40, "mk_engine_copy layout");
+static_assert(sizeof(mk_engine_copy) == 56, "mk_engine_copy layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS +
                       ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 8 + 64 + 8 + 24 + 63) /

@@ -1228,7 +1228,7 @@ mk.program @combine_routed_placement [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: 
 mk.program @engine_copy_rows [] mesh <1x2> (%c: !C) {
   mk.flags @ready [2]
   // expected-error @+1 {{'mk.engine_copy' op copies rows [512, 2048], not a range within the 1024 rows of the tensor}}
-  mk.engine_copy %c rows [512, 2048] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
+  mk.engine_copy %c rows [512, 2048] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
 }
 
 // -----
@@ -1237,7 +1237,7 @@ mk.program @engine_copy_rows [] mesh <1x2> (%c: !C) {
 mk.program @engine_copy_gpus [] mesh <1x2> (%c: !C) {
   mk.flags @ready [2]
   // expected-error @+1 {{'mk.engine_copy' op copies from GPU 1 to GPU 1: two different GPUs of a node of 2}}
-  mk.engine_copy %c rows [0, 512] from gpu 1 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
+  mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 1 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
 }
 
 // -----
@@ -1246,7 +1246,7 @@ mk.program @engine_copy_gpus [] mesh <1x2> (%c: !C) {
 mk.program @engine_copy_sharded [] mesh <1x2> (%c: !C) {
   mk.flags @ready [2]
   // expected-error @+1 {{'mk.engine_copy' op copies a tensor that is not replicated or symmetric: a GPU's copy must be where the other GPU's is}}
-  mk.engine_copy %c rows [0, 512] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
+  mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
 }
 
 // -----
@@ -1255,7 +1255,7 @@ mk.program @engine_copy_sharded [] mesh <1x2> (%c: !C) {
 mk.program @engine_copy_flag [] mesh <1x2> (%c: !C) {
   mk.flags @ready [2]
   // expected-error @+1 {{'mk.engine_copy' op uses flag 2 of @ready, which has 2}}
-  mk.engine_copy %c rows [0, 512] from gpu 0 to gpu 1 after @ready[2] count 4 signal @ready[1] : !C
+  mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[2] count 4 signal @ready[1] : !C
 }
 
 // -----
@@ -1263,6 +1263,15 @@ mk.program @engine_copy_flag [] mesh <1x2> (%c: !C) {
 !C = !mk.tensor<[M, 256], bf16, replicated>
 mk.program @engine_copy_dynamic [M] mesh <1x2> (%c: !C) {
   mk.flags @ready [2]
-  // expected-error @+1 {{'mk.engine_copy' op copies rows of a tensor of dynamic shape}}
-  mk.engine_copy %c rows [0, 512] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
+  // expected-error @+1 {{'mk.engine_copy' op copies a block of a tensor that is not a matrix of static shape}}
+  mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
+}
+
+// -----
+
+!C = !mk.tensor<[1024, 256], bf16, replicated>
+mk.program @engine_copy_cols [] mesh <1x2> (%c: !C) {
+  mk.flags @ready [2]
+  // expected-error @+1 {{'mk.engine_copy' op copies cols [256, 128], not a range within the 256 cols of the tensor}}
+  mk.engine_copy %c rows [0, 512] cols [256, 128] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
 }

@@ -332,11 +332,11 @@ mk.program @routing [] mesh <1x2> (
 
 // -----
 
-// A copy engine's copy of a band of rows between the GPUs of a node, between flags.
+// A copy engine's copy of a block of a matrix between the GPUs of a node, between flags.
 // CHECK-LABEL: mk.program @engine_copy
-// CHECK: mk.engine_copy %{{.*}} rows [0, 512] from gpu 0 to gpu 1 after @ready[0] count 8 signal @arrived[0] : !mk.tensor<[1024, 256], bf16, replicated>
+// CHECK: mk.engine_copy %{{.*}} rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 8 signal @arrived[0] : !mk.tensor<[1024, 256], bf16, replicated>
 mk.program @engine_copy [] mesh <1x2> (%c: !mk.tensor<[1024, 256], bf16, replicated>) {
   mk.flags @ready [2]
   mk.flags @arrived [2]
-  mk.engine_copy %c rows [0, 512] from gpu 0 to gpu 1 after @ready[0] count 8 signal @arrived[0] : !mk.tensor<[1024, 256], bf16, replicated>
+  mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 8 signal @arrived[0] : !mk.tensor<[1024, 256], bf16, replicated>
 }

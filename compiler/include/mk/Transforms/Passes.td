@@ -105,8 +105,9 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     copies are equal. `in-place-all-reduce=false` keeps the reduce role instead.
 
     With `all-reduce-copy-engine`, no SM writes to the other GPU: each GPU stores its tiles to
-    its own copy and counts them into their band's flag (a band: a run of the owner's tile rows,
-    the order's group); `mk.engine_copy` ops have copy engines move each finished band to the
+    its own copy and counts them into their band's flag (a band: the order's group of the
+    owner's tile rows, by up to 8 tile columns); `mk.engine_copy` ops have copy engines move each
+    finished band to the
     other GPU, which adds its tiles into its own copy and has the sums copied back.
   }];
   let options = [

@@ -108,30 +108,31 @@ def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
 
 def Mk_EngineCopyOp : Mk_Op<"engine_copy", [HasParent<"ProgramOp">,
                                              DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let summary = "A copy engine's copy of a tensor's rows to another GPU of the node, between flags";
+  let summary = "A copy engine's copy of a block of a matrix to another GPU of the node";
   let description = [{
     Not a kernel's work: the runtime issues it beside the kernel, on a stream of GPU `from`. Once
     flag `@wait[wait_index]` of that GPU holds `count` (signals of this launch), a copy engine
-    copies rows [`rows[0]`, `rows[1]`) of the tensor (the whole of its other dims: one contiguous
-    range) to the same rows of GPU `to`'s copy; then it sets flag `@signal[signal_index]` of both
-    GPUs to the launch's epoch, which `mk.wait ... count 1` waits for, and clears the flag it
-    waited for. A GPU issues its copies in program order, each after the one before. The SMs
-    issue no request for the bytes, which is why an all-reduce over NVLink uses it.
+    copies rows [`rows[0]`, `rows[1]`) x columns [`cols[0]`, `cols[1]`) of the rank-2 tensor to
+    the same place in GPU `to`'s copy; then it sets flag `@signal[signal_index]` of both GPUs to
+    the launch's epoch, which `mk.wait ... count 1` waits for, and clears the flag it waited for.
+    A GPU issues its copies in program order, each after the one before. The SMs issue no
+    request for the bytes, which is why an all-reduce over NVLink uses it.
 
     ```mlir
-    mk.engine_copy %C rows [0, 1024] from gpu 0 to gpu 1 after @ready[0] count 256
-        signal @arrived[0] : !mk.tensor<[8192, 8192], bf16, replicated>
+    mk.engine_copy %C rows [0, 1024] cols [0, 2048] from gpu 0 to gpu 1 after @ready[0]
+        count 64 signal @arrived[0] : !mk.tensor<[8192, 8192], bf16, replicated>
     ```
   }];
-  let arguments = (ins Mk_Tensor:$tensor, DenseI64ArrayAttr:$rows,
+  let arguments = (ins Mk_Tensor:$tensor, DenseI64ArrayAttr:$rows, DenseI64ArrayAttr:$cols,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$from,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$to, FlatSymbolRefAttr:$wait,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$wait_index,
                        ConfinedAttr<I64Attr, [IntPositive]>:$count, FlatSymbolRefAttr:$signal,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$signal_index);
   let assemblyFormat = [{
-    $tensor `rows` $rows `from` `gpu` $from `to` `gpu` $to `after` $wait `` `[` $wait_index `]`
-    `count` $count `signal` $signal `` `[` $signal_index `]` attr-dict `:` qualified(type($tensor))
+    $tensor `rows` $rows `cols` $cols `from` `gpu` $from `to` `gpu` $to `after` $wait `` `[`
+    $wait_index `]` `count` $count `signal` $signal `` `[` $signal_index `]` attr-dict `:`
+    qualified(type($tensor))
   }];
   let hasVerifier = 1;
 }
