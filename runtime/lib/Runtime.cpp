@@ -644,10 +644,11 @@ void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &paramet
   auto word = [](const mk_u32 *flags, mk_u32 index) {
     return reinterpret_cast<CUdeviceptr>(flags + index);
   };
+  // The clearing of one copy's flag and the wait of the next go in one batch.
   std::vector<CUstreamBatchMemOpParams> ops;
   for (const mk_engine_copy &copy : op.copies) {
     const mk_tensor_ref &tensor = parameter.tensors[copy.tensor];
-    ops.assign({cuda::waitValueAtLeast(word(parameter.flags, copy.wait_flag), copy.wait_count)});
+    ops.push_back(cuda::waitValueAtLeast(word(parameter.flags, copy.wait_flag), copy.wait_count));
     cuda::batchMemOps(cu, op.copyStream, ops);
     CUDA_MEMCPY2D region{};
     region.srcMemoryType = region.dstMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -661,8 +662,8 @@ void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &paramet
       MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(flags, copy.signal_flag), op.epoch, sizeof(mk_u32),
                                         op.copyStream));
     ops.assign({cuda::writeValue(word(parameter.flags, copy.wait_flag), mk_u32(0))});
-    cuda::batchMemOps(cu, op.copyStream, ops);
   }
+  cuda::batchMemOps(cu, op.copyStream, ops);
 }
 
 } // namespace

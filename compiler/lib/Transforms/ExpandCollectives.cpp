@@ -482,11 +482,11 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
 /// Each GPU stores the tiles of its slice of tile rows to its own C only and counts them into
 /// their band's `ready` flag (a band: a block of an owner's tile rows, the order's group, which
 /// it walks a column at a time, by up to 8 tile columns: the last band's copies, after the last
-/// tile, are then a few MiB). A copy engine copies the band to the other GPU once it is whole and raises
-/// `arrived` there; the other GPU adds its tiles of the band into its own C with TMA, counting
-/// them into `summed`, and a copy engine of that GPU copies the sums back, raising `final` on
-/// both. Every tile's last wait is for its band's `final`. No SM writes to the other GPU: over
-/// NVLink the copy engines take the transfers off the GEMM's critical path.
+/// tile, are then a few MiB). A copy engine copies the band to the other GPU once it is whole
+/// and raises `arrived` there; the other GPU adds its tiles of the band into its own C with TMA,
+/// counting them into `summed`, and a copy engine of that GPU copies the sums back, raising
+/// `final` on both. Every tile's last wait is for its band's `final`. No SM writes to the other
+/// GPU: over NVLink the copy engines take the transfers off the GEMM's critical path.
 void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   Location loc = op.getLoc();
   auto producer = op->getParentOfType<TileGridOp>();
