@@ -224,6 +224,7 @@ struct Runtime::State {
   int smCount;
   std::string arch;
   std::string busId; ///< the GPU's PCI address, e.g. 0000:00:06.0
+  std::vector<int> ranksSharingGpu; ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -271,13 +272,16 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   std::vector<std::vector<std::byte>> everyone = group.store().allGather(mine);
   for (int peer : group.nodeRanks()) {
     std::vector<std::string> theirs = fields(everyone[peer]);
-    if (peer != group.rank() && theirs[1] == busId && !options.shareGpu)
+    if (peer == group.rank() || theirs[1] != busId)
+      continue;
+    if (!options.shareGpu)
       throw RuntimeError(fmt::format("ranks {} and {} both use the GPU at {}: give each rank of a "
                                      "node its own GPU (MKC_DEVICE, CUDA_VISIBLE_DEVICES), or, "
                                      "to test on fewer GPUs, let them take turns "
                                      "(MKC_SHARE_GPU=1)",
                                      std::min(peer, group.rank()), std::max(peer, group.rank()),
                                      busId));
+    ranksSharingGpu.push_back(peer);
   }
   for (int rank = 0; rank < group.worldSize(); ++rank)
     if (fields(everyone[rank])[0] != topology)
@@ -569,6 +573,14 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
             "clusters (mkc --gemm-cluster=1 compiles it without)",
             compiled->source.kernel, launch.grid, clusterWidth, clusters));
     }
+    // The copies would wait for the kernel that waits for them.
+    if (!launch.engineCopies.empty() && !runtime.ranksSharingGpu.empty())
+      throw RuntimeError(fmt::format(
+          "{} has copy engines move its all-reduce (all-reduce-copy-engine), but this rank's GPU "
+          "is also rank {}'s (MKC_SHARE_GPU=1): the driver makes a copy within one GPU on its "
+          "SMs, which the kernel holds while it waits for the copy; give each rank of the node "
+          "its own GPU, or compile without all-reduce-copy-engine",
+          compiled->source.kernel, fmt::join(runtime.ranksSharingGpu, ", ")));
   } catch (const std::exception &error) {
     failure = error.what();
   }
@@ -658,9 +670,10 @@ void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &paramet
     region.WidthInBytes = copy.width;
     region.Height = copy.height;
     MK_CU_CHECK(cu, cuMemcpy2DAsync(&region, op.copyStream));
-    for (const mk_u32 *flags : {parameter.flags_peer[copy.to_gpu], parameter.flags})
-      MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(flags, copy.signal_flag), op.epoch, sizeof(mk_u32),
-                                        op.copyStream));
+    // A copy, not a stream write of a value, so that CUDA graph replays raise fresh epochs;
+    // only to the other GPU, where it is a copy engine's (within a GPU, the SMs').
+    MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(parameter.flags_peer[copy.to_gpu], copy.signal_flag),
+                                      op.epoch, sizeof(mk_u32), op.copyStream));
     ops.assign({cuda::writeValue(word(parameter.flags, copy.wait_flag), mk_u32(0))});
   }
   cuda::batchMemOps(cu, op.copyStream, ops);

@@ -103,8 +103,14 @@ mk.program @all_reduce_2x4 [] mesh <2x4> (%a: !A, %b: !B, %c: !C) {
 // ENGINE-NEXT: mk.wait @[[ARRIVED]][%[[BAND]]] count 1
 // ENGINE-NEXT: mk.put %{{.*}}, %{{.*}}[%[[M]], %[[N]]] combine sum :
 // ENGINE-NEXT: mk.signal @[[SUMMED]][%[[BAND]]] at gpu %[[ME]] via nvlink_store
-// ENGINE: mk.tile_grid
+// The owner's tiles wait for their sums; the other GPU's are its own adds.
+// ENGINE: mk.tile_grid (%[[WM:.+]], %[[WN:.+]]) over
+// ENGINE: %{{.*}}, %[[WOWNER:.+]] = mk.owner %{{.*}}[%[[WM]], %[[WN]]] tile [128, 256] row_slices
+// ENGINE: %{{.*}}, %[[WME:.+]] = mk.place
+// ENGINE: %[[OWNED:.+]] = arith.cmpi eq, %[[WOWNER]], %[[WME]]
+// ENGINE: scf.if %[[OWNED]] {
 // ENGINE: mk.wait @[[FINAL]][%{{.*}}] count 1
+// ENGINE-NEXT: }
 // ENGINE: mk.engine_copy %{{.*}} rows [0, 512] cols [0, 1024] from gpu 0 to gpu 1 after @[[READY]][0] count 16 signal @[[ARRIVED]][0]
 // ENGINE-NEXT: mk.engine_copy %{{.*}} rows [512, 1024] cols [0, 1024] from gpu 1 to gpu 0 after @[[READY]][1] count 16 signal @[[ARRIVED]][1]
 // ENGINE-NEXT: mk.engine_copy %{{.*}} rows [0, 512] cols [0, 1024] from gpu 1 to gpu 0 after @[[SUMMED]][0] count 16 signal @[[FINAL]][0]

@@ -81,7 +81,7 @@ TEST_CASE("communication functions compile without spills: copy_region(_bulk), s
       requireClean("comm.cu", {"copy_region_bf16", "copy_region_bulk_bf16", "copy_region_f32",
                                "copy_region_bulk_f32", "signal_wait", "proxy_push",
                                "proxy_enqueue_latency", "proxy_enqueue_rate", "clock_probe",
-                               "tma_reduce_sum_bf16"});
+                               "tma_reduce_sum_bf16", "hold_sms"});
   CHECK(contains(result.ptx, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"));
   CHECK(contains(result.ptx, "cp.async.bulk.global.shared::cta.bulk_group"));
   CHECK(contains(result.ptx, "red.release.sys.global.add.u32"));

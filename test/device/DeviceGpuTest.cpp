@@ -585,6 +585,114 @@ void testProxyPush(const Module &module) {
   aborted.expect(result == CUDA_SUCCESS, [&] { return Driver::get().describe(result); });
 }
 
+/// The copies of the copy-engine all-reduce (a 4-byte copy of the epoch word into a flag, a 2-D
+/// block, a flat range), each enqueued while a kernel holding every SM of this GPU waits for the
+/// flag written after it; the kernel gives up after 2 s. To another GPU (`peer`, whose memory
+/// this one maps), a copy engine must make them beside the kernel. Within this GPU (no `peer`,
+/// as when ranks share it) the driver may run them on the SMs, after the kernel (it did on an
+/// H200 with driver 13.0, which is why the runtime refuses copy-engine ops to ranks sharing a
+/// GPU): reported, not checked.
+void testCopiesBesideHeldSms(const Module &module, CUcontext peer) {
+  int sms = 0, perSm = 0;
+  CUdevice device = 0;
+  CU(cuCtxGetDevice(&device));
+  CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  CUfunction hold = module.function("hold_sms");
+  CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, hold, 1024, 0));
+  const unsigned ctas = unsigned(sms * perSm);
+  constexpr long long rows = 1024, pitch = 16384, blockRows = 256, blockWidth = 4096;
+  std::vector<mk_u32> data(rows * pitch / 4);
+  std::uniform_int_distribution<mk_u32> bits;
+  for (mk_u32 &word : data)
+    word = bits(rng);
+  DeviceArray<mk_u32> src(data), epochWord(1), gaveUp(1);
+  // What the copies write, on the GPU they write to.
+  std::optional<DeviceArray<mk_u32>> dst, flag;
+  const auto onTarget = [&](const std::function<void()> &body) {
+    std::optional<mkc::cuda::ContextScope> scope;
+    if (peer)
+      scope.emplace(Driver::get(), peer);
+    body();
+  };
+  onTarget([&] {
+    dst.emplace(data.size());
+    flag.emplace(1);
+    CU(cuMemsetD32(flag->at(), 0, 1));
+  });
+  const std::string target = peer ? "to the other GPU" : "within this GPU";
+  CUstream kernelStream = nullptr, copyStream = nullptr;
+  CU(cuStreamCreate(&kernelStream, CU_STREAM_NON_BLOCKING));
+  CU(cuStreamCreate(&copyStream, CU_STREAM_NON_BLOCKING));
+  struct Kind {
+    const char *name;
+    bool writesFlag; // else a stream memop writes the flag after the copy
+    std::function<void()> copy;
+    long long copiedRows, copiedWords; // of dst, from its start, each row `pitch` bytes
+  };
+  const Kind kinds[] = {
+      {"4-byte copy of the epoch word into the flag", true,
+       [&] { CU(cuMemcpyDtoDAsync(flag->at(), epochWord.at(), 4, copyStream)); }, 0, 0},
+      {"2-D copy of a 256 x 4 KiB block (pitch 16 KiB)", false,
+       [&] {
+         CUDA_MEMCPY2D region{};
+         region.srcMemoryType = region.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+         region.srcDevice = src.at();
+         region.dstDevice = dst->at();
+         region.srcPitch = region.dstPitch = pitch;
+         region.WidthInBytes = blockWidth;
+         region.Height = blockRows;
+         CU(cuMemcpy2DAsync(&region, copyStream));
+       },
+       blockRows, blockWidth / 4},
+      {"16 MiB copy", false,
+       [&] { CU(cuMemcpyDtoDAsync(dst->at(), src.at(), rows * pitch, copyStream)); }, rows,
+       pitch / 4}};
+  mk_u32 epoch = 0;
+  for (const Kind &kind : kinds) {
+    const std::string what = std::string(kind.name) + " " + target + " beside a kernel holding all " +
+                             std::to_string(sms) + " SMs";
+    ++epoch;
+    epochWord.upload({epoch});
+    CU(cuMemsetD32(gaveUp.at(), 0, 1));
+    onTarget([&] { dst->poison(); });
+    const mk_u64 timeoutNs = 2'000'000'000;
+    CUdeviceptr flagAddress = flag->at(), gaveUpAddress = gaveUp.at();
+    void *params[] = {&flagAddress, &epoch, const_cast<mk_u64 *>(&timeoutNs), &gaveUpAddress};
+    CU(cuLaunchKernel(hold, ctas, 1, 1, 1024, 1, 1, 0, kernelStream, params, nullptr));
+    kind.copy();
+    if (!kind.writesFlag) {
+      std::vector<CUstreamBatchMemOpParams> write = {mkc::cuda::writeValue(flag->at(), epoch)};
+      mkc::cuda::batchMemOps(Driver::get(), copyStream, write);
+    }
+    CU(cuCtxSynchronize());
+    const mk_u32 gaveUpCtas = gaveUp.download()[0];
+    std::vector<mk_u32> copied;
+    onTarget([&] { copied = dst->download(); });
+    bool intact = true;
+    for (long long i = 0; i < kind.copiedRows; ++i)
+      for (long long j = 0; j < kind.copiedWords; ++j)
+        intact = intact && copied[i * pitch / 4 + j] == data[i * pitch / 4 + j];
+    if (!peer) {
+      std::printf("NOTE %s: %s%s\n", what.c_str(),
+                  gaveUpCtas ? "waited for the kernel (the driver ran it on the SMs)" : "made",
+                  intact ? "" : ", and the data is wrong");
+      continue;
+    }
+    Check check(what);
+    check.expect(gaveUpCtas == 0, [&] {
+      return std::to_string(gaveUpCtas) + " of " + std::to_string(ctas) +
+             " CTAs gave up: the copy waited for the kernel";
+    });
+    check.expect(intact, [] { return std::string("the copied data differs"); });
+  }
+  onTarget([&] {
+    dst.reset();
+    flag.reset();
+  });
+  CU(cuStreamDestroy(kernelStream));
+  CU(cuStreamDestroy(copyStream));
+}
+
 void runAll() {
   const Driver &cu = Driver::get();
   mkc::cuda::PrimaryContext context(cu);
@@ -650,6 +758,29 @@ void runAll() {
     testTmaReduce(comm, 1000, 1600, 3);
   });
   guarded("proxy_push", [&] { testProxyPush(comm); });
+  guarded("copies beside a kernel", [&] {
+    testCopiesBesideHeldSms(comm, nullptr);
+    int gpus = 0, reachable = 0;
+    CU(cuDeviceGetCount(&gpus));
+    if (gpus < 2) {
+      std::printf("NOTE copies to another GPU beside a kernel: one GPU, not run\n");
+      return;
+    }
+    CUdevice other = 0;
+    CU(cuDeviceGet(&other, context.device() == 0 ? 1 : 0));
+    CU(cuDeviceCanAccessPeer(&reachable, context.device(), other));
+    if (!reachable) {
+      std::printf("NOTE copies to another GPU beside a kernel: no peer access, not run\n");
+      return;
+    }
+    CUcontext peer = nullptr;
+    CU(cuDevicePrimaryCtxRetain(&peer, other));
+    CUresult enabled = Driver::get().cuCtxEnablePeerAccess(peer, 0);
+    if (enabled != CUDA_SUCCESS && enabled != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+      throw std::runtime_error("cuCtxEnablePeerAccess: " + Driver::get().describe(enabled));
+    testCopiesBesideHeldSms(comm, peer);
+    CU(cuDevicePrimaryCtxRelease(other));
+  });
 }
 
 } // namespace

@@ -13,7 +13,9 @@
 //
 // Prints PASS/FAIL lines and exits non-zero if a check failed. Without a driver or with fewer
 // GPUs than ranks it prints "SKIP: <why>" and exits 77; with MKC_TEST_SHARED_GPU=1 it runs only
-// where there are fewer GPUs than ranks, which then take turns on them (MKC_SHARE_GPU).
+// where there are fewer GPUs than ranks, which then take turns on them (MKC_SHARE_GPU). Ranks
+// sharing a GPU cannot have copy engines make the all-reduce's copies: that variant checks that
+// the runtime refuses it.
 
 #include "TestKernels.h"
 
@@ -383,6 +385,14 @@ int main() {
     const char *lib = std::getenv("MKC_LIB_DIR");
     TileProgram program =
         TileProgram::fromFile(std::string(lib ? lib : MKC_LIB_DIR) + "/gemm_allreduce.mlir");
+    if (shared && compilerOptions().find("all-reduce-copy-engine=1") != std::string::npos) {
+      checkThrows(
+          [&] { runtime.compile(program, Shape{257, 304, 512}.bindings(), compilerOptions()); },
+          "is also rank", "copy engines for ranks that share a GPU, refused on every rank");
+      runtime.barrier();
+      std::printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
+      return failures ? 1 : 0;
+    }
     cuda::ContextScope scope(cu, runtime.context());
     CUstream stream;
     MK_CU_CHECK(cu, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));

@@ -485,8 +485,9 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
 /// tile, are then a few MiB). A copy engine copies the band to the other GPU once it is whole
 /// and raises `arrived` there; the other GPU adds its tiles of the band into its own C with TMA,
 /// counting them into `summed`, and a copy engine of that GPU copies the sums back, raising
-/// `final` on both. Every tile's last wait is for its band's `final`. No SM writes to the other
-/// GPU: over NVLink the copy engines take the transfers off the GEMM's critical path.
+/// `final` on the owner. The owner's tiles wait last for their band's `final` (the other GPU's
+/// sums are its own adds). No SM writes to the other GPU: over NVLink the copy engines take the
+/// transfers off the GEMM's critical path.
 void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   Location loc = op.getLoc();
   auto producer = op->getParentOfType<TileGridOp>();
@@ -560,7 +561,8 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
       });
   op.erase();
 
-  // Every tile's sum is in place once its band's `final` is: a grid of waits after the tiles'.
+  // An owner's tile holds the sum once its band's `final` is raised: a grid of waits after the
+  // tiles'.
   OpBuilder after(producer);
   after.setInsertionPointAfter(producer);
   auto waits = cast<TileGridOp>(after.clone(*producer));
@@ -571,9 +573,13 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   OpBuilder wb = OpBuilder::atBlockBegin(&body);
   auto waitOwner = OwnerOp::create(wb, loc, wb.getIndexType(), wb.getIndexType(), dest.tensor,
                                    ValueRange(body.getArguments()), sizes, /*row_slices=*/true);
-  Value waitBand =
-      bandOf(wb, loc, body.getArgument(0), body.getArgument(1), waitOwner.getGpu());
-  WaitOp::create(wb, loc, final, ValueRange{waitBand}, wb.getI64IntegerAttr(1));
+  Value owned = arith::CmpIOp::create(wb, loc, arith::CmpIPredicate::eq, waitOwner.getGpu(),
+                                      place(wb, loc).second);
+  scf::IfOp::create(wb, loc, owned, [&](OpBuilder &tb, Location l) {
+    Value waitBand = bandOf(tb, l, body.getArgument(0), body.getArgument(1), waitOwner.getGpu());
+    WaitOp::create(tb, l, final, ValueRange{waitBand}, tb.getI64IntegerAttr(1));
+    scf::YieldOp::create(tb, l);
+  });
 
   // The copies, in the order each GPU issues them: its own bands there as they finish, then the
   // other GPU's bands back as their sums do.

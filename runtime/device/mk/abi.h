@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 6
+#define MK_ABI_VERSION 7
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -75,8 +75,9 @@ typedef struct mk_tensor_map_spec {
 /* A copy a copy engine makes beside the kernel (mk.engine_copy), which the runtime issues on a
  * stream of its own: once flag `wait_flag` of GPU `from_gpu` holds `wait_count`, `height` rows of
  * `width` bytes, `pitch` bytes apart from byte `offset` of tensor `tensor`, go from that GPU to
- * the same bytes on GPU `to_gpu` of the node; then flag `signal_flag` of both GPUs is set to the
- * launch's epoch and `wait_flag` cleared. Flags are word offsets into the ranks' flag regions. */
+ * the same bytes on GPU `to_gpu` of the node; then flag `signal_flag` of GPU `to_gpu` is set to
+ * the launch's epoch and `wait_flag` cleared. Flags are word offsets into the ranks' flag
+ * regions. */
 typedef struct mk_engine_copy {
   mk_u32 from_gpu;
   mk_u32 to_gpu;

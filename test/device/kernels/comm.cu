@@ -134,3 +134,22 @@ extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1)
     mk::tma_publish(reduce);
   }
 }
+
+// Holds every SM (launched with as many CTAs of 1024 threads as fit, two per SM): each CTA waits
+// until *flag reaches `epoch` or `timeout_ns` pass, then counts itself in *gave_up if it timed
+// out. A copy that the driver runs as a kernel cannot start while it holds them, as a fused
+// kernel's persistent grid holds them while it waits for a copy engine's flag.
+extern "C" __global__ void __launch_bounds__(1024, 2)
+    hold_sms(const mk_u32 *flag, mk_u32 epoch, mk_u64 timeout_ns, mk_u32 *gave_up) {
+  if (threadIdx.x == 0) {
+    const mk_u64 deadline = global_timer() + timeout_ns;
+    while (mk::ptx::load_acquire_sys(flag) < epoch) {
+      if (global_timer() > deadline) {
+        atomicAdd(gave_up, 1u);
+        break;
+      }
+      __nanosleep(200);
+    }
+  }
+  __syncthreads();
+}

@@ -113,10 +113,11 @@ def Mk_EngineCopyOp : Mk_Op<"engine_copy", [HasParent<"ProgramOp">,
     Not a kernel's work: the runtime issues it beside the kernel, on a stream of GPU `from`. Once
     flag `@wait[wait_index]` of that GPU holds `count` (signals of this launch), a copy engine
     copies rows [`rows[0]`, `rows[1]`) x columns [`cols[0]`, `cols[1]`) of the rank-2 tensor to
-    the same place in GPU `to`'s copy; then it sets flag `@signal[signal_index]` of both GPUs to
+    the same place in GPU `to`'s copy; then it sets flag `@signal[signal_index]` of GPU `to` to
     the launch's epoch, which `mk.wait ... count 1` waits for, and clears the flag it waited for.
     A GPU issues its copies in program order, each after the one before. The SMs issue no
-    request for the bytes, which is why an all-reduce over NVLink uses it.
+    request for the bytes, which is why an all-reduce over NVLink uses it. Only copies between
+    GPUs: the driver runs a copy within one GPU on its SMs, which a persistent kernel holds.
 
     ```mlir
     mk.engine_copy %C rows [0, 1024] cols [0, 2048] from gpu 0 to gpu 1 after @ready[0]
