@@ -176,13 +176,15 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
     options.flagWords = parseSize("MKC_FLAG_WORDS", *value);
   if (const std::string *value = variable("MKC_NET"))
     options.network = *value;
-  if (const std::string *value = variable("MKC_NET_TIMEOUT")) {
-    int seconds = 0;
-    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), seconds);
-    if (error != std::errc() || end != value->data() + value->size() || seconds <= 0)
-      throw RuntimeError("MKC_NET_TIMEOUT=" + *value + " is not a positive number of seconds");
-    options.networkTimeout = std::chrono::seconds(seconds);
-  }
+  for (auto [name, timeout] : {std::pair{"MKC_NET_TIMEOUT", &options.networkTimeout},
+                                std::pair{"MKC_WAIT_TIMEOUT", &options.waitTimeout}})
+    if (const std::string *value = variable(name)) {
+      int seconds = 0;
+      auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), seconds);
+      if (error != std::errc() || end != value->data() + value->size() || seconds <= 0)
+        throw RuntimeError(fmt::format("{}={} is not a positive number of seconds", name, *value));
+      *timeout = std::chrono::seconds(seconds);
+    }
   for (auto [name, key] : {std::pair{"MKC_NET_PROVIDER", "provider"},
                            std::pair{"MKC_NET_ADDRESS", "address"},
                            std::pair{"MKC_NET_DEVICE", "device"},
@@ -225,6 +227,16 @@ struct Runtime::State {
   std::string arch;
   std::string busId; ///< the GPU's PCI address, e.g. 0000:00:06.0
   std::vector<int> ranksSharingGpu; ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
+  /// How this GPU's kernels' waits give up (mk_wait_watch in mk/abi.h): the watch every loaded
+  /// module gets, the word it raises (device memory) and where it describes the first failure
+  /// (mapped host memory, read here without a driver call).
+  mk_wait_watch watch{};
+  CUdeviceptr gaveUp = 0;
+  mk_wait_failure *waitFailure = nullptr;
+  std::chrono::milliseconds waitTimeout{0};
+  void watchWaits(CUmodule module) const;
+  /// Throws, saying which wait, once a kernel's wait has given up.
+  void checkWaits(const FusedOp::State &launching) const;
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -296,6 +308,23 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   place.jobToken = launch.rendezvous.jobToken + "/node" + std::to_string(group.nodeIndex());
   place.timeout = launch.rendezvous.timeout;
   heap.emplace(place, options.symmetricBytes, options.flagWords);
+  {
+    cuda::ContextScope scope(driver, context.context());
+    void *failure = nullptr;
+    MK_CU_CHECK(driver, cuMemHostAlloc(&failure, sizeof(mk_wait_failure),
+                                       CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    waitFailure = static_cast<mk_wait_failure *>(failure);
+    *waitFailure = {};
+    CUdeviceptr failureOnDevice = 0;
+    MK_CU_CHECK(driver, cuMemHostGetDevicePointer(&failureOnDevice, failure, 0));
+    MK_CU_CHECK(driver, cuMemAlloc(&gaveUp, sizeof(mk_u32)));
+    MK_CU_CHECK(driver, cuMemsetD32(gaveUp, 0, 1));
+    waitTimeout = options.waitTimeout;
+    watch.timeout_ns = static_cast<mk_u64>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options.waitTimeout).count());
+    watch.gave_up = reinterpret_cast<mk_u32 *>(gaveUp);
+    watch.failure = reinterpret_cast<mk_wait_failure *>(failureOnDevice);
+  }
   if (group.nodeCount() > 1)
     connectRail(options);
   log::info("runtime: rank {} of {} (node {} of {}, local rank {} of {}) on GPU {} ({}, {}, {} "
@@ -380,6 +409,16 @@ void Runtime::State::watchLaunches() {
         group.nodeIndex(), group.nodeCount()));
 }
 
+void Runtime::State::watchWaits(CUmodule module) const {
+  CUdeviceptr address = 0;
+  std::size_t bytes = 0;
+  MK_CU_CHECK(driver, cuModuleGetGlobal(&address, &bytes, module, "mk_watch"));
+  if (bytes != sizeof watch)
+    throw JitError(fmt::format("the module's mk_watch has {} bytes, mk_wait_watch {}", bytes,
+                               sizeof watch));
+  MK_CU_CHECK(driver, cuMemcpyHtoD(address, &watch, sizeof watch));
+}
+
 void Runtime::State::recordLaunch(CUstream stream) {
   std::lock_guard lock(queuedMutex);
   if (!queuedLaunches->size())
@@ -393,6 +432,10 @@ Runtime::State::~State() {
     cuda::ContextScope scope(driver, context.context());
     queuedLaunches.reset();
     heap->close();
+    if (gaveUp)
+      driver.cuMemFree(gaveUp);
+    if (waitFailure)
+      driver.cuMemFreeHost(waitFailure);
   } catch (const std::exception &error) {
     log::error("runtime: closing the symmetric heap: {}", error.what());
   }
@@ -457,6 +500,33 @@ struct FusedOp::State {
 
   mk_tensor_ref reference(int index, void *pointer) const;
 };
+
+void Runtime::State::checkWaits(const FusedOp::State &launching) const {
+  if (!reinterpret_cast<volatile const mk_wait_failure *>(waitFailure)->failed)
+    return;
+  const mk_wait_failure failure = *waitFailure;
+  const auto *flag = reinterpret_cast<const mk_u32 *>(failure.flag);
+  const mk_u32 *ownFlags = launching.parameter.flags;
+  const std::string which =
+      flag >= ownFlags && flag < ownFlags + launching.parameter.flag_words
+          ? fmt::format("flag word {} of {}", flag - ownFlags, launching.name)
+          : fmt::format("the flag at {:#x}", failure.flag);
+  std::vector<int> others;
+  for (int rank : group.nodeRanks())
+    if (rank != group.rank())
+      others.push_back(rank);
+  const std::string suspects = others.size() == 1
+                                   ? fmt::format("rank {}", others[0])
+                                   : fmt::format("one of ranks {}", fmt::join(others, ", "));
+  throw RuntimeError(fmt::format(
+      "rank {} (GPU {} of node {}): a kernel gave up after waiting {} s for {} to count {}; it "
+      "counted {}. A rank of this node ({}) died, stopped launching or is stuck. The results of "
+      "that launch are wrong, and this runtime launches nothing more (MKC_WAIT_TIMEOUT sets the "
+      "limit)",
+      group.rank(), group.localRank(), group.nodeIndex(),
+      std::chrono::duration_cast<std::chrono::seconds>(waitTimeout).count(), which,
+      failure.target, failure.seen, suspects));
+}
 
 FusedOp::State::~State() {
   const cuda::Driver &cu = runtime->driver;
@@ -550,6 +620,7 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
     program = read();
     std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
     kernel = runtime.jit.load(*compiled);
+    runtime.watchWaits(kernel->module());
     const LaunchParameters &launch = kernel->launch();
     int perSm = 0;
     MK_CU_CHECK(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -687,9 +758,11 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   if (pointers.size() != op.arguments.size())
     throw RuntimeError(fmt::format("{} takes {} arguments, not {}", op.name, op.arguments.size(),
                                    pointers.size()));
-  // A proxy that failed has stopped kernels' waits: say why instead of launching.
+  // A proxy that failed, or a wait that gave up, has stopped kernels' waits: say why instead of
+  // launching.
   if (op.runtime->proxy)
     op.runtime->proxy->check();
+  op.runtime->checkWaits(op);
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {

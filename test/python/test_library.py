@@ -139,7 +139,8 @@ class TheLibrary(InterpreterTest):
         for variable, value, expected in [
                 ("MKC_SHARE_GPU", "yes", "MKC_SHARE_GPU=yes is not 0 or 1"),
                 ("MKC_DEVICE", "x", "MKC_DEVICE=x is not a device ordinal"),
-                ("MKC_NET_TIMEOUT", "0", "MKC_NET_TIMEOUT=0 is not a positive number of seconds")]:
+                ("MKC_NET_TIMEOUT", "0", "MKC_NET_TIMEOUT=0 is not a positive number of seconds"),
+                ("MKC_WAIT_TIMEOUT", "5s", "MKC_WAIT_TIMEOUT=5s is not a positive number of seconds")]:
             with self.subTest(variable):
                 status, message = self.report(CREATE_RUNTIME, **{variable: value})
                 self.assertEqual(status, "MKC_ERROR_INVALID_ARGUMENT", message)

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 7
+#define MK_ABI_VERSION 8
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -91,6 +91,26 @@ typedef struct mk_engine_copy {
   mk_u64 pitch;
 } mk_engine_copy;
 
+/* How long a kernel's waits for flags may take: `mk_watch`, a __constant__ of every generated
+ * module, which the runtime sets once it has loaded it. A wait that has waited `timeout_ns` (0:
+ * forever) gives up and raises `*gave_up` (device memory, which the GPU's other waits poll, so
+ * that they give up too); the first also describes itself in `*failure` (mapped host memory,
+ * which the runtime reads before each launch). The kernel then runs to its end with what it has:
+ * its results are wrong, and the runtime launches nothing more. */
+typedef struct mk_wait_failure {
+  mk_u32 failed; /* nonzero once described */
+  mk_u32 target; /* the count waited for */
+  mk_u32 seen;   /* what the flag held */
+  mk_u32 reserved;
+  mk_u64 flag;   /* the flag's device address */
+} mk_wait_failure;
+
+typedef struct mk_wait_watch {
+  mk_u64 timeout_ns;
+  mk_u32 *gave_up;
+  mk_wait_failure *failure;
+} mk_wait_watch;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
   mk_tensor_map maps[MK_MAX_TENSOR_MAPS];   /* first: their alignment is the struct's */
@@ -119,6 +139,8 @@ static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
 static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
 static_assert(sizeof(mk_engine_copy) == 56, "mk_engine_copy layout");
+static_assert(sizeof(mk_wait_failure) == 24, "mk_wait_failure layout");
+static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS +
                       ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 8 + 64 + 8 + 24 + 63) /

@@ -79,14 +79,20 @@ __device__ __forceinline__ mk_u32 arrivals(const mk_kernel_args &args, int64_t o
   return count;
 }
 
-/// One thread's wait for `target` arrivals on flag `offset` (wrap-safe). Across nodes it gives up
-/// once the proxy has stopped: the host reports why, and the launch must end rather than hang.
+/// One thread's wait for `target` arrivals on flag `offset` (wrap-safe). It gives up after
+/// mk_watch's timeout, and across nodes once the proxy has stopped: the host reports why, and the
+/// launch must end rather than hang.
 __device__ __forceinline__ void wait_arrivals_thread(const mk_kernel_args &args, int64_t offset,
                                                      mk_u32 target) {
   detail::Backoff backoff;
-  for (unsigned spins = 1; static_cast<int>(arrivals(args, offset) - target) < 0; ++spins) {
+  detail::WaitWatch watch;
+  mk_u32 seen;
+  for (unsigned spins = 1; static_cast<int>((seen = arrivals(args, offset)) - target) < 0;
+       ++spins) {
     // The abort word is host memory: read it rarely, or spinning CTAs flood PCIe with reads.
     if (args.nodes > 1 && spins % detail::kAbortCheckSpins == 0 && proxy_aborted(args.queue))
+      return;
+    if (watch.give_up(args.flags + offset, target, seen))
       return;
     backoff.pause();
   }

@@ -78,10 +78,15 @@ struct RuntimeOptions {
   /// How long a transfer, or a launch across nodes, may take before the network is declared
   /// broken (MKC_NET_TIMEOUT, seconds).
   std::chrono::milliseconds networkTimeout = std::chrono::seconds(30);
+  /// How long a kernel's wait for a flag may take before it gives up, the launch's results are
+  /// wrong and the runtime refuses further launches, naming the wait (MKC_WAIT_TIMEOUT, seconds):
+  /// what catches a rank of the node that died or stopped launching. Long, as a rank's host may
+  /// legitimately fall that far behind its peers'.
+  std::chrono::milliseconds waitTimeout = std::chrono::minutes(10);
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
-  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU and the MKC_NET variables; throws RuntimeError
-  /// naming a malformed variable.
+  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_WAIT_TIMEOUT and the MKC_NET variables;
+  /// throws RuntimeError naming a malformed variable.
   static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
 };
 

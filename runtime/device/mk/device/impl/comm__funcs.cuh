@@ -5,6 +5,7 @@
 
 #include "mk/device/impl/comm__types.cuh"
 #include "mk/device/impl/ptx__funcs.cuh"
+#include "mk/device/impl/watch.cuh"
 #include "mk/device/tile.cuh"
 
 namespace mk {
@@ -144,9 +145,13 @@ __device__ __forceinline__ void signal(mk_u32 *flag) {
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
   if (team_thread() == 0) {
     detail::Backoff backoff;
+    detail::WaitWatch watch;
     // Counters never reset and may wrap: compare the signed distance.
-    while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
+    for (mk_u32 seen; static_cast<int>((seen = ptx::load_acquire_sys(flag)) - target) < 0;) {
+      if (watch.give_up(flag, target, seen))
+        break;
       backoff.pause();
+    }
   }
   team_sync();
 }

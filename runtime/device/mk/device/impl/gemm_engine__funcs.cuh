@@ -5,6 +5,7 @@
 
 #include "mk/device/impl/ptx__funcs.cuh"
 #include "mk/device/impl/tile__types.cuh"
+#include "mk/device/impl/watch.cuh"
 
 namespace mk {
 
@@ -221,11 +222,15 @@ template <typename Config> __device__ __forceinline__ void begin_tma_stores(Gemm
   e.tma_stored() = true;
 }
 
-/// Spins until `*flag` >= `target` (wrap-safe), then orders this thread's later reads after the
-/// writes the flag counts.
+/// Spins until `*flag` >= `target` (wrap-safe) or the wait gives up (mk_watch), then orders this
+/// thread's later reads after the writes the flag counts.
 __device__ __forceinline__ void spin_until(const mk_u32 *flag, mk_u32 target) {
-  while (static_cast<int>(ptx::load_acquire_sys(flag) - target) < 0)
+  WaitWatch watch;
+  for (mk_u32 seen; static_cast<int>((seen = ptx::load_acquire_sys(flag)) - target) < 0;) {
+    if (watch.give_up(flag, target, seen))
+      break;
     __nanosleep(64);
+  }
   // TMA reads and writes through the async proxy: order them after the acquire.
   ptx::fence_proxy_async();
 }
