@@ -17,7 +17,7 @@
 // 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
 // additions or without, or through the consumers' TMA; 6, C through TMA and a copy engine
 // copying each finished band of tile rows to the twin, then writing the band's flag beside the
-// twin, which must hold the launch count). --device picks the GPU (0), and
+// twin, which must hold the launch count; the time includes the last band's copy). --device picks the GPU (0), and
 // --twin-device puts the twin on another (peer access, over NVLink), as the fused all-reduce's
 // peer copy is; two processes, each with the other's GPU as its twin's, send both ways.
 //
@@ -153,11 +153,23 @@ struct Buffer {
 };
 
 struct Stream {
-  Stream() { CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)); }
-  ~Stream() { Driver::get().cuStreamDestroy(stream); }
+  Stream() {
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  }
+  ~Stream() {
+    Driver::get().cuEventDestroy(done);
+    Driver::get().cuStreamDestroy(stream);
+  }
   Stream(const Stream &) = delete;
   Stream &operator=(const Stream &) = delete;
+  /// Makes the legacy stream, where the timing events are, wait for what `stream` has queued.
+  void join() const {
+    CU(cuEventRecord(done, stream));
+    CU(cuStreamWaitEvent(nullptr, done, 0));
+  }
   CUstream stream = nullptr;
+  CUevent done = nullptr;
 };
 
 /// A peer GPU whose memory the current context's kernels and copies reach over NVLink.
@@ -512,7 +524,7 @@ int run(int argc, char **argv) {
       const CUdeviceptr arrivedFlags = config.twin ? arrived->pointer : 0;
       const CUdeviceptr from = c.pointer, to = config.twin ? twin->pointer : 0;
       const CUstream copyStream = copies.stream;
-      const auto go = [=, &driver] {
+      const auto go = [=, &driver, &copies] {
         if (!config.twin) {
           launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k);
           return;
@@ -535,6 +547,8 @@ int run(int argc, char **argv) {
               mkc::cuda::writeValue(arrivedFlags + 4 * band, *launches)};
           mkc::cuda::batchMemOps(driver, copyStream, write);
         }
+        // The run ends with the last band's copy, which starts when the kernel ends.
+        copies.join();
         *enqueueSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                          enqueueStart).count();
       };
