@@ -99,6 +99,7 @@ PROTOTYPES = {
     "mkc_runtime_network_statistics": (
         mkc_status, [_runtime_p, ctypes.POINTER(mkc_network_statistics)]),
     "mkc_barrier": (mkc_status, [_runtime_p]),
+    "mkc_runtime_check": (mkc_status, [_runtime_p]),
     "mkc_symmetric_alloc": (
         mkc_status, [_runtime_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
     "mkc_op_compile": (

@@ -123,6 +123,12 @@ class Runtime:
         """Returns once every rank has called it as often as this one (host side). Collective."""
         _capi.library().mkc_barrier(self._live_handle())
 
+    def check(self):
+        """Raises mkc.Error, saying why, once this rank's launches can no longer be trusted: a
+        kernel's wait gave up (MKC_WAIT_TIMEOUT) or the network failed; results since are wrong
+        and launches are refused. Cheap: after synchronising, it vouches for the results."""
+        _capi.library().mkc_runtime_check(self._live_handle())
+
     def network_statistics(self):
         """A NetworkStatistics of what this rank's network proxy carried to other nodes since
         the runtime was created: all zeros on one node, where there is none. The difference

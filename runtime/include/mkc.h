@@ -89,6 +89,11 @@ mkc_status mkc_runtime_network_statistics(const mkc_runtime *runtime,
                                           mkc_network_statistics *statistics);
 /* Returns once every rank has called it as often as this one (host side). Collective. */
 mkc_status mkc_barrier(mkc_runtime *runtime);
+/* MKC_SUCCESS while this rank's launches can be trusted; an error saying why once a kernel's
+ * wait gave up (MKC_WAIT_TIMEOUT) or the network failed, after which results are wrong and
+ * launches are refused. No driver call: after synchronising a launch's stream, it vouches for
+ * its results. */
+mkc_status mkc_runtime_check(const mkc_runtime *runtime);
 
 /* `bytes` of symmetric memory of this rank's GPU, at the same offset on every rank; freed with
  * the runtime. Collective; every rank asks for the same size. */

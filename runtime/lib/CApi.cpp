@@ -184,6 +184,10 @@ mkc_status mkc_barrier(mkc_runtime *runtime) {
   return guarded(__func__, [&] { required(runtime, "runtime").runtime->barrier(); });
 }
 
+mkc_status mkc_runtime_check(const mkc_runtime *runtime) {
+  return guarded(__func__, [&] { required(runtime, "runtime").runtime->check(); });
+}
+
 mkc_status mkc_symmetric_alloc(mkc_runtime *runtime, size_t bytes, void **local) {
   return guarded(__func__, [&] {
     void *&out = required(local, "local");

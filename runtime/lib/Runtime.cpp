@@ -235,8 +235,9 @@ struct Runtime::State {
   mk_wait_failure *waitFailure = nullptr;
   std::chrono::milliseconds waitTimeout{0};
   void watchWaits(CUmodule module) const;
-  /// Throws, saying which wait, once a kernel's wait has given up.
-  void checkWaits(const FusedOp::State &launching) const;
+  /// Throws, saying which wait, once a kernel's wait has given up; names the flag as one of
+  /// `launching`'s where it is.
+  void checkWaits(const FusedOp::State *launching) const;
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -459,6 +460,12 @@ net::ProxyStatistics Runtime::networkStatistics() const {
 }
 void Runtime::barrier() { state_->group.store().barrier(); }
 
+void Runtime::check() const {
+  if (state_->proxy)
+    state_->proxy->check();
+  state_->checkWaits(nullptr);
+}
+
 SymmetricBuffer Runtime::allocate(std::size_t bytes) {
   State &state = *state_;
   if (auto error = agree(state.group, "allocate", {"bytes"}, {std::to_string(bytes)},
@@ -501,15 +508,15 @@ struct FusedOp::State {
   mk_tensor_ref reference(int index, void *pointer) const;
 };
 
-void Runtime::State::checkWaits(const FusedOp::State &launching) const {
+void Runtime::State::checkWaits(const FusedOp::State *launching) const {
   if (!reinterpret_cast<volatile const mk_wait_failure *>(waitFailure)->failed)
     return;
   const mk_wait_failure failure = *waitFailure;
   const auto *flag = reinterpret_cast<const mk_u32 *>(failure.flag);
-  const mk_u32 *ownFlags = launching.parameter.flags;
+  const mk_u32 *ownFlags = launching ? launching->parameter.flags : nullptr;
   const std::string which =
-      flag >= ownFlags && flag < ownFlags + launching.parameter.flag_words
-          ? fmt::format("flag word {} of {}", flag - ownFlags, launching.name)
+      ownFlags && flag >= ownFlags && flag < ownFlags + launching->parameter.flag_words
+          ? fmt::format("flag word {} of {}", flag - ownFlags, launching->name)
           : fmt::format("the flag at {:#x}", failure.flag);
   std::vector<int> others;
   for (int rank : group.nodeRanks())
@@ -762,7 +769,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   // launching.
   if (op.runtime->proxy)
     op.runtime->proxy->check();
-  op.runtime->checkWaits(op);
+  op.runtime->checkWaits(&op);
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {

@@ -4,8 +4,9 @@ which rank, and refuses to launch again.
 
 Two ranks run lib/gemm_allreduce.mlir once together (checked against PyTorch's f32 GEMM), then
 rank 1 dies (os._exit) and rank 0 launches alone with MKC_WAIT_TIMEOUT=3. Its kernel waits for
-rank 1's launch, gives up after 3 s (the stream drains well before the 60 s a hang would take),
-and its next launch raises mkc.Error naming rank 1 and the limit; closing the runtime returns.
+rank 1's launch, gives up after 3 s (the stream drains well before the 60 s a hang would take);
+then runtime.check() and the next launch raise mkc.Error naming rank 1 and the limit, and
+closing the runtime returns.
 
 Run it as is, like gpu_gemm_allreduce.py (which it shares the launch with): under
 torch.distributed.run, a GPU per rank, or with MKC_TEST_SHARED_GPU=1 taking turns on one.
@@ -43,6 +44,7 @@ def rank_main():
     op(a, b, c)
     torch.cuda.synchronize()
     common.close_to(c.torch(), a_full.float() @ b_full.float(), f"rank {rank}: C = A B, together")
+    runtime.check()  # raises if it cannot vouch for that launch
     runtime.barrier()
     if rank == 1:
         print("rank 1: dies", flush=True)
@@ -54,7 +56,9 @@ def rank_main():
     waited = time.monotonic() - started
     common.check(TIMEOUT_S <= waited < 60,
                  f"rank 0: the launch without rank 1 ended after {waited:.1f} s")
-    common.check_raises(mkc.Error, f"(rank 1) died", lambda: op(a, b, c),
+    common.check_raises(mkc.Error, "(rank 1) died", runtime.check,
+                        "rank 0: runtime.check() after it")
+    common.check_raises(mkc.Error, "(rank 1) died", lambda: op(a, b, c),
                         "rank 0: the next launch is refused")
     started = time.monotonic()
     try:

@@ -59,6 +59,9 @@ class FakeLibrary:
     def mkc_barrier(self, runtime):
         self.calls.append(("barrier", self.name_of(runtime)))
 
+    def mkc_runtime_check(self, runtime):
+        self.calls.append(("check", self.name_of(runtime)))
+
     def mkc_symmetric_alloc(self, runtime, size, local):
         self.calls.append(("alloc", size))
         local._obj.value = 0x7F0000000000
@@ -209,6 +212,10 @@ class Calls(RuntimeTest):
             runtime.compile(support.GEMM_ALLREDUCE, options={"sm-split": "compute=132"},
                             sm_split={"compute": 132})
         self.assertNotIn("compile", [call[0] for call in self.lib.calls])
+
+    def test_check(self):
+        mkc.Runtime().check()
+        self.assertEqual(self.last("check"), ("check", "runtime"))
 
     def test_network_statistics(self):
         statistics = mkc.Runtime().network_statistics()

@@ -133,6 +133,11 @@ public:
   /// Returns once every rank has called it as often as this one (host side only).
   void barrier();
 
+  /// Throws RuntimeError, saying why, once the launches of this rank can no longer be trusted: a
+  /// kernel's wait gave up (MKC_WAIT_TIMEOUT) or the network proxy stopped; results since are
+  /// wrong. No driver call: after synchronising a launch's stream, it vouches for its results.
+  void check() const;
+
   Jit &jit();
 
   /// What this rank's network proxy carried to other nodes since the runtime started: writes,
