@@ -235,9 +235,16 @@ struct Runtime::State {
   mk_wait_failure *waitFailure = nullptr;
   std::chrono::milliseconds waitTimeout{0};
   void watchWaits(CUmodule module) const;
-  /// Throws, saying which wait, once a kernel's wait has given up; names the flag as one of
-  /// `launching`'s where it is.
-  void checkWaits(const FusedOp::State *launching) const;
+  /// Each op's flag words, by name, to say whose wait gave up.
+  struct FlagRange {
+    std::string op;
+    const mk_u32 *first;
+    mk_u32 words;
+  };
+  std::vector<FlagRange> opFlags;
+  mutable std::mutex opFlagsMutex; // compiles may run beside launches on other threads
+  /// Throws, saying which wait, once a kernel's wait has given up.
+  void checkWaits() const;
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -463,7 +470,7 @@ void Runtime::barrier() { state_->group.store().barrier(); }
 void Runtime::check() const {
   if (state_->proxy)
     state_->proxy->check();
-  state_->checkWaits(nullptr);
+  state_->checkWaits();
 }
 
 SymmetricBuffer Runtime::allocate(std::size_t bytes) {
@@ -508,16 +515,16 @@ struct FusedOp::State {
   mk_tensor_ref reference(int index, void *pointer) const;
 };
 
-void Runtime::State::checkWaits(const FusedOp::State *launching) const {
+void Runtime::State::checkWaits() const {
   if (!reinterpret_cast<volatile const mk_wait_failure *>(waitFailure)->failed)
     return;
   const mk_wait_failure failure = *waitFailure;
   const auto *flag = reinterpret_cast<const mk_u32 *>(failure.flag);
-  const mk_u32 *ownFlags = launching ? launching->parameter.flags : nullptr;
-  const std::string which =
-      ownFlags && flag >= ownFlags && flag < ownFlags + launching->parameter.flag_words
-          ? fmt::format("flag word {} of {}", flag - ownFlags, launching->name)
-          : fmt::format("the flag at {:#x}", failure.flag);
+  std::string which = fmt::format("the flag at {:#x}", failure.flag);
+  std::lock_guard lock(opFlagsMutex);
+  for (const FlagRange &range : opFlags)
+    if (flag >= range.first && flag < range.first + range.words)
+      which = fmt::format("flag word {} of {}", flag - range.first, range.op);
   std::vector<int> others;
   for (int rank : group.nodeRanks())
     if (rank != group.rank())
@@ -690,6 +697,11 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
     }
   }
   bindFlags(parameter, runtime.heap->allocateFlags(std::max(launch.flagWords, 1)));
+  {
+    std::lock_guard lock(runtime.opFlagsMutex);
+    runtime.opFlags.push_back(
+        {op->name, parameter.flags, static_cast<mk_u32>(std::max(launch.flagWords, 1))});
+  }
   if (runtime.proxy) {
     // Other nodes count their arrivals here, [nodes][flag words]; zero before any can come.
     const std::size_t words = std::size_t(group.nodeCount()) * std::max(launch.flagWords, 1);
@@ -769,7 +781,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   // launching.
   if (op.runtime->proxy)
     op.runtime->proxy->check();
-  op.runtime->checkWaits(&op);
+  op.runtime->checkWaits();
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {
