@@ -17,9 +17,10 @@
 // 1, stores only; 2, the twin's writes kept in L2; 3-5, no twin: C through the senders, with
 // additions or without, or through the consumers' TMA; 6, C through TMA and a copy engine
 // copying each finished band of tile rows to the twin, then writing the band's flag beside the
-// twin, which must hold the launch count; the time includes the last band's copy). --device picks the GPU (0), and
-// --twin-device puts the twin on another (peer access, over NVLink), as the fused all-reduce's
-// peer copy is; two processes, each with the other's GPU as its twin's, send both ways.
+// twin, which must hold the launch count; the time includes the last band's copy). --device
+// picks the GPU (0), and --twin-device puts the twin on another (peer access, over NVLink), as
+// the fused all-reduce's peer copy is; two processes, each with the other's GPU as its twin's,
+// send both ways.
 //
 //===----------------------------------------------------------------------------------===//
 

@@ -233,7 +233,6 @@ struct Runtime::State {
   mk_wait_watch watch{};
   CUdeviceptr gaveUp = 0;
   mk_wait_failure *waitFailure = nullptr;
-  std::chrono::milliseconds waitTimeout{0};
   void watchWaits(CUmodule module) const;
   /// Each op's flag words, by name, to say whose wait gave up.
   struct FlagRange {
@@ -243,8 +242,9 @@ struct Runtime::State {
   };
   std::vector<FlagRange> opFlags;
   mutable std::mutex opFlagsMutex; // compiles may run beside launches on other threads
-  /// Throws, saying which wait, once a kernel's wait has given up.
-  void checkWaits() const;
+  /// Throws, saying why, once this rank's launches cannot be trusted: the proxy stopped, or a
+  /// kernel's wait gave up.
+  void check() const;
   Jit jit;
   std::optional<SymmetricHeap> heap;
   /// Jobs across nodes: the transport to this rank's rail and the proxy that drives it.
@@ -327,7 +327,6 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
     MK_CU_CHECK(driver, cuMemHostGetDevicePointer(&failureOnDevice, failure, 0));
     MK_CU_CHECK(driver, cuMemAlloc(&gaveUp, sizeof(mk_u32)));
     MK_CU_CHECK(driver, cuMemsetD32(gaveUp, 0, 1));
-    waitTimeout = options.waitTimeout;
     watch.timeout_ns = static_cast<mk_u64>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.waitTimeout).count());
     watch.gave_up = reinterpret_cast<mk_u32 *>(gaveUp);
@@ -467,11 +466,7 @@ net::ProxyStatistics Runtime::networkStatistics() const {
 }
 void Runtime::barrier() { state_->group.store().barrier(); }
 
-void Runtime::check() const {
-  if (state_->proxy)
-    state_->proxy->check();
-  state_->checkWaits();
-}
+void Runtime::check() const { state_->check(); }
 
 SymmetricBuffer Runtime::allocate(std::size_t bytes) {
   State &state = *state_;
@@ -515,7 +510,9 @@ struct FusedOp::State {
   mk_tensor_ref reference(int index, void *pointer) const;
 };
 
-void Runtime::State::checkWaits() const {
+void Runtime::State::check() const {
+  if (proxy)
+    proxy->check();
   if (!reinterpret_cast<volatile const mk_wait_failure *>(waitFailure)->failed)
     return;
   const mk_wait_failure failure = *waitFailure;
@@ -538,7 +535,7 @@ void Runtime::State::checkWaits() const {
       "that launch are wrong, and this runtime launches nothing more (MKC_WAIT_TIMEOUT sets the "
       "limit)",
       group.rank(), group.localRank(), group.nodeIndex(),
-      std::chrono::duration_cast<std::chrono::seconds>(waitTimeout).count(), which,
+      watch.timeout_ns / 1'000'000'000, which,
       failure.target, failure.seen, suspects));
 }
 
@@ -779,9 +776,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
                                    pointers.size()));
   // A proxy that failed, or a wait that gave up, has stopped kernels' waits: say why instead of
   // launching.
-  if (op.runtime->proxy)
-    op.runtime->proxy->check();
-  op.runtime->checkWaits();
+  op.runtime->check();
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {

@@ -145,13 +145,7 @@ __device__ __forceinline__ void signal(mk_u32 *flag) {
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
   if (team_thread() == 0) {
     detail::Backoff backoff;
-    detail::WaitWatch watch;
-    // Counters never reset and may wrap: compare the signed distance.
-    for (mk_u32 seen; static_cast<int>((seen = ptx::load_acquire_sys(flag)) - target) < 0;) {
-      if (watch.give_up(flag, target, seen))
-        break;
-      backoff.pause();
-    }
+    detail::wait_at_least(flag, target, [&] { backoff.pause(); });
   }
   team_sync();
 }

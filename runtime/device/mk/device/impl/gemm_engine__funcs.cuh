@@ -225,12 +225,7 @@ template <typename Config> __device__ __forceinline__ void begin_tma_stores(Gemm
 /// Spins until `*flag` >= `target` (wrap-safe) or the wait gives up (mk_watch), then orders this
 /// thread's later reads after the writes the flag counts.
 __device__ __forceinline__ void spin_until(const mk_u32 *flag, mk_u32 target) {
-  WaitWatch watch;
-  for (mk_u32 seen; static_cast<int>((seen = ptx::load_acquire_sys(flag)) - target) < 0;) {
-    if (watch.give_up(flag, target, seen))
-      break;
-    __nanosleep(64);
-  }
+  wait_at_least(flag, target, [] { __nanosleep(64); });
   // TMA reads and writes through the async proxy: order them after the acquire.
   ptx::fence_proxy_async();
 }

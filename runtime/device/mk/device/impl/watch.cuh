@@ -9,6 +9,7 @@
 #define MK_DEVICE_IMPL_WATCH_CUH
 
 #include "mk/abi.h"
+#include "mk/device/impl/ptx__funcs.cuh"
 
 /// Set by the runtime after it loads the module; zero (never give up) in modules it does not.
 extern "C" {
@@ -50,6 +51,18 @@ private:
   unsigned polls_ = 0;
   mk_u64 deadline_ = 0;
 };
+
+/// Polls `*flag` until it reaches `target` (wrap-safe: counters never reset and may wrap) or the
+/// wait gives up, calling `pause()` between polls.
+template <typename Pause>
+__device__ __forceinline__ void wait_at_least(const mk_u32 *flag, mk_u32 target, Pause pause) {
+  WaitWatch watch;
+  for (mk_u32 seen; static_cast<int>((seen = ptx::load_acquire_sys(flag)) - target) < 0;) {
+    if (watch.give_up(flag, target, seen))
+      return;
+    pause();
+  }
+}
 
 } // namespace detail
 } // namespace mk
