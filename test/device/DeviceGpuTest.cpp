@@ -590,8 +590,8 @@ void testProxyPush(const Module &module) {
 /// flag written after it; the kernel gives up after 2 s. To another GPU (`peer`, whose memory
 /// this one maps), a copy engine must make them beside the kernel. Within this GPU (no `peer`,
 /// as when ranks share it) the driver may run them on the SMs, after the kernel (it did on an
-/// H200 with driver 13.0, which is why the runtime refuses copy-engine ops to ranks sharing a
-/// GPU): reported, not checked.
+/// H200 with driver 13.0, batched copies asking to overlap with compute too, which is why the
+/// runtime refuses copy-engine ops to ranks sharing a GPU): reported, not checked.
 void testCopiesBesideHeldSms(const Module &module, CUcontext peer) {
   int sms = 0, perSm = 0;
   CUdevice device = 0;
@@ -623,6 +623,13 @@ void testCopiesBesideHeldSms(const Module &module, CUcontext peer) {
   CUstream kernelStream = nullptr, copyStream = nullptr;
   CU(cuStreamCreate(&kernelStream, CU_STREAM_NON_BLOCKING));
   CU(cuStreamCreate(&copyStream, CU_STREAM_NON_BLOCKING));
+  const auto batchCopy = [&](CUdeviceptr to, CUdeviceptr from, std::size_t bytes) {
+    CUmemcpyAttributes attributes{};
+    attributes.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attributes.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+    std::size_t attributesFrom = 0;
+    CU(cuMemcpyBatchAsync(&to, &from, &bytes, 1, &attributes, &attributesFrom, 1, copyStream));
+  };
   struct Kind {
     const char *name;
     bool writesFlag; // else a stream memop writes the flag after the copy
@@ -646,7 +653,20 @@ void testCopiesBesideHeldSms(const Module &module, CUcontext peer) {
        blockRows, blockWidth / 4},
       {"16 MiB copy", false,
        [&] { CU(cuMemcpyDtoDAsync(dst->at(), src.at(), rows * pitch, copyStream)); }, rows,
-       pitch / 4}};
+       pitch / 4},
+      // The same through the batch APIs, asking the driver to keep them off the SMs.
+      {"batched 4-byte copy of the epoch word into the flag, preferring overlap", true,
+       [&] { batchCopy(flag->at(), epochWord.at(), 4); }, 0, 0},
+      {"batched 2-D copy of a 256 x 4 KiB block, preferring overlap", false,
+       [&] {
+         CUDA_MEMCPY3D_BATCH_OP op =
+             mkc::cuda::pitchedCopy(dst->at(), pitch, src.at(), pitch, blockWidth, blockRows);
+         op.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+         CU(cuMemcpy3DBatchAsync(1, &op, 0, copyStream));
+       },
+       blockRows, blockWidth / 4},
+      {"batched 16 MiB copy, preferring overlap", false,
+       [&] { batchCopy(dst->at(), src.at(), rows * pitch); }, rows, pitch / 4}};
   mk_u32 epoch = 0;
   for (const Kind &kind : kinds) {
     const std::string what = std::string(kind.name) + " " + target + " beside a kernel holding all " +
