@@ -2,7 +2,7 @@
 //
 // mkc-gemm-bench [--check] [--shapes MxNxK,...] [--configs NAME,...] [--device GPU]
 //                [--twin MODE] [--twin-device GPU] [--repeat N] [--warmup-ms N]
-//                [--cooldown-ms N] [--sms N] [--csv FILE] [--cubin FILE]
+//                [--cooldown-ms N] [--sms N] [--balanced-grid] [--csv FILE] [--cubin FILE]
 //
 // For each shape, C = A * B (bf16 in, f32 accumulate, bf16 out; A [M x K], B [K x N], both
 // row-major): every engine configuration of test/device/kernels/gemm_engine.cu and cuBLASLt's
@@ -10,7 +10,9 @@
 // runs for --warmup-ms (500) after --cooldown-ms idle (0), then the median of --repeat runs
 // counts. Each engine result is first checked against an f32 GPU reference with C poisoned.
 // --check checks without timing (the gpu/gemm-engine test). --sms runs the engine on fewer CTAs
-// than the GPU has SMs (what a fused kernel's compute role gets). --configs runs only the named
+// than the GPU has SMs (what a fused kernel's compute role gets). --balanced-grid also runs each
+// configuration on the fewest CTAs that take as many rounds of tiles (NAME@CTAS), where that is
+// fewer than the grid, right after it on the same inputs. --configs runs only the named
 // engine configurations. The _twin configurations (whole tiles only; others are skipped) also
 // write each tile to a second tensor as to a peer, and both must hold the product; --twin picks
 // what they write (TwinMode in gemm_engine.cu: 0, the fused all-reduce's stores and additions;
@@ -100,6 +102,13 @@ unsigned persistentGrid(CUfunction f, int sms, int smem, int cluster) {
   int clusters = 0;
   CU(cuOccupancyMaxActiveClusters(&clusters, f, &config));
   return unsigned(std::min(clusters, sms / cluster) * cluster);
+}
+
+/// The fewest CTAs, whole clusters of `cluster`, that walk `tiles` in as many rounds as `grid`
+/// CTAs do (gemm_engine.cu strides the tiles over the grid).
+unsigned balancedGrid(long long tiles, unsigned grid, int cluster) {
+  const long long rounds = (tiles + grid - 1) / grid, ctas = (tiles + rounds - 1) / rounds;
+  return unsigned((ctas + cluster - 1) / cluster * cluster);
 }
 
 class Module {
@@ -351,6 +360,7 @@ int run(int argc, char **argv) {
   std::string configsText; // empty: all
   int device = 0, twinMode = 0, twinDevice = -1; // -1: the twin on `device`
   int ctas = 0;
+  bool balance = false;
   Regime regime;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -381,6 +391,8 @@ int run(int argc, char **argv) {
       regime.cooldownMs = integer(0);
     else if (arg == "--sms")
       ctas = integer(1);
+    else if (arg == "--balanced-grid")
+      balance = true;
     else if (arg == "--csv")
       csvPath = value();
     else if (arg == "--cubin")
@@ -458,7 +470,7 @@ int run(int argc, char **argv) {
     }
     CU(cuCtxSynchronize());
     // cuBLASLt first, then each engine configuration whose result is right.
-    std::vector<const char *> names = {"cuBLASLt"};
+    std::vector<std::string> names = {"cuBLASLt"};
     std::vector<std::function<void()>> runs;
     // The _twin configurations' second tensor, its mk_tensor_ref, mode 6's count of tiles
     // stored per band of tile rows and of its launches, and the band flags its copy stream
@@ -507,88 +519,99 @@ int run(int argc, char **argv) {
                          : map2d(b.pointer, s.n, s.k, 64, 64);
       const mk_tensor_map cMap = map2d(c.pointer, s.n, s.m, 64, 128);
       const int m = int(s.m), n = int(s.n), k = int(s.k);
-      const unsigned grid = persistentGrid(f, sms, smem, config.cluster);
-      if (config.twin && !twin) {
-        twin = std::make_unique<Buffer>(cCount * 2, peer ? peer->context() : nullptr);
-        twinRef = std::make_unique<Buffer>(sizeof(mk_tensor_ref));
-        progress = std::make_unique<Buffer>(4 * bands);
-        CU(cuMemsetD8(progress->pointer, 0, 4 * bands));
-        arrived = std::make_unique<Buffer>(4 * bands, peer ? peer->context() : nullptr);
-        CU(cuMemsetD8(arrived->pointer, 0, 4 * bands));
-        mk_tensor_ref ref{};
-        ref.local = reinterpret_cast<void *>(c.pointer);
-        ref.peer[1] = reinterpret_cast<void *>(twin->pointer);
-        CU(cuMemcpyHtoD(twinRef->pointer, &ref, sizeof ref));
-      }
-      const CUdeviceptr ref = config.twin ? twinRef->pointer : 0;
-      const CUdeviceptr flags = config.twin ? progress->pointer : 0;
-      const CUdeviceptr arrivedFlags = config.twin ? arrived->pointer : 0;
-      const CUdeviceptr from = c.pointer, to = config.twin ? twin->pointer : 0;
-      const CUstream copyStream = copies.stream;
-      const auto go = [=, &driver, &copies] {
-        if (!config.twin) {
-          launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k);
-          return;
+      const unsigned fullGrid = persistentGrid(f, sms, smem, config.cluster);
+      std::vector<unsigned> grids = {fullGrid};
+      // gemm_engine.cu's tiles: rows rounded up to the cluster.
+      const long long tiles = (s.m + 128 * config.cluster - 1) / (128 * config.cluster) *
+                              config.cluster * ((s.n + config.bn - 1) / config.bn);
+      if (const unsigned fewer = balancedGrid(tiles, fullGrid, config.cluster);
+          balance && fewer < fullGrid)
+        grids.push_back(fewer);
+      for (const unsigned grid : grids) {
+        if (config.twin && !twin) {
+          twin = std::make_unique<Buffer>(cCount * 2, peer ? peer->context() : nullptr);
+          twinRef = std::make_unique<Buffer>(sizeof(mk_tensor_ref));
+          progress = std::make_unique<Buffer>(4 * bands);
+          CU(cuMemsetD8(progress->pointer, 0, 4 * bands));
+          arrived = std::make_unique<Buffer>(4 * bands, peer ? peer->context() : nullptr);
+          CU(cuMemsetD8(arrived->pointer, 0, 4 * bands));
+          mk_tensor_ref ref{};
+          ref.local = reinterpret_cast<void *>(c.pointer);
+          ref.peer[1] = reinterpret_cast<void *>(twin->pointer);
+          CU(cuMemcpyHtoD(twinRef->pointer, &ref, sizeof ref));
         }
-        launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k, ref, twinMode, flags);
-        if (!copyEngine)
-          return;
-        // Each band once the kernel has stored its tiles (128 x 256 each), by a copy engine.
-        ++*launches;
-        const auto enqueueStart = std::chrono::steady_clock::now();
-        for (int band = 0; band < bands; ++band) {
-          const int rows = std::min(kBandRows, tilesM - kBandRows * band);
-          std::vector<CUstreamBatchMemOpParams> wait = {mkc::cuda::waitValueAtLeast(
-              flags + 4 * band, std::uint32_t(rows * (n / config.bn)) * *launches)};
-          mkc::cuda::batchMemOps(driver, copyStream, wait);
-          const size_t rowBytes = size_t(128) * n * 2;
-          const size_t offset = size_t(band) * kBandRows * rowBytes, bytes = size_t(rows) * rowBytes;
-          CU(cuMemcpyDtoDAsync(to + offset, from + offset, bytes, copyStream));
-          std::vector<CUstreamBatchMemOpParams> write = {
-              mkc::cuda::writeValue(arrivedFlags + 4 * band, *launches)};
-          mkc::cuda::batchMemOps(driver, copyStream, write);
+        const CUdeviceptr ref = config.twin ? twinRef->pointer : 0;
+        const CUdeviceptr flags = config.twin ? progress->pointer : 0;
+        const CUdeviceptr arrivedFlags = config.twin ? arrived->pointer : 0;
+        const CUdeviceptr from = c.pointer, to = config.twin ? twin->pointer : 0;
+        const CUstream copyStream = copies.stream;
+        const auto go = [=, &driver, &copies] {
+          if (!config.twin) {
+            launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k);
+            return;
+          }
+          launch(f, grid, MK_CTA_THREADS, smem, aMap, bMap, cMap, m, n, k, ref, twinMode, flags);
+          if (!copyEngine)
+            return;
+          // Each band once the kernel has stored its tiles (128 x 256 each), by a copy engine.
+          ++*launches;
+          const auto enqueueStart = std::chrono::steady_clock::now();
+          for (int band = 0; band < bands; ++band) {
+            const int rows = std::min(kBandRows, tilesM - kBandRows * band);
+            std::vector<CUstreamBatchMemOpParams> wait = {mkc::cuda::waitValueAtLeast(
+                flags + 4 * band, std::uint32_t(rows * (n / config.bn)) * *launches)};
+            mkc::cuda::batchMemOps(driver, copyStream, wait);
+            const size_t rowBytes = size_t(128) * n * 2;
+            const size_t offset = size_t(band) * kBandRows * rowBytes;
+            const size_t bytes = size_t(rows) * rowBytes;
+            CU(cuMemcpyDtoDAsync(to + offset, from + offset, bytes, copyStream));
+            std::vector<CUstreamBatchMemOpParams> write = {
+                mkc::cuda::writeValue(arrivedFlags + 4 * band, *launches)};
+            mkc::cuda::batchMemOps(driver, copyStream, write);
+          }
+          // The run ends with the last band's copy, which starts when the kernel ends.
+          copies.join();
+          *enqueueSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                           enqueueStart).count();
+        };
+        // NaN: unwritten elements fail. The _twin configurations may add the second half of the
+        // rows: to zeros there.
+        const size_t poisoned = config.twin && twinAdds ? cCount / 2 : cCount;
+        for (CUdeviceptr out : {c.pointer, config.twin && twinChecked ? twin->pointer : 0}) {
+          if (!out)
+            continue;
+          CU(cuMemsetD8(out, 0xff, poisoned * 2));
+          CU(cuMemsetD8(out + poisoned * 2, 0, (cCount - poisoned) * 2));
         }
-        // The run ends with the last band's copy, which starts when the kernel ends.
-        copies.join();
-        *enqueueSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                         enqueueStart).count();
-      };
-      // NaN: unwritten elements fail. The _twin configurations may add the second half of the
-      // rows: to zeros there.
-      const size_t poisoned = config.twin && twinAdds ? cCount / 2 : cCount;
-      for (CUdeviceptr out : {c.pointer, config.twin && twinChecked ? twin->pointer : 0}) {
-        if (!out)
-          continue;
-        CU(cuMemsetD8(out, 0xff, poisoned * 2));
-        CU(cuMemsetD8(out + poisoned * 2, 0, (cCount - poisoned) * 2));
-      }
-      go();
-      CU(cuCtxSynchronize());
-      auto [off, maxError] = compare(c.pointer);
-      if (config.twin && twinChecked) {
-        const auto [twinOff, twinError] = compare(twin->pointer);
-        off += twinOff;
-        maxError = std::max(maxError, twinError);
-      }
-      // Mode 6: each band's flag, written by the copy stream after its copy.
-      long unwrittenBands = 0;
-      if (config.twin && copyEngine) {
-        std::vector<std::uint32_t> written(bands);
-        CU(cuMemcpyDtoH(written.data(), arrived->pointer, 4 * written.size()));
-        unwrittenBands = std::count_if(written.begin(), written.end(),
-                                       [&](std::uint32_t flag) { return flag != *launches; });
-        if (unwrittenBands)
-          std::printf("%ld of %d band flags next to the twin not written after their copies\n",
-                      unwrittenBands, bands);
-      }
-      const bool ok = off == 0 && unwrittenBands == 0;
-      failures += !ok;
-      std::printf("%s %s %lldx%lldx%lld on %u CTAs: %llu of %zu elements off (max error %.4g)\n",
-                  ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, off,
-                  config.twin && twinChecked ? 2 * cCount : cCount, maxError);
-      if (ok) {
-        names.push_back(config.kernel);
-        runs.push_back(go);
+        go();
+        CU(cuCtxSynchronize());
+        auto [off, maxError] = compare(c.pointer);
+        if (config.twin && twinChecked) {
+          const auto [twinOff, twinError] = compare(twin->pointer);
+          off += twinOff;
+          maxError = std::max(maxError, twinError);
+        }
+        // Mode 6: each band's flag, written by the copy stream after its copy.
+        long unwrittenBands = 0;
+        if (config.twin && copyEngine) {
+          std::vector<std::uint32_t> written(bands);
+          CU(cuMemcpyDtoH(written.data(), arrived->pointer, 4 * written.size()));
+          unwrittenBands = std::count_if(written.begin(), written.end(),
+                                         [&](std::uint32_t flag) { return flag != *launches; });
+          if (unwrittenBands)
+            std::printf("%ld of %d band flags next to the twin not written after their copies\n",
+                        unwrittenBands, bands);
+        }
+        const bool ok = off == 0 && unwrittenBands == 0;
+        failures += !ok;
+        std::printf("%s %s %lldx%lldx%lld on %u CTAs: %llu of %zu elements off (max error %.4g)\n",
+                    ok ? "PASS" : "FAIL", config.kernel, s.m, s.n, s.k, grid, off,
+                    config.twin && twinChecked ? 2 * cCount : cCount, maxError);
+        if (ok) {
+          names.push_back(config.kernel +
+                          (grid == fullGrid ? std::string() : "@" + std::to_string(grid)));
+          runs.push_back(go);
+        }
       }
     }
     if (checkOnly)
@@ -597,18 +620,18 @@ int run(int argc, char **argv) {
     CU(cuCtxSynchronize()); // mode 6's copies, before their buffers go
     const double flops = 2.0 * s.m * s.n * s.k;
     std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  (%s)\n", s.m, s.n, s.k,
-                names[0], ms[0], flops / ms[0] / 1e9, lt.describe().c_str());
+                names[0].c_str(), ms[0], flops / ms[0] / 1e9, lt.describe().c_str());
     double best = 0;
     for (size_t i = 0; i < ms.size(); ++i) {
       const double ratio = ms[0] / ms[i];
       if (i > 0) {
         best = std::max(best, ratio);
         std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n",
-                    s.m, s.n, s.k, names[i], ms[i], flops / ms[i] / 1e9, ratio);
+                    s.m, s.n, s.k, names[i].c_str(), ms[i], flops / ms[i] / 1e9, ratio);
       }
       if (csv)
         std::fprintf(csv, "%lld,%lld,%lld,%s,%.5f,%.1f,%.4f\n", s.m, s.n, s.k,
-                     i ? names[i] : "cublaslt", ms[i], flops / ms[i] / 1e9, ratio);
+                     i ? names[i].c_str() : "cublaslt", ms[i], flops / ms[i] / 1e9, ratio);
     }
     bestRatios.push_back(best);
     if (copyEngine && *launches)
