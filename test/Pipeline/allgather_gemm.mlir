@@ -11,7 +11,7 @@
 // 128 rows of the gathered A; an intra_transfer role copies this rank's shard to the 4 GPUs of
 // its node (bulk copies over NVLink) and to the same GPU of the other node (RDMA); a republish
 // role forwards what arrives over the rail to the node's other 3 GPUs.
-// SCHED: mk.program @allgather_gemm {{.*}} mesh <2x4> ({{.*}}) grid 132 {
+// SCHED: mk.program @allgather_gemm {{.*}} mesh <2x4> ({{.*}}) grid 130 {
 // SCHED: mk.flags @[[ROWS:ready[0-9]]] [64]
 // SCHED: %[[GATHERED:.+]] = mk.buffer : !mk.tensor<[8192, 8192], bf16, symmetric>
 // SCHED: mk.role compute ctas {{[0-9]+}} {

@@ -17,14 +17,14 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
-// Scheduled level: three roles on 132 CTAs. Compute puts each partial tile into the slot of its
+// Scheduled level: three roles on 129 CTAs. Compute puts each partial tile into the slot of its
 // owner GPU (NVLink); the owner sums the node's 4 partials and sends the node partial to the same
 // GPU of the other node only (RDMA through the proxy, rail-aligned); there the 2 node partials
 // are summed and republished to the 4 GPUs of the node. Flags count arrivals per launch. The
 // partials are staged tile-major, and each GPU stages only the tiles it owns: a [512 tiles x 128,
 // 256] matrix per slot, a quarter of C, so that a tile crosses the network as one contiguous
 // block, with one flag per tile.
-// SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x4> ({{.*}}) grid 132 {
+// SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x4> ({{.*}}) grid 129 {
 // SCHED-DAG: mk.flags @launched [1]
 // SCHED-DAG: mk.flags @ready0 [512, 1]
 // SCHED-DAG: mk.flags @ready1 [512, 1]
@@ -70,15 +70,16 @@
 // CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
 // CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
 // CUDA: mk::tma_store_reduced([[REDUCE]],
-// CUDA: extern "C" __device__ const int gemm_allreduce_grid = 132;
+// CUDA: extern "C" __device__ const int gemm_allreduce_grid = 129;
 
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // On one node of two GPUs the all-reduce is in place: every CTA computes, and a rank hands
-// NVLink one tile's bytes per tile (half of the tiles stored, half added). A split that gives
-// CTAs to a reduce role asks for that role instead.
-// INPLACE: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
-// INPLACE-NEXT: compute 132 CTAs: {{.*}} 134.2 MB over NVLink
+// NVLink one tile's bytes per tile (half of the tiles stored, half added); 128 CTAs walk the 2048
+// tiles in the 16 rounds 132 would. A split that gives CTAs to a reduce role asks for that role
+// instead.
+// INPLACE: SM split of @gemm_allreduce on 128 CTAs (of 132 SMs), from the cost model:
+// INPLACE-NEXT: compute 128 CTAs: {{.*}} 134.2 MB over NVLink
 // INPLACE-NOT: intra_reduce
 // With the copies by copy engines, a GPU's kernel writes only its own C: its tiles through TMA,
 // then its band's flag (once the stores land); the other GPU's tiles are added where they lie
@@ -86,7 +87,7 @@
 // of 8 x 8 tiles (1024 rows of 4 KiB, 16 KiB apart): GPU 0's 16 bands to GPU 1 as their `ready`
 // flags (words 1-16) fill, signalling `arrived` (33-48), and the sums of GPU 1's bands back from
 // `summed` (81-96) to `final` (113-128).
-// COPYSPLIT: compute 132 CTAs: {{.*}} MB through CTAs{{$}}
+// COPYSPLIT: compute 128 CTAs: {{.*}} MB through CTAs{{$}}
 // COPYSPLIT-NEXT: copy engines: 134.2 MB over NVLink, beside the kernel (not modelled)
 // COPIES: mk::gemm_store<mk::bf16>(
 // COPIES-NEXT: size_t [[READY:v[0-9]+]] = {{.*}} + 1;

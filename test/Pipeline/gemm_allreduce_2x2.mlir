@@ -12,7 +12,7 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x2 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=BYTES
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=BYTES4
 
-// SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x2> ({{.*}}) grid 132 {
+// SCHED: mk.program @gemm_allreduce [M = 8192, N = 8192, K = 8192] mesh <2x2> ({{.*}}) grid 130 {
 // Compute: each partial tile to its owner GPU of this node, over NVLink.
 // SCHED: mk.role compute ctas
 // SCHED: mk.put {{.*}} at gpu {{.*}} via nvlink_store

@@ -12,7 +12,7 @@
 // of its node that is rail-aligned with the tile's owner; that GPU sums the 4 partials and sends
 // the node partial to the owner's node only when it is another; the owner sums 2 node partials
 // into its shard.
-// SCHED: mk.program @gemm_reducescatter {{.*}} mesh <2x4> ({{.*}}) grid 132 {
+// SCHED: mk.program @gemm_reducescatter {{.*}} mesh <2x4> ({{.*}}) grid 129 {
 // SCHED: mk.role compute ctas {{[0-9]+}} {
 // SCHED: mk.tile_grid {{.*}} global tiles [128, 256] order <swizzle 8>
 // SCHED: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%{{.*}}, %{{.*}}] tile [128, 256] : !mk.tensor<[8192, 8192], bf16, shard 0 over world>

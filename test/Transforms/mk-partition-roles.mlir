@@ -2,8 +2,9 @@
 // RUN: mk-opt %s -split-input-file -mk-partition-roles="sm-split=compute=100,intra_reduce=20,republish=30" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: mk-opt %s -split-input-file -mk-partition-roles="explain=true" 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
 
-// mk-partition-roles sets the grid to the SM count and splits it between the roles from a cost
-// model: compute from matmul FLOPs, transfers from bytes per CTA, capped by link bandwidth.
+// mk-partition-roles splits the SMs between the roles from a cost model (compute from matmul
+// FLOPs, transfers from bytes per CTA, capped by link bandwidth) and sets the grid to what they
+// take.
 
 !A = !mk.tensor<[8192, 4096], bf16, shard 1 over world>
 !B = !mk.tensor<[4096, 8192], bf16, shard 0 over world>
@@ -13,16 +14,17 @@
 // GEMM + all-reduce on 1 x 2: 2048 tiles of 2 x 128 x 256 x 4096 FLOP (275 GFLOP) at 740 TFLOP/s,
 // with their partials put to the owner, and reducing this GPU's 1024 tiles (2 slots read, the sum
 // put to both GPUs: 403 MB through the CTAs at 36 GB/s each) balance at 110 and 22 CTAs, both
-// near 0.51 ms.
+// near 0.51 ms. 108 compute CTAs walk the 2048 tiles in the same 19 rounds as 110, and the
+// reduction is the faster role: the grid is 130.
 // CHECK-LABEL: mk.program @gemm_allreduce
-// CHECK-SAME: grid 132
-// CHECK: mk.role compute ctas 110
+// CHECK-SAME: grid 130
+// CHECK: mk.role compute ctas 108
 // CHECK: mk.role intra_reduce ctas 22
 // OVERRIDE-LABEL: mk.program @gemm_allreduce
 // OVERRIDE: mk.role compute ctas 100
 // OVERRIDE: mk.role intra_reduce ctas 20
-// EXPLAIN: remark: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
-// EXPLAIN-NEXT: compute 110 CTAs: {{.*}} ms for 274.9 GFLOP
+// EXPLAIN: remark: SM split of @gemm_allreduce on 130 CTAs (of 132 SMs), from the cost model:
+// EXPLAIN-NEXT: compute 108 CTAs: {{.*}} ms for 274.9 GFLOP
 // EXPLAIN-NEXT: intra_reduce 22 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
 mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
   %s = mk.buffer : !S
@@ -64,5 +66,44 @@ mk.program @author [] mesh <1x2> () attributes {mk.sm_split = {compute = 96, rep
   mk.role compute {
   }
   mk.role republish {
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[8192, 4096], bf16, shard 1 over world>
+!B = !mk.tensor<[4096, 8192], bf16, shard 0 over world>
+!C = !mk.tensor<[8192, 8192], bf16, replicated>
+
+// Compute alone (GEMM + all-reduce in place) takes the CTAs as far as they take rounds of tiles
+// off it: its 2048 tiles take 16 rounds on 132 CTAs and on 128, so the grid is 128.
+// CHECK-LABEL: mk.program @compute_alone
+// CHECK-SAME: grid 128
+// CHECK: mk.role compute ctas 128
+// EXPLAIN: remark: SM split of @compute_alone on 128 CTAs (of 132 SMs), from the cost model:
+// EXPLAIN-NEXT: compute 128 CTAs
+mk.program @compute_alone [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
+  mk.role compute {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+      %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+      %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+    }
+  }
+}
+
+// -----
+
+// A tile count the pass cannot know (an unbound shape symbol) leaves compute every spare CTA.
+// CHECK-LABEL: mk.program @unknown_tiles
+// CHECK-SAME: grid 132
+// CHECK: mk.role compute ctas 132
+mk.program @unknown_tiles [M] mesh <1x2> (%a: !mk.tensor<[M, 4096], bf16, shard 1 over world>,
+    %b: !mk.tensor<[4096, 8192], bf16, shard 0 over world>,
+    %c: !mk.tensor<[M, 8192], bf16, replicated>) {
+  mk.role compute {
+    mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[M, 8192], bf16, replicated> {
+      %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !mk.tensor<[M, 4096], bf16, shard 1 over world>, !mk.tensor<[4096, 8192], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    }
   }
 }

@@ -43,9 +43,10 @@ class GenerateCuda(unittest.TestCase):
                                             "gemm-cluster": 1})
         self.assertIn("mk::GemmConfig<mk::bf16, 256, 3, false, 4, 1>", chosen)
         self.assertNotIn("__cluster_dims__", chosen)
-        # A reduce role of 16 CTAs instead of the all-reduce in place on all 132.
-        self.assertIn("< (ptrdiff_t) 132) {", default)
-        self.assertIn('gemm_allreduce_sm_split[] = "compute=132";', default)
+        # A reduce role of 16 CTAs instead of the all-reduce in place, whose 128 tiles (128 x 128)
+        # take one round on 128 CTAs.
+        self.assertIn("< (ptrdiff_t) 128) {", default)
+        self.assertIn('gemm_allreduce_sm_split[] = "compute=128";', default)
         roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                   sm_split={"compute": 116, "intra_reduce": 16})
         self.assertIn("< (ptrdiff_t) 116) {", roles)

@@ -17,7 +17,7 @@
 // SPLIT: mk.role intra_reduce ctas 16
 // SPLIT: mk.role inter_reduce ctas 16
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=1024,N=1024,K=1024 --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=EXPLAIN
-// EXPLAIN: gemm_allreduce.mlir:{{[0-9]+}}:1: remark: SM split of @gemm_allreduce on 132 CTAs, from the cost model:
+// EXPLAIN: gemm_allreduce.mlir:{{[0-9]+}}:1: remark: SM split of @gemm_allreduce on {{[0-9]+}} CTAs (of 132 SMs), from the cost model:
 // EXPLAIN-NEXT: compute {{[0-9]+}} CTAs: {{.*}} GFLOP
 // EXPLAIN-NEXT: intra_reduce {{[0-9]+}} CTAs:
 // EXPLAIN-NEXT: inter_reduce {{[0-9]+}} CTAs:

@@ -122,12 +122,16 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
 def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
   let summary = "Split the persistent grid's CTAs into the roles, from a cost model";
   let description = [{
-    Sets the grid size to the SM count and gives each role a CTA count. The cost model estimates
-    the time of each role per launch: compute from its matmul FLOPs at the per-SM compute rate,
+    Gives each role a CTA count, and the grid what the roles take. The cost model estimates the
+    time of each role per launch: compute from its matmul FLOPs at the per-SM compute rate,
     transfers and reductions from their bytes at the per-CTA copy rate, capped by the bandwidth of
-    the link they use (NVLink, network). It then gives CTAs to the role that would finish last
-    until the times balance. `sm-split` (or a `mk.sm_split` dictionary on the program) overrides
-    it. With `explain`, a remark on the program shows the estimate and the split.
+    the link they use (NVLink, network). It then gives the SMs' CTAs to the role that would finish
+    last until the times balance, and the rest to compute. Compute keeps the fewest of them that
+    walk its tiles in as many rounds (of the same parity, so that clusters still pair CTAs): more
+    leave the CTA with the most tiles as many, and only contend for memory and power. Roles
+    slower than compute may take what it leaves. `sm-split` (or a `mk.sm_split` dictionary on the
+    program) overrides it. With `explain`, a remark on the program shows the estimate and the
+    split.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", "132", "CTAs of the persistent grid (one per SM)">,
