@@ -67,9 +67,10 @@ mk.program @kept [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
 
 // -----
 
-// The GEMM engine's tiles take the width with the fewest waves of tile work over the grid's 132
-// CTAs: 1024 x 1024 in 128 x 256 tiles is 32 tiles, one wave; in 128 x 128 tiles, 64, one wave of
-// half the work each. The grid's tile sizes and its tile values change together.
+// The GEMM engine's tiles take the width that takes the least time over the grid's 132 CTAs,
+// rounds of tiles times a tile's time (a 128 x 128 tile takes 0.54 of a 128 x 256): 1024 x 1024
+// in 128 x 256 tiles is 32 tiles, one round; in 128 x 128 tiles, 64, one round of shorter tiles.
+// The grid's tile sizes and its tile values change together.
 // CHECK-LABEL: mk.program @narrow
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 8> :
 // CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 128], f32>
@@ -87,8 +88,8 @@ mk.program @narrow [] mesh <1x2> (%a: !mk.tensor<[1024, 1024], bf16, shard 1 ove
 
 // -----
 
-// 8192 x 8192 is 2048 tiles of 128 x 256 in 16 waves, or 4096 of 128 x 128 in 32 waves of half
-// the work: a tie, which the wider tiles win. gemm-tile-n=128 narrows them.
+// 8192 x 8192 is 2048 tiles of 128 x 256 in 16 rounds (1600), or 4096 of 128 x 128 in 32 (1728).
+// gemm-tile-n=128 narrows them.
 // CHECK-LABEL: mk.program @wide
 // CHECK: tiles [128, 256]
 // CHECK: -> !mk.tile<[128, 256], f32>
@@ -102,5 +103,21 @@ mk.program @wide [] mesh <1x2> (%a: !mk.tensor<[8192, 8192], bf16, shard 1 over 
     %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[8192, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 8192], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
     mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, replicated>
+  }
+}
+
+// -----
+
+// 16384 x 8192 is 4096 tiles of 128 x 256 in 32 rounds (3200), or 8192 of 128 x 128 in 63 (3402):
+// fewer columns of tile work, but more time (measured: 1.51 ms against 1.42 at K = 4096).
+// CHECK-LABEL: mk.program @tall
+// CHECK: tiles [128, 256]
+mk.program @tall [] mesh <1x2> (%a: !mk.tensor<[16384, 8192], bf16, shard 1 over world>,
+                                %b: !mk.tensor<[8192, 8192], bf16, shard 0 over world>,
+                                %c: !mk.tensor<[16384, 8192], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[16384, 8192], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[16384, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 8192], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[16384, 8192], bf16, replicated>
   }
 }

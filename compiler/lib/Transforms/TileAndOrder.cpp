@@ -16,9 +16,14 @@ namespace {
 constexpr int64_t kSwizzleGroup = 8;
 /// Smallest main-loop depth: one mma.sync k-step.
 constexpr int64_t kMinKTile = 16;
-/// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first.
+/// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
+/// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
+/// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded).
 constexpr int64_t kEngineTileRows = 128;
-constexpr int64_t kEngineTileWidths[] = {256, 128};
+struct EngineTileWidth {
+  int64_t columns, time;
+};
+constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}};
 
 /// The main-loop depth whose rows are 128 bytes, halved until it divides `extent`.
 FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
@@ -61,7 +66,8 @@ SmallVector<Value> valuesInside(TileGridOp grid) {
 std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   ArrayRef<int64_t> sizes = grid.getTileSizes();
   if (sizes.size() != 2 || sizes[0] != kEngineTileRows ||
-      !llvm::is_contained(kEngineTileWidths, sizes[1]))
+      llvm::none_of(kEngineTileWidths,
+                    [&](EngineTileWidth width) { return width.columns == sizes[1]; }))
     return std::nullopt;
   bool uniform = llvm::all_of(valuesInside(grid), [&](Value value) {
     auto tile = dyn_cast<TileType>(value.getType());
@@ -72,17 +78,18 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   return sizes[1];
 }
 
-/// The engine's tile width, at most `widest`, that takes the fewest waves of tile work over
-/// `ctas` CTAs for `rows` x `cols`, a tile's work counted by its width; the wider on a tie.
+/// The engine's tile width, at most `widest`, that takes the least time for `rows` x `cols` on
+/// `ctas` CTAs: the rounds of tiles the busiest CTA walks times a tile's time; the wider on a tie.
 int64_t fewestWaves(int64_t rows, int64_t cols, int64_t widest, int64_t ctas) {
   int64_t best = widest, bestCost = std::numeric_limits<int64_t>::max();
-  for (int64_t width : kEngineTileWidths) {
-    if (width > widest)
+  for (EngineTileWidth width : kEngineTileWidths) {
+    if (width.columns > widest)
       continue;
-    int64_t tiles = llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width);
-    int64_t cost = llvm::divideCeil(tiles, ctas) * width;
+    int64_t tiles =
+        llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width.columns);
+    int64_t cost = llvm::divideCeil(tiles, ctas) * width.time;
     if (cost < bestCost) {
-      best = width;
+      best = width.columns;
       bestCost = cost;
     }
   }
@@ -143,7 +150,9 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
       return signalPassFailure();
 
     int64_t forced = gemmTileN;
-    if (forced != 0 && !llvm::is_contained(kEngineTileWidths, forced)) {
+    if (forced != 0 && llvm::none_of(kEngineTileWidths, [&](EngineTileWidth width) {
+          return width.columns == forced;
+        })) {
       program.emitError() << "gemm-tile-n=" << forced
                           << ": the GEMM engine's tiles are 128 or 256 columns wide";
       return signalPassFailure();
