@@ -38,5 +38,11 @@
 // What a rank hands the network per launch, counted on the compiled schedule: with G GPUs a node,
 // 1/G of a flat all-reduce's (2x1: the whole 8192 x 8192 bf16 partial, 134.2 MB).
 // FLAT: compute {{[0-9]+}} CTAs: {{.*}}, 134.2 MB over the network
-// BYTES: intra_reduce {{[0-9]+}} CTAs: {{.*}}, 67.1 MB over the network
+// The split at 2x2: compute's 2048 tiles take 21 rounds on the 102 CTAs the cost model gives it
+// and on 98; inter_reduce, slower than compute on 20 (0.559 ms against 0.554), takes 2 of the 4
+// left, and 2 are not launched.
+// BYTES: SM split of @gemm_allreduce on 130 CTAs (of 132 SMs), from the cost model:
+// BYTES-NEXT: compute 98 CTAs:
+// BYTES-NEXT: intra_reduce 10 CTAs: {{.*}}, 67.1 MB over the network
+// BYTES-NEXT: inter_reduce 22 CTAs:
 // BYTES4: intra_reduce {{[0-9]+}} CTAs: {{.*}}, 33.6 MB over the network

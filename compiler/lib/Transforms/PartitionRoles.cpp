@@ -7,9 +7,6 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <cmath>
-#include <limits>
-
 namespace mlir::mk {
 #define GEN_PASS_DEF_MKPARTITIONROLES
 #include "mk/Transforms/Passes.h.inc"
@@ -73,7 +70,7 @@ public:
   /// The fewest CTAs, of the same parity as `ctas` (clusters pair CTAs), that walk each of
   /// `role`'s tile grids in as many rounds as `ctas` do: the CTA with the most tiles has as many
   /// either way, and the CTAs left out would only contend for memory and power (on an H200 the
-  /// GEMM engine's 2,048 tiles of 8192 x 8192 x 4096 ran 1-2% faster on 128 CTAs than on 132).
+  /// GEMM engine's 2,048 tiles of 8192 x 8192 x 4096 ran 0.5-2% faster on 128 CTAs than on 132).
   /// `ctas` where a grid's tile count is not known.
   int64_t fewestCtasForRounds(RoleOp role, int64_t ctas) {
     SmallVector<int64_t> tileCounts;
@@ -319,8 +316,7 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
       return applyOverride(program, works, text);
 
     source = "the cost model";
-    int64_t spare = give(works, model, smCount - static_cast<int64_t>(works.size()), 1,
-                         std::numeric_limits<double>::infinity());
+    int64_t spare = give(works, model, smCount - static_cast<int64_t>(works.size()), 1);
     auto compute = llvm::find_if(works, [](const RoleWork &work) { return work.isCompute(); });
     if (compute == works.end())
       return success();
@@ -334,17 +330,16 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     return success();
   }
 
-  /// Gives up to `spare` CTAs, `step` at a time, each time to the role that would finish last if
-  /// it takes longer than `above` (compute only when `above` is infinite) and `step` more CTAs make
-  /// it faster; returns the CTAs left.
+  /// Gives up to `spare` CTAs, `step` at a time, each time to the role that would finish last,
+  /// as long as `step` more CTAs make it faster; with `slowerThan`, only to the roles other than
+  /// compute that take longer than that. Returns the CTAs left.
   static int64_t give(MutableArrayRef<RoleWork> works, const CostModel &model, int64_t spare,
-                      int64_t step, double above) {
-    const bool toCompute = std::isinf(above);
+                      int64_t step, std::optional<double> slowerThan = std::nullopt) {
     for (; spare >= step; spare -= step) {
       RoleWork *slowest = nullptr;
-      double worst = toCompute ? -1 : above;
+      double worst = slowerThan.value_or(-1);
       for (RoleWork &work : works) {
-        if (work.isCompute() && !toCompute)
+        if (work.isCompute() && slowerThan)
           continue;
         double seconds = model.seconds(work, work.ctas);
         if (seconds > worst && model.seconds(work, work.ctas + step) < seconds) {
