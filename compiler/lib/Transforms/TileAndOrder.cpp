@@ -25,6 +25,11 @@ struct EngineTileWidth {
 };
 constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}};
 
+bool isEngineTileWidth(int64_t columns) {
+  return llvm::any_of(kEngineTileWidths,
+                      [&](EngineTileWidth width) { return width.columns == columns; });
+}
+
 /// The main-loop depth whose rows are 128 bytes, halved until it divides `extent`.
 FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
   int64_t kTile = 1024 / element.getIntOrFloatBitWidth();
@@ -65,9 +70,7 @@ SmallVector<Value> valuesInside(TileGridOp grid) {
 /// matmul tiles whose every tile value has the grid's tile shape; else nullopt.
 std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   ArrayRef<int64_t> sizes = grid.getTileSizes();
-  if (sizes.size() != 2 || sizes[0] != kEngineTileRows ||
-      llvm::none_of(kEngineTileWidths,
-                    [&](EngineTileWidth width) { return width.columns == sizes[1]; }))
+  if (sizes.size() != 2 || sizes[0] != kEngineTileRows || !isEngineTileWidth(sizes[1]))
     return std::nullopt;
   bool uniform = llvm::all_of(valuesInside(grid), [&](Value value) {
     auto tile = dyn_cast<TileType>(value.getType());
@@ -80,7 +83,7 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
 
 /// The engine's tile width, at most `widest`, that takes the least time for `rows` x `cols` on
 /// `ctas` CTAs: the rounds of tiles the busiest CTA walks times a tile's time; the wider on a tie.
-int64_t fewestWaves(int64_t rows, int64_t cols, int64_t widest, int64_t ctas) {
+int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t widest, int64_t ctas) {
   int64_t best = widest, bestCost = std::numeric_limits<int64_t>::max();
   for (EngineTileWidth width : kEngineTileWidths) {
     if (width.columns > widest)
@@ -150,9 +153,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
       return signalPassFailure();
 
     int64_t forced = gemmTileN;
-    if (forced != 0 && llvm::none_of(kEngineTileWidths, [&](EngineTileWidth width) {
-          return width.columns == forced;
-        })) {
+    if (forced != 0 && !isEngineTileWidth(forced)) {
       program.emitError() << "gemm-tile-n=" << forced
                           << ": the GEMM engine's tiles are 128 or 256 columns wide";
       return signalPassFailure();
@@ -170,7 +171,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
       int64_t chosen = forced ? forced
                        : ShapedType::isDynamic(rows) || ShapedType::isDynamic(cols)
                            ? *width
-                           : fewestWaves(rows, cols, *width, smCount);
+                           : fastestTileWidth(rows, cols, *width, smCount);
       if (chosen != *width)
         setTileWidth(grid, chosen);
       return WalkResult::advance();
