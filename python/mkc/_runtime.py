@@ -56,9 +56,10 @@ class Runtime:
     """This process's rank of a job: its GPU, its symmetric memory and its JIT (mkc_runtime).
 
     One per process, under a launcher (torchrun, srun, mpirun, mkc-launch) that says which rank
-    it is. Creating it is collective, as are empty(), compile(), barrier() and close(): every rank
-    makes the same calls in the same order. None takes the default, which the environment may
-    override (MKC_SYMMETRIC_BYTES, MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_CACHE_DIR):
+    it is; a process that no launcher started is a world of one. Creating it is collective, as
+    are empty(), compile(), barrier() and close(): every rank makes the same calls in the same
+    order. None takes the default, which the environment may override (MKC_SYMMETRIC_BYTES,
+    MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_CACHE_DIR):
 
       symmetric_bytes  symmetric memory per rank, taken from the GPU up front
       flag_words       flag words per rank, shared out among the ops
@@ -66,8 +67,9 @@ class Runtime:
       cache_dir        the JIT's on-disk cache
 
     Raises mkc.Error: MKC_ERROR_NO_DEVICE without a usable driver or GPU, MKC_ERROR_BOOTSTRAP
-    outside a launcher or when the ranks do not meet. Use it as a context manager or close() it;
-    after that, its methods (and its ops' and tensors') raise mkc.Error, its properties remain.
+    when the launcher's variables are missing or inconsistent or the ranks do not meet. Use it as
+    a context manager or close() it; after that, its methods (and its ops' and tensors') raise
+    mkc.Error, its properties remain.
     """
 
     def __init__(self, symmetric_bytes=None, flag_words=None, device=None, cache_dir=None):

@@ -114,9 +114,7 @@ Launcher detectLauncher(const VariableReader &env) {
     return Launcher::Slurm;
   if (env.has("MKC_RANK") || env.has("MKC_WORLD_SIZE"))
     return Launcher::Explicit;
-  throw BootstrapError("no launcher found: run under torchrun (RANK, WORLD_SIZE), srun "
-                       "(SLURM_PROCID) or mpirun (OMPI_COMM_WORLD_RANK), or set MKC_RANK and "
-                       "MKC_WORLD_SIZE");
+  return Launcher::Standalone;
 }
 
 EnvironmentValue requireInteger(const VariableReader &env, Launcher launcher,
@@ -176,6 +174,7 @@ std::string jobIdOf(const VariableReader &env, Launcher launcher) {
     break;
   }
   case Launcher::Explicit:
+  case Launcher::Standalone:
     break;
   }
   return id ? std::string(id->value) : std::string();
@@ -293,6 +292,8 @@ std::string_view launcherName(Launcher launcher) {
   switch (launcher) {
   case Launcher::Explicit:
     return "MKC_* variables";
+  case Launcher::Standalone:
+    return "no launcher";
   case Launcher::Torchrun:
     return "torchrun";
   case Launcher::Slurm:
@@ -326,12 +327,17 @@ LaunchEnvironment detectLaunchEnvironment(const Environment &environment) {
               {"MKC_LOCAL_RANK", "SLURM_LOCALID"},
               {"MKC_LOCAL_WORLD_SIZE"}};
     case Launcher::Explicit:
+    case Launcher::Standalone:
       break;
     }
     return {{"MKC_RANK"}, {"MKC_WORLD_SIZE"}, {"MKC_LOCAL_RANK"}, {"MKC_LOCAL_WORLD_SIZE"}};
   }();
-  const EnvironmentValue rank = requireInteger(env, launch.launcher, names.rank);
-  const EnvironmentValue worldSize = requireInteger(env, launch.launcher, names.worldSize);
+  const bool standalone = launch.launcher == Launcher::Standalone;
+  const EnvironmentValue rank = standalone ? EnvironmentValue{0, "MKC_RANK"}
+                                           : requireInteger(env, launch.launcher, names.rank);
+  const EnvironmentValue worldSize =
+      standalone ? EnvironmentValue{1, "MKC_WORLD_SIZE"}
+                 : requireInteger(env, launch.launcher, names.worldSize);
   launch.rank = rank.value;
   launch.worldSize = worldSize.value;
   launch.localRank = env.integer(names.localRank);
@@ -352,13 +358,20 @@ LaunchEnvironment detectLaunchEnvironment(const Environment &environment) {
 
   launch.jobId = jobIdOf(env, launch.launcher);
   Rendezvous &rendezvous = launch.rendezvous;
-  rendezvous.address = masterAddressOf(env, launch.launcher);
-  rendezvous.port = storePortOf(env, launch.launcher, launch.jobId);
+  // A world of one meets no one: its store needs no address, and its token tells it apart from
+  // the other worlds of one on the host by the process.
+  if (launch.worldSize > 1) {
+    rendezvous.address = masterAddressOf(env, launch.launcher);
+    rendezvous.port = storePortOf(env, launch.launcher, launch.jobId);
+  }
   if (auto token = env.first({"MKC_JOB_TOKEN"}))
     rendezvous.jobToken = token->value;
-  else
+  else if (launch.worldSize > 1)
     rendezvous.jobToken = fmt::format("{}|{}|{}:{}", launcherName(launch.launcher), launch.jobId,
                                       rendezvous.address, rendezvous.port);
+  else
+    rendezvous.jobToken =
+        fmt::format("{}|{}|pid {}", launcherName(launch.launcher), launch.jobId, ::getpid());
   rendezvous.timeout = timeoutOf(env);
   return launch;
 }
@@ -1233,6 +1246,8 @@ TcpStore::TcpStore(int rank, int worldSize, const Rendezvous &rendezvous)
     : rank_(rank), worldSize_(worldSize), timeout_(rendezvous.timeout), owner_(::getpid()) {
   if (worldSize < 1 || rank < 0 || rank >= worldSize)
     throw BootstrapError(fmt::format("rank {} of a world of {}: no such rank", rank, worldSize));
+  if (worldSize == 1)
+    return;
   const auto start = Clock::now();
   if (rank == 0)
     server_ = std::make_unique<Server>(worldSize, rendezvous);
@@ -1256,12 +1271,17 @@ std::vector<std::vector<std::byte>> TcpStore::allGather(std::span<const std::byt
 
 std::vector<std::vector<std::byte>> TcpStore::allGather(std::span<const std::byte> blob,
                                                         Timeout timeout) {
+  if (!client_)
+    return {std::vector<std::byte>(blob.begin(), blob.end())};
   return client_->collect(Operation::AllGather, blob, timeout);
 }
 
 void TcpStore::barrier() { barrier(timeout_); }
 
-void TcpStore::barrier(Timeout timeout) { client_->collect(Operation::Barrier, {}, timeout); }
+void TcpStore::barrier(Timeout timeout) {
+  if (client_)
+    client_->collect(Operation::Barrier, {}, timeout);
+}
 
 //===----------------------------------------------------------------------===//
 // Nodes

@@ -11,7 +11,8 @@
 // VIRTUAL: mkc: error: --arch=compute_90a gives no cubin; use sm_XX or --emit=ptx
 
 // --rank binds the rank; --sm-split overrides the cost model; --explain-sm-split says why.
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --rank 5 --shape M=1024,N=1024,K=1024 --sm-split compute=100,intra_reduce=16,inter_reduce=16 --emit=mlir | FileCheck %s --check-prefix=SPLIT
+// --shapes (as the diagnostics of an unbound symbol spell it) is --shape.
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --rank 5 --shapes M=1024,N=1024,K=1024 --sm-split compute=100,intra_reduce=16,inter_reduce=16 --emit=mlir | FileCheck %s --check-prefix=SPLIT
 // SPLIT: mk.program @gemm_allreduce {{.*}} mesh <2x4> rank 5 ({{.*}}) grid 132 {
 // SPLIT: mk.role compute ctas 100
 // SPLIT: mk.role intra_reduce ctas 16

@@ -39,6 +39,9 @@ cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for (default: any)"), cl
                       cl::cat(category));
 cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
                              cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
+// The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
+cl::alias shapesAlias("shapes", cl::desc("Alias for --shape"), cl::aliasopt(shapes),
+                      cl::CommaSeparated, cl::cat(category));
 cl::opt<std::string> arch("arch", cl::desc("GPU architecture for NVRTC"), cl::init("sm_90a"),
                           cl::cat(category));
 cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),

@@ -144,6 +144,29 @@ TEST_CASE("bootstrap: MKC_ variables alone", "[bootstrap][environment]") {
   CHECK_FALSE(launch.rendezvous.jobToken.empty());
 }
 
+TEST_CASE("bootstrap: a process without a launcher is a world of one",
+          "[bootstrap][environment]") {
+  const LaunchEnvironment launch = detectLaunchEnvironment(Environment{});
+  CHECK(launch.launcher == Launcher::Standalone);
+  CHECK(launch.rank == 0);
+  CHECK(launch.worldSize == 1);
+  CHECK_FALSE(launch.localRank);
+  // It meets no one, so it needs no address; its token names the process, so that two worlds
+  // of one on a host do not take each other's node sockets.
+  CHECK(launch.rendezvous.address.empty());
+  CHECK(launch.rendezvous.port == 0);
+  CHECK_THAT(launch.rendezvous.jobToken,
+             Catch::EndsWith(fmt::format("|pid {}", ::getpid())));
+  // So is a launch of one rank, whatever says so.
+  const LaunchEnvironment one = detectLaunchEnvironment(
+      with(torchrunEnvironment(), {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"},
+                                   {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", ""}}));
+  CHECK(one.launcher == Launcher::Torchrun);
+  CHECK(one.worldSize == 1);
+  CHECK(one.rendezvous.address.empty());
+  CHECK(detectLaunchEnvironment({{"MKC_JOB_TOKEN", "mine"}}).rendezvous.jobToken == "mine");
+}
+
 TEST_CASE("bootstrap: srun's variables", "[bootstrap][environment]") {
   const LaunchEnvironment launch = detectLaunchEnvironment(srunEnvironment());
   CHECK(launch.launcher == Launcher::Slurm);
@@ -222,9 +245,6 @@ TEST_CASE("bootstrap: errors name the missing or inconsistent variable",
           "[bootstrap][environment]") {
   const Environment torchrun = torchrunEnvironment();
   const std::vector<std::pair<Environment, std::string>> cases = {
-      {{},
-       "no launcher found: run under torchrun (RANK, WORLD_SIZE), srun (SLURM_PROCID) or mpirun "
-       "(OMPI_COMM_WORLD_RANK), or set MKC_RANK and MKC_WORLD_SIZE"},
       {with(torchrun, {{"WORLD_SIZE", ""}}), "torchrun: MKC_WORLD_SIZE or WORLD_SIZE is not set"},
       {with(torchrun, {{"RANK", "8"}}), "RANK=8 is not less than WORLD_SIZE=8"},
       {with(torchrun, {{"MKC_RANK", "9"}}), "MKC_RANK=9 is not less than WORLD_SIZE=8"},
@@ -253,8 +273,10 @@ TEST_CASE("bootstrap: errors name the missing or inconsistent variable",
        "MKC_BOOTSTRAP_TIMEOUT='soon' is not a number of seconds"},
       {with(srunEnvironment(), {{"SLURM_STEP_NUM_TASKS", ""}, {"SLURM_NTASKS", ""}}),
        "srun: MKC_WORLD_SIZE or SLURM_STEP_NUM_TASKS or SLURM_NTASKS is not set"},
-      {{{"MKC_RANK", "0"}, {"MKC_WORLD_SIZE", "1"}, {"MKC_MASTER_ADDR", "127.0.0.1"}},
+      {{{"MKC_RANK", "0"}, {"MKC_WORLD_SIZE", "2"}, {"MKC_MASTER_ADDR", "127.0.0.1"}},
        "MKC_* variables: MKC_MASTER_PORT or MASTER_PORT is not set"},
+      {{{"MKC_RANK", "0"}}, "MKC_* variables: MKC_WORLD_SIZE is not set"},
+      {{{"MKC_GPUS_PER_NODE", "2"}}, "MKC_GPUS_PER_NODE=2 does not divide MKC_WORLD_SIZE=1"},
   };
   for (const auto &[environment, error] : cases)
     CHECK(errorOf(environment) == error);
@@ -439,6 +461,18 @@ TEST_CASE("bootstrap: allGather and barrier across four processes", "[bootstrap]
     CHECK(report.succeeded);
     CHECK(report.text == "|b|8388608 bytes|ddd|0|1|4|9|");
   }
+}
+
+TEST_CASE("bootstrap: a world of one answers in the process", "[bootstrap][store]") {
+  // No port: a store that listened or connected would fail here.
+  TcpStore store(0, 1, Rendezvous{"", 0, "token", 100ms});
+  const std::vector<std::vector<std::byte>> blobs = store.allGather(bytesOf("alone"));
+  REQUIRE(blobs.size() == 1);
+  CHECK(textOf(blobs[0]) == "alone");
+  store.barrier();
+  ProcessGroup group(detectLaunchEnvironment(Environment{}));
+  CHECK(group.nodeCount() == 1);
+  CHECK(group.nodeRanks() == std::vector<int>{0});
 }
 
 TEST_CASE("bootstrap: a rank that never arrives is named within the timeout",

@@ -4,8 +4,10 @@
 // (RANK..., SLURM_*, OMPI_COMM_WORLD_*); MKC_RANK, MKC_WORLD_SIZE, MKC_LOCAL_RANK,
 // MKC_LOCAL_WORLD_SIZE, MKC_MASTER_ADDR and MKC_MASTER_PORT override field by field. The
 // innermost launcher wins: torchrun, then Open MPI, then Slurm (the first two may run inside a
-// Slurm allocation). The store listens on MKC_MASTER_PORT, else MASTER_PORT + 1 (torchrun's agent
-// and torch.distributed hold MASTER_PORT), else a port derived from the job id.
+// Slurm allocation). A process that no launcher started is a world of one (as if MKC_RANK=0
+// and MKC_WORLD_SIZE=1). The store listens on MKC_MASTER_PORT, else MASTER_PORT + 1 (torchrun's
+// agent and torch.distributed hold MASTER_PORT), else a port derived from the job id. A world of
+// one needs neither address nor port: its store answers in the process.
 //
 // How ranks meet: rank 0 runs a TcpStore service thread at the master address; every rank,
 // rank 0 included, connects to it (retrying until the timeout, MKC_BOOTSTRAP_TIMEOUT seconds,
@@ -57,9 +59,9 @@ using Environment = std::map<std::string, std::string, std::less<>>;
 /// This process's environment.
 Environment processEnvironment();
 
-enum class Launcher { Explicit, Torchrun, Slurm, OpenMpi };
+enum class Launcher { Explicit, Torchrun, Slurm, OpenMpi, Standalone };
 
-/// "MKC_* variables", "torchrun", "srun", "mpirun (Open MPI)".
+/// "MKC_* variables", "torchrun", "srun", "mpirun (Open MPI)", "no launcher".
 std::string_view launcherName(Launcher launcher);
 
 /// "rank 3", "ranks 0-2, 5" for ascending ranks: how errors name them.
@@ -109,7 +111,8 @@ LaunchEnvironment detectLaunchEnvironment();
 class TcpStore {
 public:
   /// Rank 0 starts listening; every rank then connects and is admitted, or throws
-  /// BootstrapError (rank 0 unreachable within the timeout, or the connection rejected).
+  /// BootstrapError (rank 0 unreachable within the timeout, or the connection rejected). A world
+  /// of one does neither.
   TcpStore(int rank, int worldSize, const Rendezvous &rendezvous);
   /// Says goodbye (so that others do not take this rank for dead); rank 0 then delivers what it
   /// still owes the others, within the timeout, and stops serving. In a process forked from the
