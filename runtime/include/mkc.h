@@ -63,7 +63,8 @@ typedef struct mkc_runtime_options {
    MKC_CACHE_DIR. */
 mkc_status mkc_runtime_options_default(mkc_runtime_options *options);
 
-/* Joins the job its launcher describes; `options` may be NULL for the defaults. Collective. */
+/* Joins the job its launcher describes (none: a world of one); `options` may be NULL for the
+   defaults. Collective. */
 mkc_status mkc_runtime_create(const mkc_runtime_options *options, mkc_runtime **runtime);
 /* Tears the runtime down (collective); its ops must be destroyed first. NULL is a no-op. */
 mkc_status mkc_runtime_destroy(mkc_runtime *runtime);
