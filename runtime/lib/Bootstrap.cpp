@@ -358,20 +358,19 @@ LaunchEnvironment detectLaunchEnvironment(const Environment &environment) {
 
   launch.jobId = jobIdOf(env, launch.launcher);
   Rendezvous &rendezvous = launch.rendezvous;
-  // A world of one meets no one: its store needs no address, and its token tells it apart from
-  // the other worlds of one on the host by the process.
+  // A world of one meets no one: its store needs no address, and the process tells it apart
+  // from the other worlds of one on the host.
+  std::string meetingPlace = fmt::format("pid {}", ::getpid());
   if (launch.worldSize > 1) {
     rendezvous.address = masterAddressOf(env, launch.launcher);
     rendezvous.port = storePortOf(env, launch.launcher, launch.jobId);
+    meetingPlace = fmt::format("{}:{}", rendezvous.address, rendezvous.port);
   }
   if (auto token = env.first({"MKC_JOB_TOKEN"}))
     rendezvous.jobToken = token->value;
-  else if (launch.worldSize > 1)
-    rendezvous.jobToken = fmt::format("{}|{}|{}:{}", launcherName(launch.launcher), launch.jobId,
-                                      rendezvous.address, rendezvous.port);
   else
     rendezvous.jobToken =
-        fmt::format("{}|{}|pid {}", launcherName(launch.launcher), launch.jobId, ::getpid());
+        fmt::format("{}|{}|{}", launcherName(launch.launcher), launch.jobId, meetingPlace);
   rendezvous.timeout = timeoutOf(env);
   return launch;
 }
@@ -1271,7 +1270,7 @@ std::vector<std::vector<std::byte>> TcpStore::allGather(std::span<const std::byt
 
 std::vector<std::vector<std::byte>> TcpStore::allGather(std::span<const std::byte> blob,
                                                         Timeout timeout) {
-  if (!client_)
+  if (worldSize_ == 1)
     return {std::vector<std::byte>(blob.begin(), blob.end())};
   return client_->collect(Operation::AllGather, blob, timeout);
 }
@@ -1279,7 +1278,7 @@ std::vector<std::vector<std::byte>> TcpStore::allGather(std::span<const std::byt
 void TcpStore::barrier() { barrier(timeout_); }
 
 void TcpStore::barrier(Timeout timeout) {
-  if (client_)
+  if (worldSize_ > 1)
     client_->collect(Operation::Barrier, {}, timeout);
 }
 
