@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mk/Transforms/Passes.h"
+#include "mk/Transforms/TileWalk.h"
 
 #include "mk/IR/MkOps.h"
 
@@ -81,7 +82,7 @@ struct KernelLayout {
   /// Whether every role has an even number of CTAs, so that no cluster of 2 spans two roles.
   bool rolesPairUp = false;
   /// The tile loops whose CTAs 2c and 2c + 1 take the two rows of a column's pair of tiles, in
-  /// step (see pairsRows).
+  /// step (TileWalk::pairsRows).
   DenseSet<Operation *> pairedLoops;
 
   /// A tensor map's element type (mk/abi.h): exact for what TMA reductions add, else by size.
@@ -215,6 +216,18 @@ private:
   OpBuilder &b;
   Location loc;
   Type sizeT;
+};
+
+/// Arith as the index arithmetic of TileWalk.h's definitions.
+struct EmitCIndexOps {
+  using Index = Value;
+  Arith &a;
+  Index c(int64_t v) { return a.constant(v); }
+  Index add(Index x, Index y) { return a.add(x, y); }
+  Index sub(Index x, Index y) { return a.sub(x, y); }
+  Index mul(Index x, Index y) { return a.mul(x, y); }
+  Index div(Index x, Index y) { return a.div(x, y); }
+  Index rem(Index x, Index y) { return a.rem(x, y); }
 };
 
 //===----------------------------------------------------------------------===//
@@ -491,15 +504,6 @@ private:
   /// asked or by default, if the roles and the loops pair CTAs up and B is [K x N] in whole
   /// 128-column panels; else 1, or an error if 2 was asked.
   FailureOr<int64_t> engineCluster(Location loc, ArrayRef<MatmulOp> matmuls);
-  /// The coordinates of the tile at position `pos` of a grid with `counts` tiles per dim, in
-  /// `order`, as index values.
-  SmallVector<Value> decode(OpBuilder &b, Location loc, Value pos, ArrayRef<int64_t> counts,
-                            TileOrderAttr order, Value rotation);
-  /// Whether a loop over a 2-D grid of `counts` tiles in `order` (rotated by rank, local first),
-  /// strided over `ctas` CTAs, gives CTAs 2c and 2c + 1 the same number of tiles, each pair in
-  /// the same column and rows 2i and 2i + 1: an even stride and count, bands of an even number
-  /// of rows, and even rotations.
-  bool pairsRows(ArrayRef<int64_t> counts, int64_t ctas, TileOrderAttr order, bool rotated) const;
 
   ProgramOp program;
   KernelLayout &layout;
@@ -910,203 +914,34 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
   return success();
 }
 
-SmallVector<Value> StructureLowering::decode(OpBuilder &b, Location loc, Value pos,
-                                             ArrayRef<int64_t> counts, TileOrderAttr order,
-                                             Value rotation) {
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
-  int64_t rank = counts.size();
-  SmallVector<Value> coords(rank);
-  // The last two dims are ordered; the leading dims are outer loops.
-  int64_t inner = rank >= 2 ? counts[rank - 2] * counts[rank - 1] : counts[rank - 1];
-  Value rest = arith::DivSIOp::create(b, loc, pos, c(inner));
-  Value within = arith::RemSIOp::create(b, loc, pos, c(inner));
-  for (int64_t d = rank - 3; d >= 0; --d) {
-    coords[d] = arith::RemSIOp::create(b, loc, rest, c(counts[d]));
-    rest = arith::DivSIOp::create(b, loc, rest, c(counts[d]));
-  }
-  if (rank == 1) {
-    coords[0] = within;
-    return coords;
-  }
-  int64_t rows = counts[rank - 2], cols = counts[rank - 1];
-  TileOrderKind kind = order ? order.getKind() : TileOrderKind::row_major;
-  Value row, col;
-  switch (kind) {
-  case TileOrderKind::row_major:
-    row = arith::DivSIOp::create(b, loc, within, c(cols));
-    col = arith::RemSIOp::create(b, loc, within, c(cols));
-    break;
-  case TileOrderKind::column_major:
-    col = arith::DivSIOp::create(b, loc, within, c(rows));
-    row = arith::RemSIOp::create(b, loc, within, c(rows));
-    break;
-  case TileOrderKind::swizzle: {
-    // Bands of `group` tile rows, walked column by column.
-    int64_t group = order.getGroup();
-    Value band = arith::DivSIOp::create(b, loc, within, c(group * cols));
-    Value inBand = arith::RemSIOp::create(b, loc, within, c(group * cols));
-    Value firstRow = arith::MulIOp::create(b, loc, band, c(group));
-    Value rowsLeft = arith::SubIOp::create(b, loc, c(rows), firstRow);
-    Value bandRows = arith::SelectOp::create(
-        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, rowsLeft, c(group)),
-        rowsLeft, c(group));
-    row = arith::AddIOp::create(b, loc, firstRow, arith::RemSIOp::create(b, loc, inBand, bandRows));
-    col = arith::DivSIOp::create(b, loc, inBand, bandRows);
-    break;
-  }
-  }
-  if (rotation)
-    row = arith::RemSIOp::create(b, loc, arith::AddIOp::create(b, loc, row, rotation), c(rows));
-  coords[rank - 2] = row;
-  coords[rank - 1] = col;
-  return coords;
-}
-
-bool StructureLowering::pairsRows(ArrayRef<int64_t> counts, int64_t ctas, TileOrderAttr order,
-                                  bool rotated) const {
-  if (counts.size() != 2 || ctas % 2 || counts[0] % 2 || !order ||
-      order.getKind() != TileOrderKind::swizzle || order.getGroup() % 2)
-    return false;
-  // The rotation of rank r is r * rows / world (decode).
-  int64_t world = mesh.getWorldSize();
-  for (int64_t rank = 0; rotated && rank < world; ++rank)
-    if (rank * counts[0] / world % 2)
-      return false;
-  return true;
-}
-
 LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas) {
   Location loc = grid.getLoc();
-  DistTensorType target = grid.getTargetType();
-  PlacementAttr placement = target.getPlacement();
   if (grid.getRowCounts())
     return grid.emitOpError() << "is bounded by row counts, which have no CUDA lowering yet";
-  // A shard whose tiles do not fit it exactly would leave partial tiles inside the global tensor.
-  for (auto [d, size] : llvm::enumerate(grid.getTileSizes()))
-    if (placement.shardsDim(d) && !grid.getGlobal() && !ShapedType::isDynamic(size) &&
-        target.getLocalExtent(d, mesh) % size != 0)
-      return grid.emitOpError() << "masks the tiles of a shard, which has no CUDA lowering yet";
+  FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);
+  if (failed(walk))
+    return failure();
 
   OpBuilder b(grid);
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
-  Value myNode = toIndex(b, loc, layout.node), myGpu = toIndex(b, loc, layout.gpu);
-  int64_t gpus = mesh.getGpus();
-  auto indexAlong = [&](MeshAxis axis, Value n, Value g) -> Value {
-    switch (axis) {
-    case MeshAxis::world:
-      return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, n, c(gpus)), g);
-    case MeshAxis::nodes:
-      return n;
-    case MeshAxis::gpus:
-      return g;
-    }
-    llvm_unreachable("unknown axis");
-  };
-
-  // Which shards the grid visits (each with `perShard` tiles), or the whole tensor.
-  bool byShard = placement.isSharded() && (!grid.getGlobal() || grid.getDistribute());
-  int64_t rank = target.getRank();
-  SmallVector<int64_t> counts;
-  for (int64_t d = 0; d < rank; ++d) {
-    int64_t extent = byShard ? target.getLocalExtent(d, mesh) : target.getShape()[d];
-    int64_t size = grid.getTileSizes()[d];
-    counts.push_back(ShapedType::isDynamic(size) ? 1 : llvm::divideCeil(extent, size));
-  }
-  int64_t perShard = 1;
-  for (int64_t count : counts)
-    perShard *= count;
-
-  int64_t shards = 1, stride = 1;
-  Value firstShard, strideOffset;
-  bool shardsOfThisGpu = false; // the shards of the ranks with this GPU index, one per node
-  if (byShard) {
-    MeshAxis axis = placement.getAxis();
-    if (Value holder = grid.getHolder()) {
-      firstShard = holder;
-    } else if (grid.getDistribute()) {
-      // A global grid over a sharded tensor, distributed over the GPUs of each node: the shards
-      // of the ranks with this GPU index.
-      if (*grid.getDistribute() != MeshAxis::gpus || axis != MeshAxis::world)
-        return grid.emitOpError() << "distributes a sharded tensor in a way that has no CUDA "
-                                     "lowering yet";
-      shards = mesh.getNodes();
-      shardsOfThisGpu = true;
-    } else {
-      firstShard = indexAlong(axis, myNode, myGpu);
-    }
-  } else if (std::optional<MeshAxis> axis = grid.getDistribute()) {
-    // Tiles dealt round-robin over the ranks (mk.owner): every `stride`-th, from this rank's.
-    if (*axis == MeshAxis::nodes)
-      return grid.emitOpError() << "distributes over nodes, which has no CUDA lowering yet";
-    stride = mesh.getAxisSize(*axis);
-    strideOffset = indexAlong(*axis, myNode, myGpu);
-  }
-
-  int64_t total = shards * perShard;
-  TileOrderAttr order = grid.getOrderAttr();
-  // Round-robin tiles in an order of their own (their producer's): walk every tile in that
-  // order and keep this rank's, so that tiles are taken up as they are finished.
-  bool ownedInOrder = stride != 1 && order && order.getKind() != TileOrderKind::row_major &&
-                      shards == 1 && rank >= 2;
-  Value iterations =
-      stride == 1 || ownedInOrder
-          ? c(total)
-          : arith::DivSIOp::create(
-                b, loc, arith::SubIOp::create(b, loc, c(total + stride - 1), strideOffset),
-                c(stride));
-  auto loop = scf::ForOp::create(b, loc, roleCta, iterations, c(ctas));
+  ArithIndexOps ops{b, loc};
+  TileWalk::Place<Value> place{toIndex(b, loc, layout.node), toIndex(b, loc, layout.gpu),
+                               grid.getHolder() ? std::optional(grid.getHolder()) : std::nullopt};
+  TileWalk::Bound<Value> bound = walk->bind(ops, place);
+  auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ops.c(ctas));
   b.setInsertionPointToStart(loop.getBody());
-  Value position = loop.getInductionVar();
-  if (stride != 1 && !ownedInOrder)
-    position = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, position, c(stride)),
-                                     strideOffset);
-
-  Value shardIndex = firstShard;
-  Value inShard = position;
-  if (shardsOfThisGpu) {
-    Value shardSlot = arith::DivSIOp::create(b, loc, position, c(perShard));
-    inShard = arith::RemSIOp::create(b, loc, position, c(perShard));
-    shardIndex = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, shardSlot, c(gpus)),
-                                       myGpu);
-  }
-
-  // Tiles that need nothing remote come first: rotate the rows to start at this rank's slice.
-  Value rotation;
-  if (order && order.getLocalFirst() && stride == 1 && rank >= 2) {
-    int64_t world = mesh.getWorldSize();
-    Value me = indexAlong(MeshAxis::world, myNode, myGpu);
-    rotation = arith::DivSIOp::create(b, loc, arith::MulIOp::create(b, loc, me, c(counts[rank - 2])),
-                                      c(world));
-  }
-  if (pairsRows(counts, ctas, stride == 1 && !shardsOfThisGpu ? order : TileOrderAttr(),
-                rotation != nullptr))
+  auto tile = walk->tileAt(ops, bound, loop.getInductionVar(), place);
+  if (walk->pairsRows(ctas))
     layout.pairedLoops.insert(loop);
-  // The round-robin owner of a tile is defined on the row-major index.
-  SmallVector<Value> coords =
-      decode(b, loc, inShard, counts, stride == 1 || ownedInOrder ? order : TileOrderAttr(),
-             rotation);
-  if (ownedInOrder) {
-    Value linear = coords[0];
-    for (int64_t d = 1; d < rank; ++d)
-      linear = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, linear, c(counts[d])), coords[d]);
-    Value mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                       arith::RemSIOp::create(b, loc, linear, c(stride)),
-                                       strideOffset);
-    auto owned = scf::IfOp::create(b, loc, mine, /*withElseRegion=*/false);
+  if (tile.visits) {
+    auto owned = scf::IfOp::create(b, loc, *tile.visits, /*withElseRegion=*/false);
     b.setInsertionPointToStart(owned.thenBlock());
-  }
-  if (shardIndex) {
-    int64_t d = placement.getDim();
-    Value start = arith::MulIOp::create(b, loc, shardIndex, c(counts[d]));
-    coords[d] = arith::AddIOp::create(b, loc, coords[d], start);
   }
 
   Block &body = grid.getBodyBlock();
-  for (auto [arg, coord] : llvm::zip(body.getArguments(), coords))
+  for (auto [arg, coord] : llvm::zip(body.getArguments(), tile.coords))
     arg.replaceAllUsesWith(coord);
-  Block *tile = b.getInsertionBlock(); // the loop's body, or the branch of this rank's tiles
-  tile->getOperations().splice(std::prev(tile->end()), body.getOperations());
+  Block *tileBlock = b.getInsertionBlock(); // the loop's body, or the branch of this rank's tiles
+  tileBlock->getOperations().splice(std::prev(tileBlock->end()), body.getOperations());
   grid.erase();
   return success();
 }
@@ -1256,33 +1091,10 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
   LogicalResult matchAndRewrite(OwnerOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
-    DistTensorType type = op.getTensor().getType();
-    MeshAttr mesh = layout.mesh;
-    Value myNode = layout.node, myGpu = layout.gpu;
-    PlacementAttr placement = type.getPlacement();
-    Value along;
-    MeshAxis axis = MeshAxis::world;
-    if (placement.isSharded()) {
-      int64_t d = placement.getDim();
-      axis = placement.getAxis();
-      along = a.div(a.mul(adaptor.getIndices()[d], op.getTile()[d]), type.getLocalExtent(d, mesh));
-    } else if (op.getRowSlices()) {
-      // The slice of tile rows holding row m: the largest r with r * rows / W <= m.
-      int64_t d = type.getRank() - 2, world = mesh.getWorldSize();
-      int64_t rows = llvm::divideCeil(type.getShape()[d], op.getTile()[d]);
-      along = a.div(a.sub(a.mul(a.add(adaptor.getIndices()[d], 1), world), a.constant(1)), rows);
-    } else {
-      // Round-robin over the world by row-major tile index.
-      Value linear = a.constant(0);
-      for (int64_t d = 0; d < type.getRank(); ++d)
-        linear = a.add(a.mul(linear, llvm::divideCeil(type.getShape()[d], op.getTile()[d])),
-                       adaptor.getIndices()[d]);
-      along = a.rem(linear, mesh.getWorldSize());
-    }
-    Value node = axis == MeshAxis::world ? a.div(along, mesh.getGpus())
-                 : axis == MeshAxis::nodes ? along : myNode;
-    Value gpu = axis == MeshAxis::world ? a.rem(along, mesh.getGpus())
-                : axis == MeshAxis::gpus ? along : myGpu;
+    EmitCIndexOps ops{a};
+    auto [node, gpu] = tileOwner(ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()),
+                                 op.getTile(), op.getRowSlices(), layout.mesh, layout.node,
+                                 layout.gpu);
     rewriter.replaceOp(op, {node, gpu});
     return success();
   }
