@@ -163,9 +163,8 @@ public:
       FailureOr<FlagPlan> plan = planFlags(tensor, writes, readsByTensor[tensor], "ready");
       if (failed(plan))
         return failure();
-      for (const TileAccess &write : writes)
-        if (write.tensor == tensor)
-          signalAfter(write, *plan);
+      for (const TileAccess &write : signalling(tensor, writes))
+        signalAfter(write, *plan);
       for (const TileAccess &read : readsByTensor[tensor])
         if (!producedInPlace(read, writes))
           if (failed(waitBefore(read, *plan)))
@@ -356,24 +355,33 @@ private:
     return false;
   }
 
+  /// The writes of `tensor` that signal its flags: all of them, but where puts combine into a
+  /// tile, only those. The program has already ordered them after the tile's first contribution
+  /// (one combining rank per tile), so their signal is the tile's last arrival of a launch, and a
+  /// reader waits for one signal per launch whatever the number of writes.
+  static SmallVector<TileAccess> signalling(Value tensor, ArrayRef<TileAccess> writes) {
+    auto combines = [](const TileAccess &write) {
+      auto put = dyn_cast<PutOp>(write.op);
+      return put && put.getCombine();
+    };
+    SmallVector<TileAccess> of;
+    for (const TileAccess &write : writes)
+      if (write.tensor == tensor)
+        of.push_back(write);
+    if (llvm::any_of(of, combines))
+      llvm::erase_if(of, [&](const TileAccess &write) { return !combines(write); });
+    return of;
+  }
+
   /// What peers put into an argument is output the caller reads once the launch completes, and a
   /// rank's kernel may finish before the peers' last puts land. So each write into such an
   /// argument signals a per-tile flag where it lands, and the role that puts waits, after its own
-  /// tiles, for every tile of its rank (each is written once per launch, by one rank). Where puts
-  /// combine into a tile, the program has already ordered them after its first contribution:
-  /// only they signal, one combining rank per tile.
-  LogicalResult awaitOutput(BlockArgument argument, SmallVector<TileAccess> writes) {
-    auto combines = [&](const TileAccess &write) {
-      auto put = dyn_cast<PutOp>(write.op);
-      return write.tensor == argument && put && put.getCombine();
-    };
-    if (llvm::any_of(writes, combines))
-      llvm::erase_if(writes, [&](const TileAccess &write) {
-        return write.tensor == argument && !combines(write);
-      });
+  /// tiles, for every tile of its rank (each is written once per launch, by one rank).
+  LogicalResult awaitOutput(BlockArgument argument, ArrayRef<TileAccess> allWrites) {
+    SmallVector<TileAccess> writes = signalling(argument, allWrites);
     const TileAccess *remote = nullptr;
     for (const TileAccess &write : writes)
-      if (write.tensor == argument && isa<PutOp, CopyOp>(write.op) && transfers(write.op))
+      if (isa<PutOp, CopyOp>(write.op) && transfers(write.op))
         remote = &write;
     if (!remote)
       return success();
@@ -387,8 +395,7 @@ private:
     if (failed(plan))
       return failure();
     for (const TileAccess &write : writes)
-      if (write.tensor == argument)
-        signalAfter(write, *plan);
+      signalAfter(write, *plan);
 
     // The waits: a copy of the putting grid, over every tile rather than this rank's share.
     auto grid = remote->op->getParentOfType<TileGridOp>();
