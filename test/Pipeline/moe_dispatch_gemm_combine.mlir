@@ -6,11 +6,15 @@
 // Tokens and routing are gathered along rails and within nodes; a dispatch role selects the rows
 // of this rank's experts; the expert GEMMs wait for them, and the down projection waits for each
 // chunk of the SwiGLU output it reads; results are gathered back and a combine role sums each
-// token's.
+// token's. The expert GEMMs produce every tile of the capacity, not only those within the row
+// counts: the waits for their tiles cannot know the counts, and a tile skipped would never be
+// signalled (mk-sim finds the deadlock).
 // CHECK: mk.program @moe_dispatch_gemm_combine {{.*}} mesh <2x4> ({{.*}}) grid 132 {
 // CHECK: mk.role compute ctas {{[0-9]+}} {
-// CHECK: mk.wait @{{ready[0-9]}}[%{{.*}}] count 1
-// CHECK-NEXT: mk.tile_grid {{.*}} rows
+// CHECK: mk.tile_grid
+// CHECK-NOT: rows
+// CHECK-SAME: {
+// CHECK-NEXT: mk.wait @{{ready[0-9]}}[%{{.*}}] count 1
 // CHECK: mk.swiglu
 // CHECK: mk.store
 // CHECK-NEXT: mk.signal @[[HIDDEN:ready[0-9]]][

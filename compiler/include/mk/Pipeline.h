@@ -54,6 +54,11 @@ std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
 /// naming the option, if anything (checkPipelineOptions included).
 std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options);
 
+/// Adds the first passes of the schedule pipeline, mk-specialize and mk-tile-and-order: the
+/// program at bound shapes with its tiles chosen, before any collective is expanded. mk-sim
+/// evaluates it as the meaning the scheduled program must have.
+void buildTilePipeline(OpPassManager &pm, const PipelineOptions &options);
+
 /// Adds the passes from program level to the scheduled level (mk.program with roles, transfers,
 /// flags) to `pm`, which runs on a module.
 void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options);

@@ -11,8 +11,7 @@
 
 namespace mlir::mk {
 
-void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
-  OpPassManager &programs = pm.nest<ProgramOp>();
+static void addTiling(OpPassManager &programs, const PipelineOptions &options) {
   MkSpecializeOptions specialize;
   specialize.topology = options.topology;
   specialize.rank = options.rank;
@@ -22,6 +21,15 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   tiling.smCount = options.smCount;
   tiling.gemmTileN = options.gemmTileN;
   programs.addPass(createMkTileAndOrder(tiling));
+}
+
+void buildTilePipeline(OpPassManager &pm, const PipelineOptions &options) {
+  addTiling(pm.nest<ProgramOp>(), options);
+}
+
+void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
+  OpPassManager &programs = pm.nest<ProgramOp>();
+  addTiling(programs, options);
   MkExpandCollectivesOptions expand;
   expand.inPlaceAllReduce = options.inPlaceAllReduce &&
                             !llvm::StringRef(options.smSplit).contains("intra_reduce");

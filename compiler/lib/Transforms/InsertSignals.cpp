@@ -137,26 +137,22 @@ public:
                                  << " has no roles (run mk-expand-collectives first)";
     SmallVector<TileAccess> writes;
     DenseMap<Value, SmallVector<TileAccess>> readsByTensor;
-    program.walk([&](Operation *op) {
-      llvm::append_range(writes, writesOf(op));
-      for (TileAccess &read : readsOf(op))
-        readsByTensor[read.tensor].push_back(read);
-    });
-
-    // Transfers, and roles that produce what other roles read, create the tensors that need
-    // ordering; their other writers join in.
     llvm::SetVector<Value> transferred;
-    for (const TileAccess &write : writes) {
-      auto reads = readsByTensor.find(write.tensor);
-      if (reads == readsByTensor.end())
-        continue;
-      // A tile one grid stores and another reads comes from another CTA.
-      auto grid = write.op->getParentOfType<TileGridOp>();
-      bool readElsewhere = llvm::any_of(reads->second, [&](const TileAccess &read) {
-        return read.op->getParentOfType<TileGridOp>() != grid;
-      });
-      if (transfers(write.op) || readElsewhere)
-        transferred.insert(write.tensor);
+    collect(writes, readsByTensor, transferred);
+    // A wait cannot know a row count: a grid bounded by one whose tiles others wait for produces
+    // every tile, so that each is signalled (the rows past the count are empty slots).
+    bool unbounded = false;
+    for (const TileAccess &write : writes)
+      if (auto grid = write.op->getParentOfType<TileGridOp>();
+          grid && grid.getRowCounts() && transferred.contains(write.tensor)) {
+        grid.getRowCountsMutable().clear();
+        unbounded = true;
+      }
+    if (unbounded) {
+      writes.clear();
+      readsByTensor.clear();
+      transferred.clear();
+      collect(writes, readsByTensor, transferred);
     }
 
     for (Value tensor : transferred) {
@@ -179,6 +175,31 @@ public:
   }
 
 private:
+  /// The program's writes and reads, and the tensors whose writes and reads need ordering:
+  /// those transfers write, and those roles produce that other roles read (their other writers
+  /// join in).
+  void collect(SmallVector<TileAccess> &writes,
+               DenseMap<Value, SmallVector<TileAccess>> &readsByTensor,
+               llvm::SetVector<Value> &transferred) {
+    program.walk([&](Operation *op) {
+      llvm::append_range(writes, writesOf(op));
+      for (TileAccess &read : readsOf(op))
+        readsByTensor[read.tensor].push_back(read);
+    });
+    for (const TileAccess &write : writes) {
+      auto reads = readsByTensor.find(write.tensor);
+      if (reads == readsByTensor.end())
+        continue;
+      // A tile one grid stores and another reads comes from another CTA.
+      auto grid = write.op->getParentOfType<TileGridOp>();
+      bool readElsewhere = llvm::any_of(reads->second, [&](const TileAccess &read) {
+        return read.op->getParentOfType<TileGridOp>() != grid;
+      });
+      if (transfers(write.op) || readElsewhere)
+        transferred.insert(write.tensor);
+    }
+  }
+
   /// Whether `op` moves a tile to where another rank or CTA reads it: every put, copy and routed
   /// selection but a put to this rank's own memory, which is a store.
   static bool transfers(Operation *op) {
@@ -310,7 +331,7 @@ private:
 
     OpBuilder b(anchor);
     Location loc = read.op->getLoc();
-    ArrayRef<int64_t> flagShape = flagShapes.lookup(plan.flags.getValue());
+    SmallVector<int64_t> flagShape = flagShapes.lookup(plan.flags.getValue());
     SmallVector<Value> indices;
     std::function<void(OpBuilder &, size_t)> waitFrom = [&](OpBuilder &nb, size_t i) {
       if (i == plan.flagDims.size()) {
