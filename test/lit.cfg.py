@@ -23,5 +23,5 @@ config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 config.substitutions.append(("%mkc_lib", os.path.join(config.mkc_src_root, "lib")))
 
 tool_dirs = [os.path.join(config.mkc_obj_root, "bin"), config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["mk-opt", "mkc"], tool_dirs)
+llvm_config.add_tool_substitutions(["mk-opt", "mkc", "mk-sim"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

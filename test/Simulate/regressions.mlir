@@ -1,0 +1,23 @@
+// The wrong answers mk-sim found or was built to find, each now refused or right, and each caught
+// by mk-sim in the program as the passes scheduled it before the fix.
+
+// An epilogue grid after the 1x2 in-place all-reduce waited for one arrival of the two each tile
+// gets: it read partial sums, and from the second launch on did not wait at all.
+// RUN: mk-sim %S/../Pipeline/gemm_allreduce_epilogue.mlir --topology 1x2 --shape M=300,N=512,K=256 --gemm-tile-n 256 | FileCheck %s --check-prefix=EPILOGUE
+// EPILOGUE: @gemm_allreduce_epilogue on #mk.mesh<1x2>: 3 launches x 8 interleavings (seeds 0-7), {{[0-9]+}} steps: no findings
+// RUN: not mk-sim %S/../Pipeline/gemm_allreduce_epilogue.mlir --topology 1x2 --shape M=300,N=512,K=256 --gemm-tile-n 256 --scheduled %S/Inputs/epilogue_signals_both_puts.mlir 2>&1 | FileCheck %s --check-prefix=EPILOGUE-BEFORE
+// EPILOGUE-BEFORE: epilogue_signals_both_puts.mlir:51:14: error: unguarded read: rank {{[01]}} ({{.*}}) reads element [{{.*}}] of the buffer made at {{.*}} which the write by rank {{[01]}} ({{.*}}) at {{.*}}epilogue_signals_both_puts.mlir:44:13 then changes
+
+// The MoE expert grids skipped the tiles past an expert's row count, whose flags the gather of
+// the results and the combine wait for.
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=256,I=256,E=4,TopK=2,C=256 | FileCheck %s --check-prefix=MOE
+// MOE: @moe_dispatch_gemm_combine on #mk.mesh<1x2>: 3 launches x 8 interleavings (seeds 0-7), {{[0-9]+}} steps: no findings
+// RUN: not mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=256,I=256,E=4,TopK=2,C=256 --scheduled %S/Inputs/moe_rows_bounded.mlir 2>&1 | FileCheck %s --check-prefix=MOE-BEFORE
+// MOE-BEFORE: moe_rows_bounded.mlir:{{[0-9]+}}:9: error: deadlock: no thread can go on and nothing is in flight; rank {{[01]}} (CTA {{[0-9]+}}, intra_transfer 0 of 1, launch 1) waits at {{.*}} for 1 of @ready1 word {{[0-9]+}}, which holds 0;
+
+// A 1x2 reduce-scatter whose shards are not a multiple of the tile left rows 500-511 unwritten
+// (M = 1000): it is refused, by mk-sim as by mkc (exit status 2).
+// RUN: not mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=512,K=256 2>&1 | FileCheck %s --check-prefix=SHARDS
+// RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=512,K=256 > /dev/null 2>&1 || test $? -eq 2
+// SHARDS: error: 'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet: dim 0 (1000 over 2 ranks) holds 500 a rank, not a multiple of the 128 of a tile; use a multiple of 256 (768 or 1024)
+// SHARDS: mk-sim: the lowering refuses @gemm_reducescatter; nothing to simulate
