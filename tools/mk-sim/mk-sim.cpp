@@ -22,6 +22,8 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <malloc.h>
+
 using namespace mlir;
 namespace cl = llvm::cl;
 
@@ -167,6 +169,10 @@ int run() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // Each interleaving allocates the tensors and their shadows anew: keep the freed memory in the
+  // heap rather than handing it back and faulting it in again.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "mk-sim: run a scheduled tile program on the CPU and check it\n");

@@ -11,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -32,11 +33,12 @@ void join(Clock &into, const Clock &from) {
     into[i] = std::max(into[i], from[i]);
 }
 
-/// An access: the thread, its clock then, and the op (null: none).
+/// An access: the op (its index in the machine's table of ops, 0 for none), the thread and its
+/// launch, and the thread's clock then. Small, as every element of a tensor holds two.
 struct Epoch {
-  Operation *op = nullptr;
-  uint32_t thread = 0, clock = 0;
-  int32_t launch = 0;
+  uint32_t op = 0;
+  uint16_t thread = 0, launch = 0;
+  uint32_t clock = 0;
 };
 
 /// Whether the access `e` happened before any access of a thread whose clock is `c`.
@@ -195,8 +197,10 @@ private:
   /// "element [i, j] of TENSOR on rank R", for messages.
   std::string element(const Tensor &tensor, int64_t r, int64_t id, int64_t offset) const;
   Epoch epochOf(Thread &thread, Operation *op) {
-    return {op, uint32_t(thread.id), thread.clock[thread.id], int32_t(ranks[thread.rank].launch)};
+    return {opIndex.lookup(op), uint16_t(thread.id), uint16_t(ranks[thread.rank].launch),
+            thread.clock[thread.id]};
   }
+  Operation *opOf(const Epoch &e) const { return ops[e.op]; }
   /// The word of `flags[indices]`, or nullopt (reported) outside the array.
   std::optional<int64_t> flagIndex(Thread &thread, Operation *op, FlatSymbolRefAttr flags,
                                    ValueRange indices);
@@ -237,6 +241,9 @@ private:
   bool syncLaunches = false;
 
   DenseMap<Value, int64_t> tensorIds;
+  /// The program's ops by index (from 1), for the epochs that name them.
+  SmallVector<Operation *> ops{nullptr};
+  DenseMap<Operation *, uint32_t> opIndex;
   SmallVector<Value> tensorValues;
   llvm::StringMap<std::pair<int64_t, SmallVector<int64_t>>> flagArrays;
   int64_t flagWords = 0;
@@ -262,6 +269,10 @@ private:
 
 LogicalResult Machine::prepare() {
   Block &body = program.getBodyBlock();
+  program.walk([&](Operation *op) {
+    opIndex[op] = ops.size();
+    ops.push_back(op);
+  });
   for (BlockArgument arg : body.getArguments()) {
     tensorIds[arg] = tensorValues.size();
     tensorValues.push_back(arg);
@@ -333,6 +344,9 @@ LogicalResult Machine::prepare() {
 
   int64_t world = mesh.getWorldSize(), grid = *program.getGrid();
   int64_t perRank = grid + 1, total = world * perRank;
+  if (total > std::numeric_limits<uint16_t>::max() ||
+      static_cast<int64_t>(launches.size()) > std::numeric_limits<uint16_t>::max())
+    return program.emitError() << "mk-sim: models at most 65535 CTAs and launches";
   std::uniform_real_distribution<double> weight(0.05, 1.0);
   for (int64_t r = 0; r < world; ++r) {
     Rank &rank = ranks.emplace_back();
@@ -1120,13 +1134,13 @@ void Machine::readElement(Tensor &tensor, int64_t r, int64_t id, int64_t offset,
   Extra *extra = shadow.extra >= 0 ? &tensor.extras[shadow.extra] : nullptr;
   auto check = [&](const Epoch &write) {
     if (before(write, clock) || write.thread == epoch.thread ||
-        !reported.insert({int(FindingKind::unguardedRead), epoch.op, write.op}).second)
+        !reported.insert({int(FindingKind::unguardedRead), opOf(epoch), opOf(write)}).second)
       return;
-    report(FindingKind::unguardedRead, epoch.op->getLoc(),
+    report(FindingKind::unguardedRead, opOf(epoch)->getLoc(),
            llvm::formatv("{0} reads {1} before the write by {2} at {3} is ordered before it: no "
                          "wait covers that write",
                          who(epoch.thread, epoch.launch), element(tensor, r, id, offset),
-                         who(write.thread, write.launch), location(write.op)));
+                         who(write.thread, write.launch), location(opOf(write))));
   };
   check(shadow.write);
   if (extra)
@@ -1164,8 +1178,9 @@ void Machine::writeBox(int64_t r, int64_t id, const Box &box, const Epoch &epoch
       bool overlaps = true;
       for (size_t d = 0; d < box.lo.size(); ++d)
         overlaps &= box.lo[d] < transfer.sourceBox.hi[d] && transfer.sourceBox.lo[d] < box.hi[d];
-      if (overlaps && reported.insert({int(FindingKind::unguardedRead), epoch.op, transfer.op}).second)
-        report(FindingKind::unguardedRead, epoch.op->getLoc(),
+      if (overlaps &&
+          reported.insert({int(FindingKind::unguardedRead), opOf(epoch), transfer.op}).second)
+        report(FindingKind::unguardedRead, opOf(epoch)->getLoc(),
                llvm::formatv("{0} writes {1} on rank {2} over the source of the copy at {3} by "
                              "{4}, still in flight",
                              who(epoch.thread, epoch.launch), tensorName(id), r,
@@ -1186,20 +1201,20 @@ void Machine::writeElement(Tensor &tensor, int64_t r, int64_t id, int64_t offset
   auto check = [&](const Epoch &other, bool isRead) {
     if (before(other, clock) || other.thread == epoch.thread)
       return;
-    Operation *where = isRead ? other.op : epoch.op;
-    if (!reported.insert({int(FindingKind::unguardedRead), where, isRead ? epoch.op : other.op})
+    Operation *where = opOf(isRead ? other : epoch);
+    if (!reported.insert({int(FindingKind::unguardedRead), where, opOf(isRead ? epoch : other)})
              .second)
       return;
     report(FindingKind::unguardedRead, where->getLoc(),
            isRead ? llvm::formatv("{0} reads {1}, which the write by {2} at {3} then changes: no "
                                   "wait orders the two",
                                   who(other.thread, other.launch), element(tensor, r, id, offset),
-                                  who(epoch.thread, epoch.launch), location(epoch.op))
+                                  who(epoch.thread, epoch.launch), location(opOf(epoch)))
                         .str()
                   : llvm::formatv("{0} writes {1}, which the write by {2} at {3} also writes: no "
                                   "wait orders the two",
                                   who(epoch.thread, epoch.launch), element(tensor, r, id, offset),
-                                  who(other.thread, other.launch), location(other.op))
+                                  who(other.thread, other.launch), location(opOf(other)))
                         .str());
   };
   check(shadow.write, false);
