@@ -1,4 +1,4 @@
-//===- Reference.h - what a program means ------------------------*- C++ -*-===//
+//===- Reference.h - what a program means -----------------------*- C++ -*-===//
 //
 // The program level evaluated directly, in f32, for every rank of its topology at once: tile
 // grids visit their tiles, collectives combine their contributions by fiat once the grid is done

@@ -1,4 +1,4 @@
-//===- Simulator.h - the scheduled level run on the CPU ----------*- C++ -*-===//
+//===- Simulator.h - the scheduled level run on the CPU ---------*- C++ -*-===//
 //
 // mk-sim executes a scheduled program (after mk-insert-signals) for every rank of its topology,
 // at the shapes it was specialized for, and compares what it computes with the program's meaning

@@ -1,4 +1,4 @@
-//===- TileWalk.h - which tiles each CTA of a role visits --------*- C++ -*-===//
+//===- TileWalk.h - which tiles each CTA of a role visits -------*- C++ -*-===//
 //
 // A scheduled tile grid is spread over the CTAs of its role: CTA c of n takes positions c, c + n,
 // c + 2n, ... of the grid's walk, and each position names one tile (or, for round-robin tiles

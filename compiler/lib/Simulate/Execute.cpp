@@ -1,0 +1,470 @@
+//===- Execute.cpp - what the threads of control run ----------------------===//
+
+#include "Machine.h"
+
+#include "Semantics.h"
+
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::sim;
+using namespace mlir::mk::sim::detail;
+
+//===----------------------------------------------------------------------===//
+// Control flow
+//===----------------------------------------------------------------------===//
+
+void Machine::endOfBlock(Thread &thread) {
+  Frame &frame = thread.frames.back();
+  if (auto grid = dyn_cast<TileGridOp>(frame.owner)) {
+    if (++frame.tile < frame.tiles.size()) {
+      for (auto [arg, coord] : llvm::zip(grid.getBodyBlock().getArguments(), frame.tiles[frame.tile]))
+        thread.env[arg] = coord;
+      frame.next = frame.block->begin();
+      return;
+    }
+  }
+  thread.frames.pop_back();
+  if (!thread.frames.empty())
+    return;
+  // The role's block is done: so is the thread.
+  thread.status = Status::done;
+  Rank &rank = ranks[thread.rank];
+  --rank.live;
+  completeIfDone(thread.rank);
+}
+
+LogicalResult Machine::yield(Thread &thread, Operation *terminator) {
+  Frame &frame = thread.frames.back();
+  SmallVector<SimValue> values;
+  for (Value v : terminator->getOperands())
+    values.push_back(valueOf(thread, v));
+  if (auto loop = dyn_cast<scf::ForOp>(frame.owner)) {
+    frame.iv += frame.step;
+    if (frame.iv < frame.ub) {
+      thread.env[loop.getInductionVar()] = frame.iv;
+      for (auto [arg, value] : llvm::zip(loop.getRegionIterArgs(), values))
+        thread.env[arg] = value;
+      frame.next = frame.block->begin();
+      return success();
+    }
+  }
+  for (auto [result, value] : llvm::zip(frame.owner->getResults(), values))
+    thread.env[result] = value;
+  thread.frames.pop_back();
+  return success();
+}
+
+FailureOr<Machine::Outcome> Machine::enterGrid(Thread &thread, TileGridOp grid) {
+  const TileWalk &walk = walks.at(grid);
+  IntIndexOps ops;
+  Rank &rank = ranks[thread.rank];
+  TileWalk::Place<int64_t> place{rank.node, rank.gpu, std::nullopt};
+  if (Value holder = grid.getHolder())
+    place.holder = integer(thread, holder);
+  TileWalk::Bound<int64_t> bound = walk.bind(ops, place);
+  Frame frame{&grid.getBodyBlock(), grid.getBodyBlock().begin(), grid};
+  // Rows past an expert's count are skipped: the grid reads the counts as it starts.
+  const Tensor *counts = nullptr;
+  SmallVector<int64_t> sizes(grid.getTileSizes());
+  if (Value rowCounts = grid.getRowCounts()) {
+    counts = &tensorOf(thread.rank, rowCounts);
+    readBox(thread.rank, idOf(rowCounts), counts->data.layout.held(), epochOf(thread, grid),
+            thread.clock);
+  }
+  int64_t rowDim = grid.getTargetType().getRank() - 2;
+  for (int64_t p = thread.roleCta; p < bound.positions; p += thread.roleCtas) {
+    auto tile = walk.tileAt(ops, bound, p, place);
+    if (tile.visits && !*tile.visits)
+      continue;
+    if (counts && tile.coords[rowDim] * sizes[rowDim] >= counts->data.at({tile.coords[0]}))
+      continue;
+    frame.tiles.emplace_back(tile.coords.begin(), tile.coords.end());
+  }
+  if (frame.tiles.empty())
+    return Outcome::next;
+  for (auto [arg, coord] : llvm::zip(grid.getBodyBlock().getArguments(), frame.tiles[0]))
+    thread.env[arg] = coord;
+  ++thread.frames.back().next;
+  thread.frames.push_back(std::move(frame));
+  return Outcome::entered;
+}
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+bool Machine::held(Operation *op, Thread &thread, int64_t r, Value tensor, const Box &box) {
+  const Layout &layout = tensorOf(r, tensor).data.layout;
+  if (layout.holds(box) && !box.empty())
+    return true;
+  std::string coords;
+  llvm::raw_string_ostream os(coords);
+  os << "[";
+  llvm::interleaveComma(box.lo, os);
+  os << "] to [";
+  llvm::interleaveComma(box.hi, os);
+  os << ")";
+  report(FindingKind::outsidePart, op->getLoc(),
+         llvm::formatv("{0} reaches elements {1} of {2}, which rank {3} does not hold", who(thread.id),
+                       coords, tensorName(tensorIds.lookup(tensor)), r));
+  return false;
+}
+
+std::optional<int64_t> Machine::flagIndex(Thread &thread, Operation *op, FlatSymbolRefAttr flags,
+                                          ValueRange indices) {
+  const auto &[offset, shape] = flagArrays.find(flags.getValue())->second;
+  int64_t linear = 0;
+  SmallVector<int64_t> at = integers(thread, indices);
+  for (auto [index, extent] : llvm::zip(at, shape)) {
+    if (index < 0 || index >= extent) {
+      report(FindingKind::outsidePart, op->getLoc(),
+             llvm::formatv("{0} names flag [{1}] of {2}, which has shape [{3}]", who(thread.id),
+                           coordinates(at), flags, coordinates(shape)));
+      stopped = true;
+      return std::nullopt;
+    }
+    linear = linear * extent + index;
+  }
+  return offset + linear;
+}
+
+FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
+  Rank &rank = ranks[thread.rank];
+  SmallVector<SimValue> operands;
+  for (Value v : op->getOperands())
+    operands.push_back(valueOf(thread, v));
+  if (std::optional<SmallVector<SimValue>> results = evaluatePure(op, operands)) {
+    for (auto [result, value] : llvm::zip(op->getResults(), *results))
+      thread.env[result] = value;
+    return Outcome::next;
+  }
+  auto lookup = [&](Value v) { return valueOf(thread, v); };
+  auto ints = [&](ValueRange values) { return integers(thread, values); };
+  auto tileOf = [&](Value v) { return std::get<TilePtr>(lookup(v)); };
+  auto peerRank = [&](PeerScope scope, Value peer) {
+    if (scope == PeerScope::self)
+      return thread.rank;
+    int64_t p = std::get<int64_t>(lookup(peer));
+    return scope == PeerScope::gpu ? rankOf(rank.node, p) : rankOf(p, rank.gpu);
+  };
+  Epoch me = epochOf(thread, op);
+
+  return llvm::TypeSwitch<Operation *, FailureOr<Outcome>>(op)
+      .Case([&](scf::ForOp loop) -> FailureOr<Outcome> {
+        int64_t lb = std::get<int64_t>(lookup(loop.getLowerBound()));
+        int64_t ub = std::get<int64_t>(lookup(loop.getUpperBound()));
+        int64_t stepSize = std::get<int64_t>(lookup(loop.getStep()));
+        if (lb >= ub) {
+          for (auto [result, init] : llvm::zip(loop.getResults(), loop.getInitArgs()))
+            thread.env[result] = lookup(init);
+          return Outcome::next;
+        }
+        thread.env[loop.getInductionVar()] = lb;
+        for (auto [arg, init] : llvm::zip(loop.getRegionIterArgs(), loop.getInitArgs()))
+          thread.env[arg] = lookup(init);
+        ++thread.frames.back().next;
+        Frame frame{loop.getBody(), loop.getBody()->begin(), loop};
+        frame.iv = lb;
+        frame.ub = ub;
+        frame.step = stepSize;
+        thread.frames.push_back(std::move(frame));
+        return Outcome::entered;
+      })
+      .Case([&](scf::IfOp branch) -> FailureOr<Outcome> {
+        bool taken = std::get<int64_t>(lookup(branch.getCondition()));
+        Region &region = taken ? branch.getThenRegion() : branch.getElseRegion();
+        if (region.empty())
+          return Outcome::next;
+        ++thread.frames.back().next;
+        thread.frames.push_back(Frame{&region.front(), region.front().begin(), branch});
+        return Outcome::entered;
+      })
+      .Case([&](SingleCtaOp single) -> FailureOr<Outcome> {
+        if (thread.roleCta != 0)
+          return Outcome::next;
+        ++thread.frames.back().next;
+        Block &block = single.getBody().front();
+        thread.frames.push_back(Frame{&block, block.begin(), single});
+        return Outcome::entered;
+      })
+      .Case([&](TileGridOp grid) { return enterGrid(thread, grid); })
+      .Case([&](PlaceOp place) -> FailureOr<Outcome> {
+        thread.env[place.getNode()] = rank.node;
+        thread.env[place.getGpu()] = rank.gpu;
+        return Outcome::next;
+      })
+      .Case([&](OwnerOp owner) -> FailureOr<Outcome> {
+        IntIndexOps ops;
+        auto [node, gpu] = tileOwner(ops, owner.getTensor().getType(), ints(owner.getIndices()),
+                                     owner.getTile(), owner.getRowSlices(), mesh, rank.node,
+                                     rank.gpu);
+        thread.env[owner.getNode()] = node;
+        thread.env[owner.getGpu()] = gpu;
+        return Outcome::next;
+      })
+      .Case([&](ShardRangeOp range) -> FailureOr<Outcome> {
+        auto [lo, hi] = shardRange(range.getTensor().getType(), mesh, range.getTile(),
+                                   std::get<int64_t>(lookup(range.getIndex())));
+        thread.env[range.getLo()] = lo;
+        thread.env[range.getHi()] = hi;
+        return Outcome::next;
+      })
+      .Case([&](LoadOp load) -> FailureOr<Outcome> {
+        Tensor &tensor = tensorOf(thread.rank, load.getSource());
+        TileType type = load.getResult().getType();
+        Box box = tensor.data.layout.access(ints(load.getIndices()), load.getWholeDims(),
+                                            type.getShape());
+        if (!held(op, thread, thread.rank, load.getSource(), box))
+          return Outcome::next;
+        readBox(thread.rank, idOf(load.getSource()), box, me, thread.clock);
+        thread.env[load.getResult()] = std::make_shared<Tile>(readTile(tensor.data, box, type));
+        return Outcome::next;
+      })
+      .Case([&](StoreOp store) -> FailureOr<Outcome> {
+        Tensor &tensor = tensorOf(thread.rank, store.getDest());
+        TilePtr tile = tileOf(store.getValue());
+        Box box = tensor.data.layout.access(ints(store.getIndices()), store.getWholeDims(),
+                                            tile->shape);
+        if (!held(op, thread, thread.rank, store.getDest(), box))
+          return Outcome::next;
+        writeBox(thread.rank, idOf(store.getDest()), box, me, thread.clock, /*combine=*/false);
+        writeTile(tensor.data, box, *tile);
+        return Outcome::next;
+      })
+      .Case([&](MatmulOp matmul) -> FailureOr<Outcome> {
+        TileType type = matmul.getResult().getType();
+        Tensor &lhs = tensorOf(thread.rank, matmul.getLhs());
+        Tensor &rhs = tensorOf(thread.rank, matmul.getRhs());
+        Box lhsPanel = matmulPanel(lhs.data.layout, ints(matmul.getLhsIndices()),
+                                   matmul.getLhsWholeDims(), type.getShape()[0]);
+        Box rhsPanel = matmulPanel(rhs.data.layout, ints(matmul.getRhsIndices()),
+                                   matmul.getRhsWholeDims(), type.getShape()[1]);
+        if (!held(op, thread, thread.rank, matmul.getLhs(), lhsPanel) ||
+            !held(op, thread, thread.rank, matmul.getRhs(), rhsPanel))
+          return Outcome::next;
+        readBox(thread.rank, idOf(matmul.getLhs()), lhsPanel, me, thread.clock);
+        readBox(thread.rank, idOf(matmul.getRhs()), rhsPanel, me, thread.clock);
+        thread.env[matmul.getResult()] =
+            std::make_shared<Tile>(sim::matmul(matmul, lhs.data, lhsPanel, rhs.data, rhsPanel));
+        return Outcome::next;
+      })
+      .Case([&](AccumulateOp accumulate) -> FailureOr<Outcome> {
+        Tensor &tensor = tensorOf(thread.rank, accumulate.getSource());
+        TileType type = accumulate.getResult().getType();
+        Box box = tensor.data.layout.access(ints(accumulate.getIndices()),
+                                            accumulate.getWholeDims(), type.getShape());
+        if (!held(op, thread, thread.rank, accumulate.getSource(), box))
+          return Outcome::next;
+        readBox(thread.rank, idOf(accumulate.getSource()), box, me, thread.clock);
+        thread.env[accumulate.getResult()] =
+            std::make_shared<Tile>(sim::accumulate(tensor.data, box, accumulate.getKind(), type));
+        return Outcome::next;
+      })
+      .Case([&](PutOp put) -> FailureOr<Outcome> {
+        TilePtr tile = tileOf(put.getValue());
+        int64_t to = peerRank(put.getScope(), put.getPeer());
+        Tensor &dest = tensorOf(to, put.getDest());
+        Box box = dest.data.layout.access(ints(put.getIndices()), put.getWholeDims(), tile->shape);
+        if (!held(op, thread, to, put.getDest(), box))
+          return Outcome::next;
+        if (put.getScope() == PeerScope::self) {
+          bool combine = put.getCombine().has_value();
+          writeBox(to, idOf(put.getDest()), box, me, thread.clock, combine);
+          writeTile(dest.data, box, *tile, combine);
+          return Outcome::next;
+        }
+        Transfer transfer{Transfer::Kind::put};
+        transfer.to = to;
+        transfer.nvlink = put.getScope() == PeerScope::gpu;
+        transfer.op = op;
+        transfer.tile = tile;
+        transfer.combine = put.getCombine().has_value();
+        transfer.tensor = tensorIds.lookup(put.getDest());
+        transfer.box = box;
+        issue(std::move(transfer), thread);
+        return Outcome::next;
+      })
+      .Case([&](CopyOp copy) -> FailureOr<Outcome> {
+        int64_t to = peerRank(copy.getScope(), copy.getPeer());
+        Tensor &source = tensorOf(thread.rank, copy.getSource());
+        Tensor &dest = tensorOf(to, copy.getDest());
+        Box from = source.data.layout.access(ints(copy.getSourceIndices()),
+                                             copy.getSourceWholeDims(), copy.getTile());
+        Box into = dest.data.layout.access(ints(copy.getDestIndices()), copy.getDestWholeDims(),
+                                           copy.getTile());
+        if (!held(op, thread, thread.rank, copy.getSource(), from) ||
+            !held(op, thread, to, copy.getDest(), into))
+          return Outcome::next;
+        if (from.elements() != into.elements()) {
+          report(FindingKind::outsidePart, op->getLoc(),
+                 llvm::formatv("{0} copies {1} elements into a region of {2}", who(thread.id),
+                               from.elements(), into.elements()));
+          return Outcome::next;
+        }
+        Transfer transfer{Transfer::Kind::copy};
+        transfer.to = to;
+        transfer.nvlink = copy.getScope() != PeerScope::node;
+        transfer.op = op;
+        transfer.tensor = tensorIds.lookup(copy.getDest());
+        transfer.box = into;
+        transfer.sourceTensor = tensorIds.lookup(copy.getSource());
+        transfer.sourceBox = from;
+        ++source.sourcesInFlight;
+        issue(std::move(transfer), thread);
+        return Outcome::next;
+      })
+      .Case([&](SignalOp signal) -> FailureOr<Outcome> {
+        Transfer transfer{Transfer::Kind::signal};
+        transfer.to = peerRank(signal.getScope(), signal.getPeer());
+        transfer.nvlink = signal.getScope() != PeerScope::node;
+        transfer.op = op;
+        std::optional<int64_t> flag =
+            flagIndex(thread, op, signal.getFlagsAttr(), signal.getIndices());
+        if (!flag)
+          return Outcome::next;
+        transfer.flag = *flag;
+        issue(std::move(transfer), thread);
+        return Outcome::next;
+      })
+      .Case([&](WaitOp wait) -> FailureOr<Outcome> {
+        std::optional<int64_t> index =
+            flagIndex(thread, op, wait.getFlagsAttr(), wait.getIndices());
+        if (!index)
+          return Outcome::next;
+        int64_t flag = *index;
+        uint64_t target = uint64_t(rank.launch) * wait.getCount();
+        FlagWord &word = rank.flags[flag];
+        if (word.count >= target) {
+          if (!word.clock.empty())
+            join(thread.clock, word.clock);
+          return Outcome::next;
+        }
+        thread.status = Status::blocked;
+        thread.waitOp = op;
+        thread.waitFlag = flag;
+        thread.waitCount = target;
+        waiters[{thread.rank, flag}].push_back(thread.id);
+        return Outcome::blocked;
+      })
+      .Case([&](SelectRoutedOp select) -> FailureOr<Outcome> {
+        Tensor &tokens = tensorOf(thread.rank, select.getTokens());
+        Tensor &experts = tensorOf(thread.rank, select.getExperts());
+        readBox(thread.rank, idOf(select.getTokens()), tokens.data.layout.held(), me, thread.clock);
+        readBox(thread.rank, idOf(select.getExperts()), experts.data.layout.held(), me,
+                thread.clock);
+        DistTensorType routedType = select.getRouted().getType();
+        int64_t numExperts = routedType.getShape()[0], capacity = routedType.getShape()[1];
+        std::vector<int64_t> routes;
+        for (float e : experts.data.data)
+          routes.push_back(static_cast<int64_t>(e));
+        if (!llvm::all_of(routes, [&](int64_t e) { return e >= 0 && e < numExperts; })) {
+          report(FindingKind::wrongResult, op->getLoc(),
+                 llvm::formatv("{0} routes to an expert outside [0, {1})", who(thread.id),
+                               numExperts));
+          return Outcome::next;
+        }
+        Routing routing = route(routes, numExperts, capacity);
+        int64_t topK = experts.data.layout.global[1];
+        auto fill = [&](Value v, llvm::function_ref<float(ArrayRef<int64_t>)> f) {
+          Tensor &tensor = tensorOf(thread.rank, v);
+          Box all = tensor.data.layout.held();
+          writeBox(thread.rank, idOf(v), all, me, thread.clock, false);
+          all.forEach([&](ArrayRef<int64_t> at) {
+            tensor.data.at(at) = roundTo(tensor.data.layout.type.getElementType(), f(at));
+          });
+        };
+        fill(select.getRouted(), [&](ArrayRef<int64_t> at) {
+          int64_t origin = routing.origins[at[0]][at[1]];
+          return origin < 0 ? 0.0f : tokens.data.at({origin / topK, at[2]});
+        });
+        fill(select.getCounts(), [&](ArrayRef<int64_t> at) { return float(routing.counts[at[0]]); });
+        fill(select.getOrigins(),
+             [&](ArrayRef<int64_t> at) { return float(routing.origins[at[0]][at[1]]); });
+        fill(select.getPlacement(), [&](ArrayRef<int64_t> at) {
+          return float(routing.placement[at[0] * topK + at[1]]);
+        });
+        return Outcome::next;
+      })
+      .Case([&](CombineRoutedOp combine) -> FailureOr<Outcome> {
+        Tensor &results = tensorOf(thread.rank, combine.getResults());
+        Tensor &placement = tensorOf(thread.rank, combine.getPlacement());
+        Tensor &weights = tensorOf(thread.rank, combine.getWeights());
+        Tensor &dest = tensorOf(thread.rank, combine.getDest());
+        Box box = dest.data.layout.access(ints(combine.getIndices()), {}, combine.getTile());
+        if (!held(op, thread, thread.rank, combine.getDest(), box))
+          return Outcome::next;
+        Box rows{{box.lo[0], 0}, {box.hi[0], placement.data.layout.global[1]}};
+        readBox(thread.rank, idOf(combine.getResults()), results.data.layout.held(), me,
+                thread.clock);
+        readBox(thread.rank, idOf(combine.getPlacement()), rows, me, thread.clock);
+        readBox(thread.rank, idOf(combine.getWeights()), rows, me, thread.clock);
+        writeBox(thread.rank, idOf(combine.getDest()), box, me, thread.clock, false);
+        int64_t topK = placement.data.layout.global[1];
+        int64_t capacity = results.data.layout.global[1];
+        Type element = dest.data.layout.type.getElementType();
+        box.forEach([&](ArrayRef<int64_t> at) {
+          float sum = 0;
+          for (int64_t j = 0; j < topK; ++j) {
+            int64_t slot = static_cast<int64_t>(placement.data.at({at[0], j}));
+            if (slot < 0)
+              continue;
+            sum += weights.data.at({at[0], j}) *
+                   results.data.at({slot / capacity, slot % capacity, at[1]});
+          }
+          dest.data.at(at) = roundTo(element, sum);
+        });
+        return Outcome::next;
+      })
+      .Default([&](Operation *other) -> FailureOr<Outcome> {
+        return other->emitOpError() << "mk-sim: does not model this op";
+      });
+}
+
+/// The copy engines of a rank's GPU: each copy after the one before, once its flag holds its
+/// count; then the flag it signals is set to the epoch and the one it waited on is cleared.
+void Machine::engineStep(Thread &thread) {
+  Rank &rank = ranks[thread.rank];
+  while (thread.nextCopy < engineCopies.size() &&
+         int64_t(engineCopies[thread.nextCopy].getFrom()) != rank.gpu)
+    ++thread.nextCopy;
+  if (thread.nextCopy == engineCopies.size()) {
+    thread.status = Status::done;
+    --rank.live;
+    completeIfDone(thread.rank);
+    return;
+  }
+  EngineCopyOp copy = engineCopies[thread.nextCopy];
+  int64_t wait = flagArrays.lookup(copy.getWait()).first + copy.getWaitIndex();
+  FlagWord &word = rank.flags[wait];
+  if (word.count < copy.getCount()) {
+    thread.status = Status::blocked;
+    thread.waitOp = copy;
+    thread.waitFlag = wait;
+    thread.waitCount = copy.getCount();
+    waiters[{thread.rank, wait}].push_back(thread.id);
+    return;
+  }
+  if (!word.clock.empty())
+    join(thread.clock, word.clock);
+  word.count = 0;
+  int64_t to = rankOf(rank.node, copy.getTo());
+  Tensor &source = tensorOf(thread.rank, copy.getTensor());
+  Tensor &dest = tensorOf(to, copy.getTensor());
+  Box box{{copy.getRows()[0], copy.getCols()[0]}, {copy.getRows()[1], copy.getCols()[1]}};
+  Epoch me = epochOf(thread, copy);
+  readBox(thread.rank, idOf(copy.getTensor()), box, me, thread.clock);
+  writeBox(to, idOf(copy.getTensor()), box, me, thread.clock, false);
+  copyBox(source.data, box, dest.data, box);
+  int64_t signal = flagArrays.lookup(copy.getSignal()).first + copy.getSignalIndex();
+  FlagWord &arrived = ranks[to].flags[signal];
+  arrived.count = rank.launch;
+  if (arrived.clock.empty())
+    arrived.clock.assign(thread.clock.size(), 0);
+  join(arrived.clock, thread.clock);
+  ++thread.clock[thread.id];
+  signalLanded(to, signal);
+  ++thread.nextCopy;
+}
