@@ -22,6 +22,12 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=96 --emit=cuda 2>&1 | FileCheck %s --check-prefix=WIDTH
 // WIDTH: error: gemm-tile-n=96: the GEMM engine's tiles are 128 or 256 columns wide
 
+// A persistent grid of no CTAs, or of more than any GPU has SMs.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --sm-count 0 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SM-COUNT
+// SM-COUNT: mkc: error: --sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --sm-count 99999 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SM-COUNT-HIGH
+// SM-COUNT-HIGH: mkc: error: --sm-count=99999: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
+
 // An unknown --emit.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
 // EMIT: Cannot find option named 'sass'!

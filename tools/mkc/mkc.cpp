@@ -52,8 +52,9 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
                    cl::cat(category));
 cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
                              cl::value_desc("ROLE=CTAS,..."), cl::cat(category));
-cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl::init(132),
-                         cl::cat(category));
+cl::opt<int64_t> smCount("sm-count",
+                         cl::desc("CTAs of the persistent grid, 1 to 1024 (one per SM)"),
+                         cl::init(132), cl::cat(category));
 cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
                            cl::cat(category));
 cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",

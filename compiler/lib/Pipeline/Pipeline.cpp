@@ -39,6 +39,8 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
 }
 
 std::optional<std::string> checkPipelineOptions(const PipelineOptions &options) {
+  if (std::optional<std::string> error = checkSmCount(options.smCount))
+    return error;
   if (options.gemmStages < 0 || options.gemmStages == 1)
     return "gemm-stages=" + std::to_string(options.gemmStages) +
            ": the GEMM engine's ring needs at least 2 stages";

@@ -132,6 +132,10 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
   void runOnOperation() override {
     ProgramOp program = getOperation();
     MeshAttr mesh = program.getMesh();
+    if (std::optional<std::string> error = checkSmCount(smCount)) {
+      program.emitError() << *error;
+      return signalPassFailure();
+    }
 
     WalkResult walk = program.walk([&](MatmulOp matmul) {
       if (matmul.getKTile())

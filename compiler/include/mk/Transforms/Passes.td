@@ -61,7 +61,7 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
-           "CTAs of the persistent grid, which the tile width keeps busy">,
+           "CTAs of the persistent grid (1 to 1024), which the tile width keeps busy">,
     Option<"gemmTileN", "gemm-tile-n", "int64_t", /*default=*/"0",
            "Columns of the GEMM engine's matmul tiles, 128 or 256 (0: chosen per shape)">,
   ];
@@ -135,7 +135,8 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
     split.
   }];
   let options = [
-    Option<"smCount", "sm-count", "int64_t", "132", "CTAs of the persistent grid (one per SM)">,
+    Option<"smCount", "sm-count", "int64_t", "132",
+           "CTAs of the persistent grid, 1 to 1024 (one per SM)">,
     Option<"smSplit", "sm-split", "std::string", "\"\"",
            "role=ctas,... overriding the cost model, e.g. compute=120,intra_reduce=12">,
     // Measured on an H200 (docs/notes/runtime.md): the device library's matmul in a generated
