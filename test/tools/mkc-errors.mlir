@@ -22,6 +22,13 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=96 --emit=cuda 2>&1 | FileCheck %s --check-prefix=WIDTH
 // WIDTH: error: gemm-tile-n=96: the GEMM engine's tiles are 128 or 256 columns wide
 
+// A rank that does not exist: -1 given (leaving --rank out compiles for any rank), or past the
+// topology's.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --rank -1 --emit=mlir 2>&1 | FileCheck %s --check-prefix=RANK
+// RANK: mkc: error: --rank=-1: ranks count from 0; leave --rank out to compile for any rank
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --rank 2 --emit=mlir 2>&1 | FileCheck %s --check-prefix=RANK-HIGH
+// RANK-HIGH: gemm_allreduce.mlir:7:1: error: rank 2 does not exist on topology 1x2
+
 // A persistent grid of no CTAs, or of more than any GPU has SMs.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --sm-count 0 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SM-COUNT
 // SM-COUNT: mkc: error: --sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)

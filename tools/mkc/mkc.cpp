@@ -35,8 +35,8 @@ cl::opt<std::string> outputFile("o", cl::desc("Output file (default: standard ou
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
 cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
                               cl::value_desc("NODESxGPUS"), cl::cat(category));
-cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for (default: any)"), cl::init(-1),
-                      cl::cat(category));
+cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for, 0 to WORLD-1 (default: any)"),
+                      cl::init(-1), cl::cat(category));
 cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
                              cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
 // The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
@@ -98,6 +98,12 @@ LogicalResult checkFlags() {
                    << " is not NODESxGPUS with both at least 1, e.g. 2x4\n";
       return failure();
     }
+  }
+  // -1, the default, leaves the rank open; mk-specialize checks a rank against the topology.
+  if (rank.getNumOccurrences() && rank < 0) {
+    llvm::errs() << "mkc: error: --rank=" << rank
+                 << ": ranks count from 0; leave --rank out to compile for any rank\n";
+    return failure();
   }
   if (emit == Emit::cubin && outputFile == "-") {
     llvm::errs() << "mkc: error: --emit=cubin writes a binary; give an output file with -o\n";

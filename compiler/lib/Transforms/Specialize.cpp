@@ -69,9 +69,11 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
     if (!mesh.isBound())
       return program.emitError() << "the topology of @" << program.getSymName()
                                  << " is not bound; give topology=NODESxGPUS";
-    if (rank >= mesh.getWorldSize())
-      return program.emitError() << "rank " << static_cast<int64_t>(rank) << " does not exist on topology "
-                                 << mesh.getNodes() << "x" << mesh.getGpus();
+    // -1 leaves the rank open.
+    if (rank < -1 || rank >= mesh.getWorldSize())
+      return program.emitError() << "rank " << static_cast<int64_t>(rank)
+                                 << " does not exist on topology " << mesh.getNodes() << "x"
+                                 << mesh.getGpus();
     return success();
   }
 
