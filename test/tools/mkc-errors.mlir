@@ -43,6 +43,26 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=1024,N=1024,K=1004 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
 // SHAPE: gemm_allreduce.mlir:{{[0-9]+}}:1: error: 'mk.program' op places '!mk.tensor<[1024, 1004], bf16, shard 1 over world>' on #mk.mesh<2x4>, but dim 1 (extent 1004) does not split evenly over world (8 ranks)
 
+// Shape bindings that are not positive integers.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=0,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=ZERO
+// ZERO: gemm_allreduce.mlir:7:1: error: shape binding 'M=0' is not NAME=VALUE with a positive VALUE
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=-1024,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// NEGATIVE: gemm_allreduce.mlir:7:1: error: shape binding 'M=-1024' is not NAME=VALUE with a positive VALUE
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1k,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=NOT-NUMBER
+// NOT-NUMBER: gemm_allreduce.mlir:7:1: error: shape binding 'M=1k' is not NAME=VALUE with a positive VALUE
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=99999999999999999999,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=PAST-INT64
+// PAST-INT64: gemm_allreduce.mlir:7:1: error: shape binding 'M=99999999999999999999' is not NAME=VALUE with a positive VALUE
+
+// Shapes no GPU holds: A of 10^14 rows is 102 PB on each rank; 2^62 rows overflow int64 (the
+// CUDA then listed tensor_bytes of 0); three tensors of 0.36-0.72 TB fit a rank alone, not
+// together.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=99999999999999,N=1024,K=1024 --emit=cuda 2>&1 | FileCheck %s --check-prefix=RANK-BYTES
+// RANK-BYTES: gemm_allreduce.mlir:8:5: error: tensor '!mk.tensor<[99999999999999, 1024], bf16, shard 1 over world>' (argument #0 of @gemm_allreduce) holds 102399999999998976 bytes on each rank, more than the 1 TiB a rank may hold (above any GPU's memory: an H200 has 141 GB)
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=4611686018427387904,N=4611686018427387904,K=1024 --emit=cuda 2>&1 | FileCheck %s --check-prefix=INT64
+// INT64: gemm_allreduce.mlir:8:5: error: tensor '!mk.tensor<[4611686018427387904, 1024], bf16, shard 1 over world>' (argument #0 of @gemm_allreduce) has more bytes than int64 counts (2^63 - 1)
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=600000,N=600000,K=600000 --emit=cuda 2>&1 | FileCheck %s --check-prefix=TOTAL-BYTES
+// TOTAL-BYTES: gemm_allreduce.mlir:7:1: error: 'mk.program' op keeps more than 1 TiB of tensors and buffers on each rank
+
 // Rows the device library cannot move: 300 bf16 are 600 bytes, not a multiple of 16.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=257,N=300,K=512 --emit=cuda 2>&1 | FileCheck %s --check-prefix=ROWS
 // ROWS: gemm_allreduce.mlir:9:5: error: a tensor with rows of 300 bf16 elements (600 bytes) on each rank: the device library moves rows in 16-byte pieces, so rows must be a multiple of 16 bytes

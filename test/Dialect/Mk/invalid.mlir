@@ -119,6 +119,33 @@ mk.program @uneven_symbol [N = 6] mesh <2x4> (%a: !mk.tensor<[8, N], bf16, shard
 
 // -----
 
+// A tensor whose bytes int64 cannot count.
+// expected-error @+1 {{tensor '!mk.tensor<[4611686018427387904, 4], bf16, replicated>' (argument #0 of @int64) has more bytes than int64 counts (2^63 - 1)}}
+mk.program @int64 [] mesh <?x?> (%a: !mk.tensor<[4611686018427387904, 4], bf16, replicated>) {}
+
+// -----
+
+// A shard of 4 TiB: more than the 1 TiB a rank may hold.
+// expected-error @+1 {{tensor '!mk.tensor<[2199023255552, 2], bf16, shard 0 over world>' (argument #0 of @rank_bytes) holds 4398046511104 bytes on each rank, more than the 1 TiB a rank may hold (above any GPU's memory: an H200 has 141 GB)}}
+mk.program @rank_bytes [] mesh <1x2> (%a: !mk.tensor<[2199023255552, 2], bf16, shard 0 over world>) {}
+
+// -----
+
+// Buffers count as well.
+mk.program @buffer_bytes [] mesh <1x1> () {
+  // expected-error @+1 {{tensor '!mk.tensor<[1099511627776, 2], f32, symmetric>' ('mk.buffer' of @buffer_bytes) holds 8796093022208 bytes on each rank}}
+  %b = mk.buffer : !mk.tensor<[1099511627776, 2], f32, symmetric>
+}
+
+// -----
+
+// Two tensors of 1 TiB each (shards of 4 TiB on 4 ranks): each fits a rank, both do not.
+// expected-error @+1 {{'mk.program' op keeps more than 1 TiB of tensors and buffers on each rank, the most a rank may hold (above any GPU's memory: an H200 has 141 GB)}}
+mk.program @total_bytes [] mesh <1x4> (%a: !mk.tensor<[274877906944, 2], bf16, replicated>,
+                                      %b: !mk.tensor<[1099511627776, 2], bf16, shard 0 over world>) {}
+
+// -----
+
 // expected-error @+1 {{'mk.program' op has SM roles but no grid size}}
 mk.program @no_grid [] mesh <?x?> () {
   mk.role compute ctas 8 {}
