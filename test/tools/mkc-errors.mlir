@@ -83,6 +83,21 @@
 // RUN: not mkc %t/missing.mlir --emit=mlir 2>&1 | FileCheck %s --check-prefix=MISSING
 // MISSING: mkc: error: cannot open input file '{{.*}}missing.mlir': No such file or directory
 
+// Input that is not a tile program's file, refused before it is read: a device that never ends,
+// a FIFO without a writer (stat, not opened: the open would wait for one), a directory, a file
+// past 64 MiB (sparse); and standard input past 64 MiB, read up to the bound.
+// RUN: rm -rf %t/io && mkdir -p %t/io/dir && mkfifo %t/io/fifo && truncate -s 65M %t/io/big.mlir
+// RUN: not mkc /dev/zero --emit=mlir 2>&1 | FileCheck %s --check-prefix=DEVICE
+// DEVICE: mkc: error: /dev/zero is a character device, not a regular file; mkc reads tile programs from files, or from standard input as -
+// RUN: not mkc %t/io/fifo --emit=mlir 2>&1 | FileCheck %s --check-prefix=FIFO
+// FIFO: mkc: error: {{.*}}fifo is a FIFO, not a regular file
+// RUN: not mkc %t/io/dir --emit=mlir 2>&1 | FileCheck %s --check-prefix=DIRECTORY
+// DIRECTORY: mkc: error: {{.*}}dir is a directory, not a regular file
+// RUN: not mkc %t/io/big.mlir --emit=mlir 2>&1 | FileCheck %s --check-prefix=BIG
+// BIG: mkc: error: {{.*}}big.mlir is 68157440 bytes; mkc reads tile programs of at most 64 MiB
+// RUN: not mkc - --emit=mlir < /dev/zero 2>&1 | FileCheck %s --check-prefix=STDIN
+// STDIN: mkc: error: standard input is longer than 64 MiB; mkc reads tile programs of at most 64 MiB
+
 // An op the CUDA lowering does not handle yet, when CUDA is asked for.
 // RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1024,D=128 --emit=cuda 2>&1 | FileCheck %s --check-prefix=LOWERING
 // LOWERING: ring_attention.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.shard_range' op has no CUDA lowering in this version of mkc

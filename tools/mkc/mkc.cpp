@@ -9,6 +9,8 @@
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/Target/Nvrtc.h"
 
+#include "ToolFiles.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -124,12 +126,9 @@ int run() {
 
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &error);
-  if (!input) {
-    llvm::errs() << "mkc: error: " << error << "\n";
+  std::unique_ptr<llvm::MemoryBuffer> input = mkc::tools::readInput("mkc", inputFile);
+  if (!input)
     return 1;
-  }
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
@@ -162,6 +161,7 @@ int run() {
   if (failed(pm.run(*module)))
     return 1;
 
+  std::string error;
   std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &error);
   if (!output) {
     llvm::errs() << "mkc: error: " << error << "\n";
