@@ -35,6 +35,10 @@
 // RUN: not mk-opt - < /dev/zero 2>&1 | FileCheck %s --check-prefix=STDIN
 // STDIN: mk-opt: error: standard input is longer than 64 MiB; mk-opt reads tile programs of at most 64 MiB
 
+// A write that fails names the file, and is no LLVM ERROR.
+// RUN: not mk-opt %mkc_lib/gemm_allreduce.mlir -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
+// FULL: mk-opt: error: cannot write /dev/full: No space left on device
+
 //--- unknown_op.mlir
 // No op names a whole fused kernel.
 mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M, M], bf16, replicated>) {

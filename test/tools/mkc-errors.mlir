@@ -98,6 +98,11 @@
 // RUN: not mkc - --emit=mlir < /dev/zero 2>&1 | FileCheck %s --check-prefix=STDIN
 // STDIN: mkc: error: standard input is longer than 64 MiB; mkc reads tile programs of at most 64 MiB
 
+// A write that fails names the file, and is no LLVM ERROR.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=mlir -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=cuda -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
+// FULL: mkc: error: cannot write /dev/full: No space left on device
+
 // An op the CUDA lowering does not handle yet, when CUDA is asked for.
 // RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1024,D=128 --emit=cuda 2>&1 | FileCheck %s --check-prefix=LOWERING
 // LOWERING: ring_attention.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.shard_range' op has no CUDA lowering in this version of mkc

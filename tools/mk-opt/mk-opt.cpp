@@ -32,8 +32,9 @@ int main(int argc, char **argv) {
       argc, argv, "mk tile-program optimizer driver\n", registry);
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
 
-  // What MlirOptMain(argc, argv, ...) does, but reading the input within bounds: it would read
-  // /dev/zero until memory ran out. Listing dialects or passes reads no input.
+  // What MlirOptMain(argc, argv, ...) does, but reading the input within bounds (it would read
+  // /dev/zero until memory ran out) and reporting a failed write naming the file. Listing
+  // dialects or passes reads no input.
   std::unique_ptr<llvm::MemoryBuffer> input =
       config.shouldShowDialects() || config.shouldListPasses()
           ? llvm::MemoryBuffer::getMemBuffer("")
@@ -46,8 +47,6 @@ int main(int argc, char **argv) {
     llvm::errs() << error << "\n";
     return 1;
   }
-  if (failed(mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
-    return 1;
-  output->keep();
-  return 0;
+  bool processed = succeeded(mlir::MlirOptMain(output->os(), std::move(input), registry, config));
+  return failed(mkc::tools::closeOutput("mk-opt", outputFile, *output, processed)) ? 1 : 0;
 }

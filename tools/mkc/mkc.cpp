@@ -167,10 +167,12 @@ int run() {
     llvm::errs() << "mkc: error: " << error << "\n";
     return 1;
   }
+  const auto close = [&] {
+    return failed(mkc::tools::closeOutput("mkc", outputFile, *output)) ? 1 : 0;
+  };
   if (emit == Emit::mlir) {
     module->print(output->os());
-    output->keep();
-    return 0;
+    return close();
   }
   std::string source;
   llvm::raw_string_ostream sourceStream(source);
@@ -178,8 +180,7 @@ int run() {
     return 1;
   if (emit == Emit::cuda) {
     output->os() << source;
-    output->keep();
-    return 0;
+    return close();
   }
 
   mkc::nvrtc::Options nvrtcOptions;
@@ -205,8 +206,7 @@ int run() {
     return 1;
   }
   output->os() << (emit == Emit::ptx ? compiled.ptx : compiled.cubin);
-  output->keep();
-  return 0;
+  return close();
 }
 
 } // namespace

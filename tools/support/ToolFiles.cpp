@@ -82,4 +82,20 @@ std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef tool, StringRef path) {
   return fail(name + " is longer than " + Twine(kMaxInputBytes >> 20) + " MiB; " + bound);
 }
 
+llvm::LogicalResult closeOutput(StringRef tool, StringRef path, llvm::ToolOutputFile &output,
+                                bool complete) {
+  llvm::raw_fd_ostream &os = output.os();
+  os.flush();
+  if (os.has_error()) {
+    llvm::errs() << tool << ": error: cannot write " << (path == "-" ? "standard output" : path)
+                 << ": " << os.error().message() << "\n";
+    os.clear_error();
+    return llvm::failure();
+  }
+  if (!complete)
+    return llvm::failure();
+  output.keep();
+  return llvm::success();
+}
+
 } // namespace mkc::tools

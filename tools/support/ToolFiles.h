@@ -3,7 +3,9 @@
 #ifndef MK_TOOLS_TOOLFILES_H
 #define MK_TOOLS_TOOLFILES_H
 
+#include "llvm/Support/LogicalResult.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdint>
 #include <memory>
@@ -18,6 +20,13 @@ constexpr uint64_t kMaxInputBytes = uint64_t(64) << 20;
 /// regular file only: a device or a FIFO is refused before it is opened (/dev/zero never ends, a
 /// FIFO without a writer blocks the open). Prints "TOOL: error: ..." and returns null on failure.
 std::unique_ptr<llvm::MemoryBuffer> readInput(llvm::StringRef tool, llvm::StringRef path);
+
+/// Flushes `output`, opened on `path`, and keeps it if it is `complete` and written whole; else
+/// ToolOutputFile removes it. A failed write is reported as "TOOL: error: cannot write PATH:
+/// REASON" and its error cleared, so that closing the stream does not abort the tool (LLVM ERROR:
+/// IO failure on output stream). Succeeds where the file is kept.
+llvm::LogicalResult closeOutput(llvm::StringRef tool, llvm::StringRef path,
+                                llvm::ToolOutputFile &output, bool complete = true);
 
 } // namespace mkc::tools
 
