@@ -12,9 +12,11 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2by4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
 // TOPOLOGY: mkc: error: --topology={{.*}} is not NODESxGPUS with both at least 1, e.g. 2x4
 
-// A GEMM engine ring of one stage, and one too deep for shared memory (NVRTC says why).
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=1 --emit=cuda 2>&1 | FileCheck %s --check-prefix=STAGES
-// STAGES: mkc: error: --gemm-stages=1: the GEMM engine's ring needs at least 2 stages
+// A GEMM engine ring of one stage, one deeper than any tile leaves shared memory for, and one
+// too deep for this tile's (NVRTC says why).
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=1 --emit=cuda 2>&1 | FileCheck %s --check-prefix=STAGES -DSTAGES=1
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-stages=99 --emit=cuda 2>&1 | FileCheck %s --check-prefix=STAGES -DSTAGES=99
+// STAGES: mkc: error: --gemm-stages=[[STAGES]]: the GEMM engine's ring has 2 to 8 stages (the deepest fits shared memory only beside 128 x 64 tiles)
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=256 --gemm-stages=5 -o %t/deep.cubin 2>&1 | FileCheck %s --check-prefix=DEEP
 // DEEP: the GEMM engine's ring and epilogue do not fit a CTA's shared memory (227 KiB): use fewer stages
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-cluster=4 --emit=cuda 2>&1 | FileCheck %s --check-prefix=CLUSTER

@@ -72,8 +72,8 @@ cl::opt<int64_t> gemmTileN("gemm-tile-n",
                                     "(default: chosen per shape)"),
                            cl::init(0), cl::cat(category));
 cl::opt<int64_t> gemmStages("gemm-stages",
-                            cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
-                                     "deepest that fits the tile)"),
+                            cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
+                                     "(default: the deepest that fits the tile)"),
                             cl::init(0), cl::cat(category));
 cl::opt<int64_t> gemmCluster("gemm-cluster",
                              cl::desc("CTAs per cluster of the GEMM engine, sharing B through TMA "

@@ -17,4 +17,15 @@ std::optional<std::string> checkSmCount(int64_t smCount) {
                               " CTAs, one per SM (an H200 has 132)");
 }
 
+std::optional<std::string> checkGemmOptions(int64_t stages, int64_t cluster) {
+  if (stages != 0)
+    if (std::optional<std::string> error = checkOptionRange(
+            "gemm-stages", stages, 2, kMaxGemmStages,
+            "the GEMM engine's ring has 2 to " + Twine(kMaxGemmStages) +
+                " stages (the deepest fits shared memory only beside 128 x 64 tiles)"))
+      return error;
+  return checkOptionRange("gemm-cluster", cluster, 0, 2,
+                          "the GEMM engine runs in clusters of 1 or 2 CTAs");
+}
+
 } // namespace mlir::mk

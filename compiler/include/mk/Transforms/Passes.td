@@ -193,8 +193,8 @@ def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"gemmStages", "gemm-stages", "int64_t", /*default=*/"0",
-           "Depth of the GEMM engine's shared-memory ring of 64-deep K slices (0: the deepest "
-           "that fits the tile)">,
+           "Depth of the GEMM engine's shared-memory ring of 64-deep K slices, 2 to 8 (0: the "
+           "deepest that fits the tile)">,
     Option<"gemmCluster", "gemm-cluster", "int64_t", /*default=*/"0",
            "CTAs per thread-block cluster of the GEMM engine, which share each B panel through "
            "TMA multicast: 1 or 2 (0: 2 where the tile order and roles pair CTAs, else 1)">,
