@@ -100,6 +100,19 @@
 // RUN: not mkc - --emit=mlir < /dev/zero 2>&1 | FileCheck %s --check-prefix=STDIN
 // STDIN: mkc: error: standard input is longer than 64 MiB; mkc reads tile programs of at most 64 MiB
 
+// Targets the kernels cannot run on (they use wgmma and TMA), and CUDA headers that are not there:
+// flag errors before NVRTC runs.
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch sm_80 -o %t/arch.cubin 2>&1 | FileCheck %s --check-prefix=ARCH -DARCH=sm_80
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch sm_90 -o %t/arch.cubin 2>&1 | FileCheck %s --check-prefix=ARCH -DARCH=sm_90
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch sm_100a -o %t/arch.cubin 2>&1 | FileCheck %s --check-prefix=ARCH -DARCH=sm_100a
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch bogus --emit=ptx 2>&1 | FileCheck %s --check-prefix=ARCH -DARCH=bogus
+// ARCH: mkc: error: --arch=[[ARCH]]: mkc targets sm_90a (the kernels use wgmma and TMA), or compute_90a for PTX alone
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --cuda-include %t/nowhere -o %t/include.cubin 2>&1 | FileCheck %s --check-prefix=NO-INCLUDE
+// NO-INCLUDE: mkc: error: --cuda-include={{.*}}nowhere: no such directory
+// RUN: rm -rf %t/empty && mkdir %t/empty
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --cuda-include %t/empty -o %t/include.cubin 2>&1 | FileCheck %s --check-prefix=NO-BF16
+// NO-BF16: mkc: error: --cuda-include={{.*}}empty: has no cuda_bf16.h, which the device library includes
+
 // A write that fails names the file, and is no LLVM ERROR.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=mlir -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=cuda -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"

@@ -18,6 +18,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -44,8 +45,9 @@ cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=81
 // The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
 cl::alias shapesAlias("shapes", cl::desc("Alias for --shape"), cl::aliasopt(shapes),
                       cl::CommaSeparated, cl::cat(category));
-cl::opt<std::string> arch("arch", cl::desc("GPU architecture for NVRTC"), cl::init("sm_90a"),
-                          cl::cat(category));
+cl::opt<std::string> arch("arch",
+                          cl::desc("GPU architecture for NVRTC: sm_90a, or compute_90a for PTX"),
+                          cl::init("sm_90a"), cl::cat(category));
 cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
                    cl::values(clEnumValN(Emit::mlir, "mlir", "the scheduled mk IR"),
                               clEnumValN(Emit::cuda, "cuda", "CUDA C++"),
@@ -109,6 +111,33 @@ LogicalResult checkFlags() {
   }
   if (emit == Emit::cubin && outputFile == "-") {
     llvm::errs() << "mkc: error: --emit=cubin writes a binary; give an output file with -o\n";
+    return failure();
+  }
+  // The device library uses wgmma, TMA and setmaxnreg: Hopper's arch-specific target only.
+  if (arch != "sm_90a" && arch != "compute_90a") {
+    llvm::errs() << "mkc: error: --arch=" << arch
+                 << ": mkc targets sm_90a (the kernels use wgmma and TMA), or compute_90a for "
+                    "PTX alone\n";
+    return failure();
+  }
+  if (emit == Emit::cubin && arch == "compute_90a") {
+    llvm::errs() << "mkc: error: --arch=compute_90a gives PTX alone, no cubin; use --arch=sm_90a "
+                    "or --emit=ptx\n";
+    return failure();
+  }
+  for (const std::string &dir : cudaInclude)
+    if (!llvm::sys::fs::is_directory(dir)) {
+      llvm::errs() << "mkc: error: --cuda-include=" << dir << ": no such directory\n";
+      return failure();
+    }
+  const auto hasBf16 = [](StringRef dir) {
+    SmallString<256> header(dir);
+    llvm::sys::path::append(header, "cuda_bf16.h");
+    return llvm::sys::fs::exists(header);
+  };
+  if (!cudaInclude.empty() && llvm::none_of(cudaInclude, hasBf16)) {
+    llvm::errs() << "mkc: error: --cuda-include=" << llvm::join(cudaInclude, ",")
+                 << ": has no cuda_bf16.h, which the device library includes\n";
     return failure();
   }
   return success();
@@ -201,10 +230,6 @@ int run() {
       llvm::errs() << "mkc: " << kernel.name << ": " << kernel.registers << " registers, "
                    << kernel.stackFrameBytes << " bytes stack frame, " << kernel.spillStoreBytes
                    << " bytes spill stores, " << kernel.spillLoadBytes << " bytes spill loads\n";
-  if (emit == Emit::cubin && compiled.cubin.empty()) {
-    llvm::errs() << "mkc: error: --arch=" << arch << " gives no cubin; use sm_XX or --emit=ptx\n";
-    return 1;
-  }
   output->os() << (emit == Emit::ptx ? compiled.ptx : compiled.cubin);
   return close();
 }
