@@ -43,6 +43,13 @@ SmallVector<TileAccess> writesOf(Operation *op) {
   if (auto store = dyn_cast<StoreOp>(op))
     return {access(store.getDest(), store.getIndices(), store.getWholeDims(),
                    store.getValue().getType().getShape())};
+  // Program-level collectives (before mk-expand-collectives) write their destination's tile.
+  if (auto reduce = dyn_cast<AllReduceOp>(op))
+    return {access(reduce.getDest(), reduce.getIndices(), reduce.getWholeDims(),
+                   reduce.getValue().getType().getShape())};
+  if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+    return {access(scatter.getDest(), scatter.getIndices(), scatter.getWholeDims(),
+                   scatter.getValue().getType().getShape())};
   if (auto select = dyn_cast<SelectRoutedOp>(op))
     return {wholeAccess(op, select.getRouted()), wholeAccess(op, select.getCounts()),
             wholeAccess(op, select.getOrigins()), wholeAccess(op, select.getPlacement())};

@@ -56,8 +56,11 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     tile shape gets the tile width of the GEMM engine, 256 or 128 columns and at most the
     program's, that takes the least time over `sm-count` CTAs: the rounds of tiles the busiest
     CTA walks times a tile's measured time (a 128-column tile takes 0.54 of a 256-column one),
-    the wider on a tie. So 128 where 256-wide tiles would leave SMs idle. The grid's tile sizes
-    and its tile types change together. `gemm-tile-n` sets the width instead.
+    the wider on a tie. So 128 where 256-wide tiles would leave SMs idle. Only a width that the
+    other grids' accesses to each tensor the program writes agree with, tile for tile along the
+    grid's columns (mk-insert-signals orders them tile by tile), is a candidate: a grid whose
+    output another grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile
+    types change together. `gemm-tile-n` sets the width instead.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
