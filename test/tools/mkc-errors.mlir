@@ -11,6 +11,9 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 0x4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2by4 --shape M=1024,N=1024,K=1024 2>&1 | FileCheck %s --check-prefix=TOPOLOGY
 // TOPOLOGY: mkc: error: --topology={{.*}} is not NODESxGPUS with both at least 1, e.g. 2x4
+// A topology past the ABI's bounds (its world size once overflowed, and crashed the verifier).
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 4611686018427387904x4 --shape M=1024,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=MESH
+// MESH: gemm_allreduce.mlir:7:1: error: a mesh has at most 8 GPUs per node, whose memory a kernel maps, and fewer than 2^32 ranks, got 4611686018427387904x4
 
 // A GEMM engine ring of one stage, one deeper than any tile leaves shared memory for, and one
 // too deep for this tile's (NVRTC says why).

@@ -63,7 +63,9 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
       if (conflicts(mesh.getNodes(), nodes) || conflicts(mesh.getGpus(), gpus))
         return program.emitError() << "@" << program.getSymName() << " runs on " << mesh
                                    << ", not on topology " << topology;
-      mesh = MeshAttr::get(&getContext(), nodes, gpus);
+      mesh = MeshAttr::getChecked([&] { return program.emitError(); }, &getContext(), nodes, gpus);
+      if (!mesh)
+        return failure();
       program.setMeshAttr(mesh);
     }
     if (!mesh.isBound())

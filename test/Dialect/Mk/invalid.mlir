@@ -11,6 +11,16 @@ mk.program @mesh_zero [] mesh <0x4> () {}
 
 // -----
 
+// expected-error @+1 {{a mesh has at most 8 GPUs per node, whose memory a kernel maps, and fewer than 2^32 ranks, got 1x9}}
+mk.program @mesh_wide [] mesh <1x9> () {}
+
+// -----
+
+// expected-error @+1 {{a mesh has at most 8 GPUs per node, whose memory a kernel maps, and fewer than 2^32 ranks, got 536870912x8}}
+mk.program @mesh_ranks [] mesh <536870912x8> () {}
+
+// -----
+
 // expected-error @+1 {{expected a mesh as NODESxGPUS, e.g. <2x4>}}
 mk.program @mesh_rank [] mesh <2x4x2> () {}
 
