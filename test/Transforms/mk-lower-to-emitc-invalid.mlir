@@ -1,6 +1,12 @@
 // RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc="gemm-cluster=2"
+// RUN: not mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-stages=99" 2>&1 | FileCheck %s --check-prefix=STAGES
+// RUN: not mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-cluster=3" 2>&1 | FileCheck %s --check-prefix=CLUSTER
 
 // What mk-lower-to-emitc rejects.
+
+// GEMM engine options out of bounds, on the first program of every module.
+// STAGES: mk-lower-to-emitc-invalid.mlir:[[# @LINE + 5]]:1: error: gemm-stages=99: the GEMM engine's ring has 2 to 8 stages (the deepest fits shared memory only beside 128 x 64 tiles)
+// CLUSTER: mk-lower-to-emitc-invalid.mlir:[[# @LINE + 4]]:1: error: gemm-cluster=3: the GEMM engine runs in clusters of 1 or 2 CTAs
 
 // A program that was not scheduled.
 // expected-error @+1 {{@flat is not scheduled (run the mkc pipeline up to mk-insert-signals first)}}

@@ -11,5 +11,7 @@
 
 // RUN: not mk-opt %s -mk-specialize="topology=1x2 rank=2 shapes=M=64" 2>&1 | FileCheck %s --check-prefix=RANK
 // RANK: error: rank 2 does not exist on topology 1x2
+// RUN: not mk-opt %s -mk-specialize="topology=1x2 rank=-2 shapes=M=64" 2>&1 | FileCheck %s --check-prefix=NEGATIVE-RANK
+// NEGATIVE-RANK: error: rank -2 does not exist on topology 1x2
 
 mk.program @p [M] mesh <?x?> () {}

@@ -1,6 +1,12 @@
 // RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-tile-and-order="gemm-tile-n=256"
+// RUN: not mk-opt %s -split-input-file -mk-tile-and-order="sm-count=0" 2>&1 | FileCheck %s --check-prefix=SM-COUNT
+// RUN: not mk-opt %s -split-input-file -mk-tile-and-order="sm-count=1025" 2>&1 | FileCheck %s --check-prefix=SM-COUNT-HIGH
 
 // What mk-tile-and-order rejects.
+
+// An sm-count that no GPU has, on every program.
+// SM-COUNT: mk-tile-and-order-invalid.mlir:[[# @LINE + 4]]:1: error: sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
+// SM-COUNT-HIGH: mk-tile-and-order-invalid.mlir:[[# @LINE + 3]]:1: error: sm-count=1025: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
 
 // A contracted extent that no mma depth divides.
 mk.program @odd [] mesh <1x1> (%a: !mk.tensor<[128, 40], bf16, replicated>, %b: !mk.tensor<[40, 128], bf16, replicated>, %c: !mk.tensor<[128, 128], bf16, replicated>) {

@@ -121,3 +121,53 @@ mk.program @tall [] mesh <1x2> (%a: !mk.tensor<[16384, 8192], bf16, shard 1 over
     mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[16384, 8192], bf16, replicated>
   }
 }
+
+// -----
+
+// A width every reader and writer of a tensor agrees with: 128 x 1024 would take 128-column tiles
+// (8 of them, one round), but another grid reads the buffer the GEMM writes in 256-column tiles,
+// and mk-insert-signals orders them tile by tile, so the GEMM keeps 256.
+// CHECK-LABEL: mk.program @pinned
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <swizzle 1> :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 256], f32>
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <row_major> :
+mk.program @pinned [] mesh <1x2> (%a: !mk.tensor<[128, 512], bf16, shard 1 over world>,
+                                  %b: !mk.tensor<[512, 1024], bf16, shard 0 over world>,
+                                  %bias: !mk.tensor<[128, 1024], bf16, replicated>,
+                                  %out: !mk.tensor<[128, 1024], bf16, replicated>) {
+  %sum = mk.buffer : !mk.tensor<[128, 1024], bf16, replicated>
+  mk.tile_grid (%m, %n) over %sum tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 512], bf16, shard 1 over world>, !mk.tensor<[512, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %sum[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+  }
+  mk.tile_grid (%m, %n) over %out tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
+    %x = mk.load %sum[%m, %n] : !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    %y = mk.load %bias[%m, %n] : !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    %z = mk.add %x, %y : !mk.tile<[128, 256], bf16>
+    mk.store %z, %out[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+  }
+}
+
+// -----
+
+// Tensors the program only reads pin no width: the other grid reads B, the GEMM's operand, in
+// 256-column tiles, and the GEMM still narrows to 128.
+// CHECK-LABEL: mk.program @read_only
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 1> :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 128], f32>
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <row_major> :
+mk.program @read_only [] mesh <1x1> (%a: !mk.tensor<[128, 128], bf16, replicated>,
+                                     %b: !mk.tensor<[128, 1024], bf16, replicated>,
+                                     %c: !mk.tensor<[128, 1024], bf16, replicated>,
+                                     %out: !mk.tensor<[128, 1024], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 128], bf16, replicated>, !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+  }
+  mk.tile_grid (%m, %n) over %out tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
+    %x = mk.load %b[%m, %n] : !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    mk.store %x, %out[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+  }
+}

@@ -68,7 +68,7 @@ class GenerateCuda(unittest.TestCase):
                       "gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
                       "all-reduce-copy-engine)", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES, options={"gemm-stages": 1})
-        self.assertIn("gemm-stages=1: the GEMM engine's ring needs at least 2 stages", message)
+        self.assertIn("gemm-stages=1: the GEMM engine's ring has 2 to 8 stages", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
                                      options={"gemm-cluster": "two"})
         self.assertIn("gemm-cluster=two: not an integer", message)

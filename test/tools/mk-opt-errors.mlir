@@ -20,6 +20,25 @@
 // RUN: not mk-opt %t/does-not-exist.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
 // MISSING: cannot open input file '{{.*}}does-not-exist.mlir': No such file or directory
 
+// Input that is not a tile program's file, refused before it is read: a device that never ends,
+// a FIFO without a writer (stat, not opened: the open would wait for one), a directory, a file
+// past 64 MiB (sparse); and standard input past 64 MiB, read up to the bound.
+// RUN: rm -rf %t/io && mkdir -p %t/io/dir && mkfifo %t/io/fifo && truncate -s 65M %t/io/big.mlir
+// RUN: not mk-opt /dev/zero 2>&1 | FileCheck %s --check-prefix=DEVICE
+// DEVICE: mk-opt: error: /dev/zero is a character device, not a regular file; mk-opt reads tile programs from files, or from standard input as -
+// RUN: not mk-opt %t/io/fifo 2>&1 | FileCheck %s --check-prefix=FIFO
+// FIFO: mk-opt: error: {{.*}}fifo is a FIFO, not a regular file
+// RUN: not mk-opt %t/io/dir 2>&1 | FileCheck %s --check-prefix=DIRECTORY
+// DIRECTORY: mk-opt: error: {{.*}}dir is a directory, not a regular file
+// RUN: not mk-opt %t/io/big.mlir 2>&1 | FileCheck %s --check-prefix=BIG
+// BIG: mk-opt: error: {{.*}}big.mlir is 68157440 bytes; mk-opt reads tile programs of at most 64 MiB
+// RUN: not mk-opt - < /dev/zero 2>&1 | FileCheck %s --check-prefix=STDIN
+// STDIN: mk-opt: error: standard input is longer than 64 MiB; mk-opt reads tile programs of at most 64 MiB
+
+// A write that fails names the file, and is no LLVM ERROR.
+// RUN: not mk-opt %mkc_lib/gemm_allreduce.mlir -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
+// FULL: mk-opt: error: cannot write /dev/full: No space left on device
+
 //--- unknown_op.mlir
 // No op names a whole fused kernel.
 mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M, M], bf16, replicated>) {

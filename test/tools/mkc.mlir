@@ -8,7 +8,7 @@
 // --arch compute_90a gives PTX; a cubin needs a real architecture.
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch compute_90a --emit=ptx | FileCheck %s --check-prefix=PTX
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --arch compute_90a -o %t.cubin 2>&1 | FileCheck %s --check-prefix=VIRTUAL
-// VIRTUAL: mkc: error: --arch=compute_90a gives no cubin; use sm_XX or --emit=ptx
+// VIRTUAL: mkc: error: --arch=compute_90a gives PTX alone, no cubin; use --arch=sm_90a or --emit=ptx
 
 // --rank binds the rank; --sm-split overrides the cost model; --explain-sm-split says why.
 // --shapes (as the diagnostics of an unbound symbol spell it) is --shape.
@@ -33,8 +33,9 @@
 // PRINT: IR Dump After MkPartitionRoles
 // PRINT: IR Dump After MkInsertSignals
 
-// An NVRTC failure (here: no CUDA headers where --cuda-include points) is reported with NVRTC's
-// log, and mkc exits with status 1.
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --cuda-include %t.nowhere -o %t.cubin 2>&1 | FileCheck %s --check-prefix=NVRTC
+// An NVRTC failure (here: a cuda_bf16.h that is not CUDA's where --cuda-include points) is
+// reported with NVRTC's log, and mkc exits with status 1.
+// RUN: rm -rf %t.include && mkdir %t.include && echo '#error not the CUDA toolkit' > %t.include/cuda_bf16.h
+// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --cuda-include %t.include -o %t.cubin 2>&1 | FileCheck %s --check-prefix=NVRTC
 // NVRTC: mkc: error: NVRTC could not compile the CUDA C++ generated from {{.*}}gemm_allreduce.mlir (rerun with --emit=cuda to see all of it):
-// NVRTC: cuda_bf16.h
+// NVRTC: cuda_bf16.h{{.*}}not the CUDA toolkit

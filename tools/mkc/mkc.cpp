@@ -9,6 +9,8 @@
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/Target/Nvrtc.h"
 
+#include "ToolFiles.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -16,6 +18,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -35,15 +38,16 @@ cl::opt<std::string> outputFile("o", cl::desc("Output file (default: standard ou
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
 cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
                               cl::value_desc("NODESxGPUS"), cl::cat(category));
-cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for (default: any)"), cl::init(-1),
-                      cl::cat(category));
+cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for, 0 to WORLD-1 (default: any)"),
+                      cl::init(-1), cl::cat(category));
 cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
                              cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
 // The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
 cl::alias shapesAlias("shapes", cl::desc("Alias for --shape"), cl::aliasopt(shapes),
                       cl::CommaSeparated, cl::cat(category));
-cl::opt<std::string> arch("arch", cl::desc("GPU architecture for NVRTC"), cl::init("sm_90a"),
-                          cl::cat(category));
+cl::opt<std::string> arch("arch",
+                          cl::desc("GPU architecture for NVRTC: sm_90a, or compute_90a for PTX"),
+                          cl::init("sm_90a"), cl::cat(category));
 cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
                    cl::values(clEnumValN(Emit::mlir, "mlir", "the scheduled mk IR"),
                               clEnumValN(Emit::cuda, "cuda", "CUDA C++"),
@@ -52,8 +56,9 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
                    cl::cat(category));
 cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
                              cl::value_desc("ROLE=CTAS,..."), cl::cat(category));
-cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl::init(132),
-                         cl::cat(category));
+cl::opt<int64_t> smCount("sm-count",
+                         cl::desc("CTAs of the persistent grid, 1 to 1024 (one per SM)"),
+                         cl::init(132), cl::cat(category));
 cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
                            cl::cat(category));
 cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
@@ -69,8 +74,8 @@ cl::opt<int64_t> gemmTileN("gemm-tile-n",
                                     "(default: chosen per shape)"),
                            cl::init(0), cl::cat(category));
 cl::opt<int64_t> gemmStages("gemm-stages",
-                            cl::desc("Depth of the GEMM engine's ring of K slices (default: the "
-                                     "deepest that fits the tile)"),
+                            cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
+                                     "(default: the deepest that fits the tile)"),
                             cl::init(0), cl::cat(category));
 cl::opt<int64_t> gemmCluster("gemm-cluster",
                              cl::desc("CTAs per cluster of the GEMM engine, sharing B through TMA "
@@ -98,8 +103,41 @@ LogicalResult checkFlags() {
       return failure();
     }
   }
+  // -1, the default, leaves the rank open; mk-specialize checks a rank against the topology.
+  if (rank.getNumOccurrences() && rank < 0) {
+    llvm::errs() << "mkc: error: --rank=" << rank
+                 << ": ranks count from 0; leave --rank out to compile for any rank\n";
+    return failure();
+  }
   if (emit == Emit::cubin && outputFile == "-") {
     llvm::errs() << "mkc: error: --emit=cubin writes a binary; give an output file with -o\n";
+    return failure();
+  }
+  // The device library uses wgmma, TMA and setmaxnreg: Hopper's arch-specific target only.
+  if (arch != "sm_90a" && arch != "compute_90a") {
+    llvm::errs() << "mkc: error: --arch=" << arch
+                 << ": mkc targets sm_90a (the kernels use wgmma and TMA), or compute_90a for "
+                    "PTX alone\n";
+    return failure();
+  }
+  if (emit == Emit::cubin && arch == "compute_90a") {
+    llvm::errs() << "mkc: error: --arch=compute_90a gives PTX alone, no cubin; use --arch=sm_90a "
+                    "or --emit=ptx\n";
+    return failure();
+  }
+  for (const std::string &dir : cudaInclude)
+    if (!llvm::sys::fs::is_directory(dir)) {
+      llvm::errs() << "mkc: error: --cuda-include=" << dir << ": no such directory\n";
+      return failure();
+    }
+  const auto hasBf16 = [](StringRef dir) {
+    SmallString<256> header(dir);
+    llvm::sys::path::append(header, "cuda_bf16.h");
+    return llvm::sys::fs::exists(header);
+  };
+  if (!cudaInclude.empty() && llvm::none_of(cudaInclude, hasBf16)) {
+    llvm::errs() << "mkc: error: --cuda-include=" << llvm::join(cudaInclude, ",")
+                 << ": has no cuda_bf16.h, which the device library includes\n";
     return failure();
   }
   return success();
@@ -117,12 +155,9 @@ int run() {
 
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &error);
-  if (!input) {
-    llvm::errs() << "mkc: error: " << error << "\n";
+  std::unique_ptr<llvm::MemoryBuffer> input = mkc::tools::readInput("mkc", inputFile);
+  if (!input)
     return 1;
-  }
   sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
@@ -155,15 +190,18 @@ int run() {
   if (failed(pm.run(*module)))
     return 1;
 
+  std::string error;
   std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &error);
   if (!output) {
     llvm::errs() << "mkc: error: " << error << "\n";
     return 1;
   }
+  const auto close = [&] {
+    return failed(mkc::tools::closeOutput("mkc", outputFile, *output)) ? 1 : 0;
+  };
   if (emit == Emit::mlir) {
     module->print(output->os());
-    output->keep();
-    return 0;
+    return close();
   }
   std::string source;
   llvm::raw_string_ostream sourceStream(source);
@@ -171,8 +209,7 @@ int run() {
     return 1;
   if (emit == Emit::cuda) {
     output->os() << source;
-    output->keep();
-    return 0;
+    return close();
   }
 
   mkc::nvrtc::Options nvrtcOptions;
@@ -193,13 +230,8 @@ int run() {
       llvm::errs() << "mkc: " << kernel.name << ": " << kernel.registers << " registers, "
                    << kernel.stackFrameBytes << " bytes stack frame, " << kernel.spillStoreBytes
                    << " bytes spill stores, " << kernel.spillLoadBytes << " bytes spill loads\n";
-  if (emit == Emit::cubin && compiled.cubin.empty()) {
-    llvm::errs() << "mkc: error: --arch=" << arch << " gives no cubin; use sm_XX or --emit=ptx\n";
-    return 1;
-  }
   output->os() << (emit == Emit::ptx ? compiled.ptx : compiled.cubin);
-  output->keep();
-  return 0;
+  return close();
 }
 
 } // namespace

@@ -47,13 +47,9 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
 }
 
 std::optional<std::string> checkPipelineOptions(const PipelineOptions &options) {
-  if (options.gemmStages < 0 || options.gemmStages == 1)
-    return "gemm-stages=" + std::to_string(options.gemmStages) +
-           ": the GEMM engine's ring needs at least 2 stages";
-  if (options.gemmCluster < 0 || options.gemmCluster > 2)
-    return "gemm-cluster=" + std::to_string(options.gemmCluster) +
-           ": the GEMM engine runs in clusters of 1 or 2 CTAs";
-  return std::nullopt;
+  if (std::optional<std::string> error = checkSmCount(options.smCount))
+    return error;
+  return checkGemmOptions(options.gemmStages, options.gemmCluster);
 }
 
 std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options) {

@@ -1,5 +1,7 @@
 //===- InsertSignals.cpp - per-tile flags between transfers and readers ---===//
 
+#include "TileAccess.h"
+
 #include "mk/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -16,107 +18,6 @@ using namespace mlir;
 using namespace mlir::mk;
 
 namespace {
-
-/// One access to a tensor by a write or a read: its index operands, its `:` dims, and the
-/// extent of the accessed region along each dim (0 for a whole dim).
-struct TileAccess {
-  Operation *op;
-  Value tensor;
-  SmallVector<Value> indices;
-  SmallVector<int64_t> wholeDims;
-  SmallVector<int64_t> extents;
-
-  /// The index operand of dim `d`, or null where it is whole.
-  Value indexOf(int64_t d) const {
-    if (llvm::is_contained(wholeDims, d))
-      return Value();
-    int64_t before = llvm::count_if(wholeDims, [&](int64_t w) { return w < d; });
-    return indices[d - before];
-  }
-};
-
-/// An access to all of a tensor.
-TileAccess wholeAccess(Operation *op, Value tensor) {
-  int64_t rank = cast<DistTensorType>(tensor.getType()).getRank();
-  return TileAccess{op, tensor, {}, llvm::to_vector(llvm::seq<int64_t>(0, rank)),
-                    SmallVector<int64_t>(rank, 0)};
-}
-
-/// The per-dim region extents of an access whose trailing dims hold `tile` (a tile shape).
-SmallVector<int64_t> regionExtents(int64_t rank, ArrayRef<int64_t> wholeDims,
-                                   ArrayRef<int64_t> tile) {
-  SmallVector<int64_t> extents(rank, 1);
-  int64_t first = rank - tile.size();
-  for (int64_t d = 0; d < rank; ++d)
-    extents[d] = llvm::is_contained(wholeDims, d) ? 0 : d >= first ? tile[d - first] : 1;
-  return extents;
-}
-
-SmallVector<TileAccess> writesOf(Operation *op) {
-  auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
-                    ArrayRef<int64_t> tile) {
-    return TileAccess{op, tensor, llvm::to_vector(indices), llvm::to_vector(whole),
-                      regionExtents(cast<DistTensorType>(tensor.getType()).getRank(), whole, tile)};
-  };
-  if (auto put = dyn_cast<PutOp>(op))
-    return {access(put.getDest(), put.getIndices(), put.getWholeDims(),
-                   put.getValue().getType().getShape())};
-  if (auto copy = dyn_cast<CopyOp>(op))
-    return {access(copy.getDest(), copy.getDestIndices(), copy.getDestWholeDims(), copy.getTile())};
-  if (auto store = dyn_cast<StoreOp>(op))
-    return {access(store.getDest(), store.getIndices(), store.getWholeDims(),
-                   store.getValue().getType().getShape())};
-  if (auto select = dyn_cast<SelectRoutedOp>(op))
-    return {wholeAccess(op, select.getRouted()), wholeAccess(op, select.getCounts()),
-            wholeAccess(op, select.getOrigins()), wholeAccess(op, select.getPlacement())};
-  return {};
-}
-
-SmallVector<TileAccess> readsOf(Operation *op) {
-  auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
-                    ArrayRef<int64_t> tile) {
-    return TileAccess{op, tensor, llvm::to_vector(indices), llvm::to_vector(whole),
-                      regionExtents(cast<DistTensorType>(tensor.getType()).getRank(), whole, tile)};
-  };
-  SmallVector<TileAccess> reads;
-  if (auto load = dyn_cast<LoadOp>(op))
-    reads.push_back(access(load.getSource(), load.getIndices(), load.getWholeDims(),
-                           load.getResult().getType().getShape()));
-  if (auto accumulate = dyn_cast<AccumulateOp>(op))
-    reads.push_back(access(accumulate.getSource(), accumulate.getIndices(),
-                           accumulate.getWholeDims(), accumulate.getResult().getType().getShape()));
-  if (auto copy = dyn_cast<CopyOp>(op))
-    reads.push_back(access(copy.getSource(), copy.getSourceIndices(), copy.getSourceWholeDims(),
-                           copy.getTile()));
-  if (auto matmul = dyn_cast<MatmulOp>(op)) {
-    // The panel of an operand: the result tile's rows (lhs) or columns (rhs), the whole of K.
-    auto panel = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole, int64_t extent) {
-      TileAccess read = access(tensor, indices, whole, {});
-      int64_t rank = read.extents.size();
-      read.extents.assign(rank, 1);
-      read.extents[whole[0]] = 0;
-      read.extents[whole[0] == rank - 1 ? rank - 2 : rank - 1] = extent;
-      reads.push_back(read);
-    };
-    ArrayRef<int64_t> tile = matmul.getResult().getType().getShape();
-    panel(matmul.getLhs(), matmul.getLhsIndices(), matmul.getLhsWholeDims(), tile[0]);
-    panel(matmul.getRhs(), matmul.getRhsIndices(), matmul.getRhsWholeDims(), tile[1]);
-  }
-  if (auto select = dyn_cast<SelectRoutedOp>(op)) {
-    reads.push_back(wholeAccess(op, select.getTokens()));
-    reads.push_back(wholeAccess(op, select.getExperts()));
-  }
-  if (auto combine = dyn_cast<CombineRoutedOp>(op)) {
-    reads.push_back(wholeAccess(op, combine.getResults()));
-    TileAccess rows = access(combine.getPlacement(), combine.getIndices().take_front(1), {1},
-                             {combine.getTile()[0], 0});
-    reads.push_back(rows);
-  }
-  if (auto grid = dyn_cast<TileGridOp>(op))
-    if (Value counts = grid.getRowCounts())
-      reads.push_back(wholeAccess(op, counts));
-  return reads;
-}
 
 /// The flags that order the writes of one tensor with its reads.
 struct FlagPlan {

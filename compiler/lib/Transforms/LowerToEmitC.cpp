@@ -1522,6 +1522,10 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     auto programs = llvm::to_vector(module.getOps<ProgramOp>());
     if (programs.empty())
       return;
+    if (std::optional<std::string> error = checkGemmOptions(gemmStages, gemmCluster)) {
+      programs.front().emitError() << *error;
+      return signalPassFailure();
+    }
 
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
     Location loc = module.getLoc();

@@ -261,6 +261,10 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
 
   void runOnOperation() override {
     ProgramOp program = getOperation();
+    if (std::optional<std::string> error = checkSmCount(smCount)) {
+      program.emitError() << *error;
+      return signalPassFailure();
+    }
     auto roles = program.getBodyBlock().getOps<RoleOp>();
     if (roles.empty()) {
       program.emitError() << "@" << program.getSymName()

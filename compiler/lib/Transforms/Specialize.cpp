@@ -63,15 +63,19 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
       if (conflicts(mesh.getNodes(), nodes) || conflicts(mesh.getGpus(), gpus))
         return program.emitError() << "@" << program.getSymName() << " runs on " << mesh
                                    << ", not on topology " << topology;
-      mesh = MeshAttr::get(&getContext(), nodes, gpus);
+      mesh = MeshAttr::getChecked([&] { return program.emitError(); }, &getContext(), nodes, gpus);
+      if (!mesh)
+        return failure();
       program.setMeshAttr(mesh);
     }
     if (!mesh.isBound())
       return program.emitError() << "the topology of @" << program.getSymName()
                                  << " is not bound; give topology=NODESxGPUS";
-    if (rank >= mesh.getWorldSize())
-      return program.emitError() << "rank " << static_cast<int64_t>(rank) << " does not exist on topology "
-                                 << mesh.getNodes() << "x" << mesh.getGpus();
+    // -1 leaves the rank open.
+    if (rank < -1 || rank >= mesh.getWorldSize())
+      return program.emitError() << "rank " << static_cast<int64_t>(rank)
+                                 << " does not exist on topology " << mesh.getNodes() << "x"
+                                 << mesh.getGpus();
     return success();
   }
 

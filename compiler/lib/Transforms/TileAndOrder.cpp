@@ -1,5 +1,7 @@
 //===- TileAndOrder.cpp - main-loop depth, gather chunks, tile order ------===//
 
+#include "TileAccess.h"
+
 #include "mk/Transforms/Passes.h"
 
 namespace mlir::mk {
@@ -81,12 +83,14 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   return sizes[1];
 }
 
-/// The engine's tile width, at most `widest`, that takes the least time for `rows` x `cols` on
-/// `ctas` CTAs: the rounds of tiles the busiest CTA walks times a tile's time; the wider on a tie.
-int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t widest, int64_t ctas) {
-  int64_t best = widest, bestCost = std::numeric_limits<int64_t>::max();
+/// Of the engine's tile widths that `allowed` admits (at least one), the one that takes the
+/// least time for `rows` x `cols` on `ctas` CTAs: the rounds of tiles the busiest CTA walks times
+/// a tile's time; the wider on a tie.
+int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t ctas,
+                         function_ref<bool(int64_t)> allowed) {
+  int64_t best = 0, bestCost = std::numeric_limits<int64_t>::max();
   for (EngineTileWidth width : kEngineTileWidths) {
-    if (width.columns > widest)
+    if (!allowed(width.columns))
       continue;
     int64_t tiles =
         llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width.columns);
@@ -97,6 +101,43 @@ int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t widest, int64_t cta
     }
   }
   return best;
+}
+
+/// The tile accesses of a program's ops, and the tensors among them that it writes.
+struct ProgramAccesses {
+  explicit ProgramAccesses(ProgramOp program) {
+    program.walk([&](Operation *op) {
+      for (TileAccess &write : writesOf(op)) {
+        written.insert(write.tensor);
+        accesses.push_back(std::move(write));
+      }
+      llvm::append_range(accesses, readsOf(op));
+    });
+  }
+
+  SmallVector<TileAccess> accesses;
+  llvm::SmallDenseSet<Value> written;
+};
+
+/// Whether `grid`, with tiles `current` columns wide, may take tiles `width` wide and agree with
+/// the accesses outside it to every tensor the program writes, which mk-insert-signals orders tile
+/// by tile: where `grid` takes `current` along a dim of such a tensor (its tiles' columns: the
+/// engine's rows are narrower than any width it narrows from), they take `width`, or the whole
+/// dim.
+bool agreesWithOthers(TileGridOp grid, int64_t current, int64_t width,
+                      const ProgramAccesses &program) {
+  const auto inside = [&](const TileAccess &access) { return grid->isProperAncestor(access.op); };
+  for (const TileAccess &mine : llvm::make_filter_range(program.accesses, inside)) {
+    if (!program.written.contains(mine.tensor))
+      continue;
+    for (auto [d, extent] : llvm::enumerate(mine.extents))
+      if (extent == current && llvm::any_of(program.accesses, [&](const TileAccess &other) {
+            return other.tensor == mine.tensor && !inside(other) && other.extents[d] != 0 &&
+                   other.extents[d] != width;
+          }))
+        return false;
+  }
+  return true;
 }
 
 /// Gives `grid` and its tile values tiles `width` columns wide.
@@ -132,6 +173,10 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
   void runOnOperation() override {
     ProgramOp program = getOperation();
     MeshAttr mesh = program.getMesh();
+    if (std::optional<std::string> error = checkSmCount(smCount)) {
+      program.emitError() << *error;
+      return signalPassFailure();
+    }
 
     WalkResult walk = program.walk([&](MatmulOp matmul) {
       if (matmul.getKTile())
@@ -168,10 +213,17 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         return WalkResult::interrupt();
       }
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
-      int64_t chosen = forced ? forced
-                       : ShapedType::isDynamic(rows) || ShapedType::isDynamic(cols)
-                           ? *width
-                           : fastestTileWidth(rows, cols, *width, smCount);
+      int64_t chosen = forced ? forced : *width;
+      if (!forced && !ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols)) {
+        // The other grids' tiles of a tensor this one writes or reads may pin its width.
+        ProgramAccesses accesses(program);
+        const auto allowed = [&](int64_t columns) {
+          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses);
+        };
+        // Where no width agrees, the program's own stands, for mk-insert-signals to report.
+        if (llvm::any_of(kEngineTileWidths, [&](EngineTileWidth w) { return allowed(w.columns); }))
+          chosen = fastestTileWidth(rows, cols, smCount, allowed);
+      }
       if (chosen != *width)
         setTileWidth(grid, chosen);
       return WalkResult::advance();

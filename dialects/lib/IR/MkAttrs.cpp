@@ -61,6 +61,17 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   if (!valid(nodes) || !valid(gpus))
     return emitError() << "a mesh needs at least one node and one GPU per node, got " << nodes
                        << "x" << gpus;
+  // The ABI's bounds (runtime/device/mk/abi.h): a kernel maps the memory of at most
+  // MK_MAX_GPUS_PER_NODE GPUs of its node, and numbers ranks in 32 bits.
+  constexpr int64_t kMaxGpusPerNode = 8;
+  bool tooMany = !ShapedType::isDynamic(gpus) && gpus > kMaxGpusPerNode;
+  if (!tooMany && !ShapedType::isDynamic(nodes) && !ShapedType::isDynamic(gpus))
+    tooMany = nodes > int64_t(UINT32_MAX) / gpus;
+  if (tooMany)
+    return emitError() << "a mesh has at most " << kMaxGpusPerNode
+                       << " GPUs per node, whose memory a kernel maps, and fewer than 2^32 "
+                          "ranks, got "
+                       << nodes << "x" << gpus;
   return success();
 }
 

@@ -6,6 +6,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::mk;
@@ -325,6 +326,58 @@ int64_t ProgramOp::resolve(Dim dim) {
   return lookupShapeSymbol(dim.symbol.getValue()).value_or(ShapedType::kDynamic);
 }
 
+/// Checks the bytes of the distributed tensors of `program` (its arguments, and what its ops
+/// allocate, such as buffers) once their shapes are bound: each counts in int64, and together they
+/// fit kMaxRankBytes on each rank.
+static LogicalResult verifyTensorBytes(ProgramOp program) {
+  MeshAttr mesh = program.getMesh();
+  int64_t rankTotal = 0;
+  auto add = [&](Value tensor, const Twine &what) -> LogicalResult {
+    auto type = dyn_cast<DistTensorType>(tensor.getType());
+    if (!type)
+      return success();
+    int64_t bytes = llvm::divideCeil(type.getElementType().getIntOrFloatBitWidth(), 8);
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      int64_t extent = program.resolve(type.getDim(d));
+      if (ShapedType::isDynamic(extent))
+        return success(); // checked once bound
+      if (llvm::MulOverflow(bytes, extent, bytes))
+        return emitError(tensor.getLoc())
+               << "tensor " << type << " (" << what
+               << ") has more bytes than int64 counts (2^63 - 1)";
+    }
+    PlacementAttr placement = type.getPlacement();
+    int64_t parts = placement.isSharded() ? mesh.getAxisSize(placement.getAxis()) : 1;
+    if (ShapedType::isDynamic(parts))
+      return success();
+    bytes /= parts;
+    if (bytes > kMaxRankBytes)
+      return emitError(tensor.getLoc())
+             << "tensor " << type << " (" << what << ") holds " << bytes
+             << " bytes on each rank, more than the 1 TiB a rank may hold (above any GPU's "
+                "memory: an H200 has 141 GB)";
+    // Both terms are at most kMaxRankBytes: the sum cannot overflow.
+    rankTotal += bytes;
+    if (rankTotal > kMaxRankBytes)
+      return program.emitOpError()
+             << "keeps more than 1 TiB of tensors and buffers on each rank, the most a rank may "
+                "hold (above any GPU's memory: an H200 has 141 GB)";
+    return success();
+  };
+  for (BlockArgument argument : program.getBodyBlock().getArguments())
+    if (failed(add(argument, "argument #" + Twine(argument.getArgNumber()) + " of @" +
+                                 program.getSymName())))
+      return failure();
+  WalkResult walk = program.getBody().walk([&](Operation *op) {
+    for (Value result : op->getResults())
+      if (failed(add(result, "'" + op->getName().getStringRef() + "' of @" +
+                                 program.getSymName())))
+        return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
 LogicalResult ProgramOp::verify() {
   if (getShapeSymbols().size() != getShapeValues().size())
     return emitOpError() << "binds " << getShapeValues().size() << " values to "
@@ -347,7 +400,7 @@ LogicalResult ProgramOp::verify() {
     if (!isa<DistTensorType>(argument.getType()))
       return emitOpError() << "takes distributed tensors only; argument #" << argument.getArgNumber()
                            << " is " << argument.getType();
-  return success();
+  return verifyTensorBytes(*this);
 }
 
 /// Checks one type used in the program: its shape symbols are declared, and a sharded tensor's

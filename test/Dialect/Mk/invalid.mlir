@@ -11,6 +11,16 @@ mk.program @mesh_zero [] mesh <0x4> () {}
 
 // -----
 
+// expected-error @+1 {{a mesh has at most 8 GPUs per node, whose memory a kernel maps, and fewer than 2^32 ranks, got 1x9}}
+mk.program @mesh_wide [] mesh <1x9> () {}
+
+// -----
+
+// expected-error @+1 {{a mesh has at most 8 GPUs per node, whose memory a kernel maps, and fewer than 2^32 ranks, got 536870912x8}}
+mk.program @mesh_ranks [] mesh <536870912x8> () {}
+
+// -----
+
 // expected-error @+1 {{expected a mesh as NODESxGPUS, e.g. <2x4>}}
 mk.program @mesh_rank [] mesh <2x4x2> () {}
 
@@ -116,6 +126,33 @@ mk.program @uneven [] mesh <2x4> (%a: !mk.tensor<[100, 64], bf16, shard 0 over w
 // The same through a bound shape symbol, sharded over the GPUs of a node.
 // expected-error @+1 {{dim 1 (extent 6) does not split evenly over gpus (4 ranks)}}
 mk.program @uneven_symbol [N = 6] mesh <2x4> (%a: !mk.tensor<[8, N], bf16, shard 1 over gpus>) {}
+
+// -----
+
+// A tensor whose bytes int64 cannot count.
+// expected-error @+1 {{tensor '!mk.tensor<[4611686018427387904, 4], bf16, replicated>' (argument #0 of @int64) has more bytes than int64 counts (2^63 - 1)}}
+mk.program @int64 [] mesh <?x?> (%a: !mk.tensor<[4611686018427387904, 4], bf16, replicated>) {}
+
+// -----
+
+// A shard of 4 TiB: more than the 1 TiB a rank may hold.
+// expected-error @+1 {{tensor '!mk.tensor<[2199023255552, 2], bf16, shard 0 over world>' (argument #0 of @rank_bytes) holds 4398046511104 bytes on each rank, more than the 1 TiB a rank may hold (above any GPU's memory: an H200 has 141 GB)}}
+mk.program @rank_bytes [] mesh <1x2> (%a: !mk.tensor<[2199023255552, 2], bf16, shard 0 over world>) {}
+
+// -----
+
+// Buffers count as well.
+mk.program @buffer_bytes [] mesh <1x1> () {
+  // expected-error @+1 {{tensor '!mk.tensor<[1099511627776, 2], f32, symmetric>' ('mk.buffer' of @buffer_bytes) holds 8796093022208 bytes on each rank}}
+  %b = mk.buffer : !mk.tensor<[1099511627776, 2], f32, symmetric>
+}
+
+// -----
+
+// Two tensors of 1 TiB each (shards of 4 TiB on 4 ranks): each fits a rank, both do not.
+// expected-error @+1 {{'mk.program' op keeps more than 1 TiB of tensors and buffers on each rank, the most a rank may hold (above any GPU's memory: an H200 has 141 GB)}}
+mk.program @total_bytes [] mesh <1x4> (%a: !mk.tensor<[274877906944, 2], bf16, replicated>,
+                                      %b: !mk.tensor<[1099511627776, 2], bf16, shard 0 over world>) {}
 
 // -----
 

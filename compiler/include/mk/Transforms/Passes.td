@@ -56,12 +56,15 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     tile shape gets the tile width of the GEMM engine, 256 or 128 columns and at most the
     program's, that takes the least time over `sm-count` CTAs: the rounds of tiles the busiest
     CTA walks times a tile's measured time (a 128-column tile takes 0.54 of a 256-column one),
-    the wider on a tie. So 128 where 256-wide tiles would leave SMs idle. The grid's tile sizes
-    and its tile types change together. `gemm-tile-n` sets the width instead.
+    the wider on a tie. So 128 where 256-wide tiles would leave SMs idle. Only a width that the
+    other grids' accesses to each tensor the program writes agree with, tile for tile along the
+    grid's columns (mk-insert-signals orders them tile by tile), is a candidate: a grid whose
+    output another grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile
+    types change together. `gemm-tile-n` sets the width instead.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
-           "CTAs of the persistent grid, which the tile width keeps busy">,
+           "CTAs of the persistent grid (1 to 1024), which the tile width keeps busy">,
     Option<"gemmTileN", "gemm-tile-n", "int64_t", /*default=*/"0",
            "Columns of the GEMM engine's matmul tiles, 128 or 256 (0: chosen per shape)">,
   ];
@@ -135,7 +138,8 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
     split.
   }];
   let options = [
-    Option<"smCount", "sm-count", "int64_t", "132", "CTAs of the persistent grid (one per SM)">,
+    Option<"smCount", "sm-count", "int64_t", "132",
+           "CTAs of the persistent grid, 1 to 1024 (one per SM)">,
     Option<"smSplit", "sm-split", "std::string", "\"\"",
            "role=ctas,... overriding the cost model, e.g. compute=120,intra_reduce=12">,
     // Measured on an H200 (docs/notes/runtime.md): the device library's matmul in a generated
@@ -192,8 +196,8 @@ def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"gemmStages", "gemm-stages", "int64_t", /*default=*/"0",
-           "Depth of the GEMM engine's shared-memory ring of 64-deep K slices (0: the deepest "
-           "that fits the tile)">,
+           "Depth of the GEMM engine's shared-memory ring of 64-deep K slices, 2 to 8 (0: the "
+           "deepest that fits the tile)">,
     Option<"gemmCluster", "gemm-cluster", "int64_t", /*default=*/"0",
            "CTAs per thread-block cluster of the GEMM engine, which share each B panel through "
            "TMA multicast: 1 or 2 (0: 2 where the tile order and roles pair CTAs, else 1)">,

@@ -15,4 +15,13 @@
 #define GET_OP_CLASSES
 #include "mk/IR/MkOps.h.inc"
 
+namespace mlir::mk {
+
+/// The most bytes of tensors and buffers a program may keep on one rank: 1 TiB, above the memory
+/// of any GPU (an H200 has 141 GB), and far enough below int64's limit that no size, offset or
+/// product the compiler derives from them overflows.
+constexpr int64_t kMaxRankBytes = int64_t(1) << 40;
+
+} // namespace mlir::mk
+
 #endif // MK_IR_MKOPS_H

@@ -36,7 +36,9 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
     A program declares its shape symbols (bound to numbers by specialization, `M = 8192` once
     bound), the topology it runs on (and, once specialized for one, the rank it is compiled for),
     and its distributed tensor arguments. Its body holds tile grids, collectives and, after the
-    compiler's passes, the roles of one persistent kernel of `grid` CTAs.
+    compiler's passes, the roles of one persistent kernel of `grid` CTAs. Once shapes are bound,
+    the bytes of its distributed tensors (arguments, buffers, gathered tensors) must count in
+    int64, and those of one rank together fit 1 TiB (`kMaxRankBytes`), above any GPU's memory.
 
     ```mlir
     mk.program @gemm_allreduce [M, N, K] mesh <?x?> (
