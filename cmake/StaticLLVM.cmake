@@ -35,5 +35,10 @@ if(TARGET LLVMExtensions)
   set_target_properties(LLVMExtensions PROPERTIES INTERFACE_LINK_LIBRARIES "LLVMSupport")
 endif()
 
-# Every executable of the project: no libstdc++/libgcc_s at run time.
-set(MKC_STATIC_RUNTIME_FLAGS -static-libstdc++ -static-libgcc -Wl,--as-needed)
+# Every executable of the project: no libstdc++/libgcc_s at run time. Not under the sanitizers,
+# whose runtime must see libstdc++'s allocations.
+if(MKC_SANITIZERS)
+  set(MKC_STATIC_RUNTIME_FLAGS -Wl,--as-needed)
+else()
+  set(MKC_STATIC_RUNTIME_FLAGS -static-libstdc++ -static-libgcc -Wl,--as-needed)
+endif()

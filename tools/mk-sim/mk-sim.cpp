@@ -12,12 +12,13 @@
 
 #include "mk/Pipeline.h"
 #include "mk/Simulate/Simulator.h"
+#include "PipelineFlags.h"
+#include "ToolFiles.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -36,22 +37,6 @@ cl::opt<std::string> scheduledFile("scheduled",
                                    cl::desc("Simulate this scheduled program (mkc --emit=mlir) "
                                             "instead of compiling the input"),
                                    cl::value_desc("file"), cl::cat(category));
-cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
-                              cl::value_desc("NODESxGPUS"), cl::cat(category));
-cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=300,N=512"),
-                             cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
-cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
-                             cl::value_desc("ROLE=CTAS,..."), cl::cat(category));
-cl::opt<int64_t> smCount("sm-count", cl::desc("CTAs of the persistent grid"), cl::init(132),
-                         cl::cat(category));
-cl::opt<int64_t> gemmTileN("gemm-tile-n", cl::desc("Columns of the GEMM engine's tiles"),
-                           cl::init(0), cl::cat(category));
-cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
-                               cl::desc("All-reduce in place on one node of two GPUs"),
-                               cl::init(true), cl::cat(category));
-cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
-                                  cl::desc("Copy engines move the in-place all-reduce's tiles"),
-                                  cl::cat(category));
 cl::opt<int64_t> launches("launches", cl::desc("Launches back to back"), cl::init(3),
                           cl::cat(category));
 cl::opt<int64_t> seeds("seeds", cl::desc("Interleavings to try"), cl::init(8), cl::cat(category));
@@ -64,6 +49,9 @@ cl::opt<uint64_t> maxSteps("max-steps", cl::desc("Steps of one interleaving befo
                            cl::init(50'000'000), cl::cat(category));
 
 int run() {
+  std::optional<mlir::mk::PipelineOptions> options = mkc::tools::pipelineOptions("mk-sim");
+  if (!options)
+    return 1;
   if (launches < 1 || seeds < 1) {
     llvm::errs() << "mk-sim: error: --launches and --seeds must be at least 1\n";
     return 1;
@@ -77,12 +65,9 @@ int run() {
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
 
   auto parse = [&](StringRef file) -> OwningOpRef<ModuleOp> {
-    std::string error;
-    std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(file, &error);
-    if (!input) {
-      llvm::errs() << "mk-sim: error: " << error << "\n";
+    std::unique_ptr<llvm::MemoryBuffer> input = mkc::tools::readInput("mk-sim", file);
+    if (!input)
       return nullptr;
-    }
     // Kept in the source manager for the diagnostics' excerpts, parsed by name.
     StringRef text = input->getBuffer();
     sourceMgr.AddNewSourceBuffer(std::move(input), SMLoc());
@@ -92,18 +77,6 @@ int run() {
   if (!reference)
     return 1;
 
-  mlir::mk::PipelineOptions options;
-  options.topology = topology;
-  options.shapes.assign(shapes.begin(), shapes.end());
-  options.smSplit = smSplit;
-  options.smCount = smCount;
-  options.gemmTileN = gemmTileN;
-  options.inPlaceAllReduce = inPlaceAllReduce;
-  options.allReduceCopyEngine = allReduceCopyEngine;
-  if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {
-    llvm::errs() << "mk-sim: error: --" << *error << "\n";
-    return 1;
-  }
 
   // The scheduled program: given, or compiled here from a copy of the input.
   OwningOpRef<ModuleOp> scheduled;
@@ -114,7 +87,7 @@ int run() {
   } else {
     scheduled = reference->clone();
     PassManager pm(&context);
-    mlir::mk::buildSchedulePipeline(pm, options);
+    mlir::mk::buildSchedulePipeline(pm, *options);
     if (failed(pm.run(*scheduled))) {
       llvm::errs() << "mk-sim: the passes refuse " << inputFile << "; nothing to simulate\n";
       return 2;
@@ -122,7 +95,7 @@ int run() {
   }
   // The meaning: the input specialized and tiled alike, its collectives not expanded.
   PassManager tiling(&context);
-  mlir::mk::buildTilePipeline(tiling, options);
+  mlir::mk::buildTilePipeline(tiling, *options);
   if (failed(tiling.run(*reference)))
     return 1;
 
@@ -173,7 +146,7 @@ int main(int argc, char **argv) {
   // heap rather than handing it back and faulting it in again.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  cl::HideUnrelatedOptions(category);
+  cl::HideUnrelatedOptions({&category, &mkc::tools::pipelineCategory});
   cl::ParseCommandLineOptions(argc, argv,
                               "mk-sim: run a scheduled tile program on the CPU and check it\n");
   return run();

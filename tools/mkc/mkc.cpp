@@ -9,6 +9,7 @@
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/Target/Nvrtc.h"
 
+#include "PipelineFlags.h"
 #include "ToolFiles.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -36,15 +37,6 @@ cl::opt<std::string> inputFile(cl::Positional, cl::desc("<tile program .mlir>"),
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: standard output)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
-                              cl::value_desc("NODESxGPUS"), cl::cat(category));
-cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for, 0 to WORLD-1 (default: any)"),
-                      cl::init(-1), cl::cat(category));
-cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
-                             cl::value_desc("NAME=V,..."), cl::CommaSeparated, cl::cat(category));
-// The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
-cl::alias shapesAlias("shapes", cl::desc("Alias for --shape"), cl::aliasopt(shapes),
-                      cl::CommaSeparated, cl::cat(category));
 cl::opt<std::string> arch("arch",
                           cl::desc("GPU architecture for NVRTC: sm_90a, or compute_90a for PTX"),
                           cl::init("sm_90a"), cl::cat(category));
@@ -54,33 +46,6 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"), cl::init(Emit::cubin),
                               clEnumValN(Emit::ptx, "ptx", "PTX, through NVRTC"),
                               clEnumValN(Emit::cubin, "cubin", "a cubin, through NVRTC")),
                    cl::cat(category));
-cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
-                             cl::value_desc("ROLE=CTAS,..."), cl::cat(category));
-cl::opt<int64_t> smCount("sm-count",
-                         cl::desc("CTAs of the persistent grid, 1 to 1024 (one per SM)"),
-                         cl::init(132), cl::cat(category));
-cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
-                           cl::cat(category));
-cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
-                               cl::desc("All-reduce in place on one node of two GPUs, in the "
-                                        "compute role (default; =false keeps a reduce role)"),
-                               cl::init(true), cl::cat(category));
-cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
-                                  cl::desc("In the in-place all-reduce, move the tiles between "
-                                           "the GPUs with copy engines, not the SMs"),
-                                  cl::cat(category));
-cl::opt<int64_t> gemmTileN("gemm-tile-n",
-                           cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
-                                    "(default: chosen per shape)"),
-                           cl::init(0), cl::cat(category));
-cl::opt<int64_t> gemmStages("gemm-stages",
-                            cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
-                                     "(default: the deepest that fits the tile)"),
-                            cl::init(0), cl::cat(category));
-cl::opt<int64_t> gemmCluster("gemm-cluster",
-                             cl::desc("CTAs per cluster of the GEMM engine, sharing B through TMA "
-                                      "multicast: 1 or 2 (default: 2 where they pair up)"),
-                             cl::init(0), cl::cat(category));
 cl::opt<bool> printIRAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
                               cl::cat(category));
 cl::opt<bool> ptxasReport("ptxas-report",
@@ -94,21 +59,6 @@ cl::list<std::string> cudaInclude("cuda-include",
 
 /// Checks flags that the passes would otherwise reject later, less clearly.
 LogicalResult checkFlags() {
-  if (!topology.empty()) {
-    auto [nodes, gpus] = StringRef(topology).split('x');
-    int64_t n, g;
-    if (nodes.getAsInteger(10, n) || gpus.getAsInteger(10, g) || n < 1 || g < 1) {
-      llvm::errs() << "mkc: error: --topology=" << topology
-                   << " is not NODESxGPUS with both at least 1, e.g. 2x4\n";
-      return failure();
-    }
-  }
-  // -1, the default, leaves the rank open; mk-specialize checks a rank against the topology.
-  if (rank.getNumOccurrences() && rank < 0) {
-    llvm::errs() << "mkc: error: --rank=" << rank
-                 << ": ranks count from 0; leave --rank out to compile for any rank\n";
-    return failure();
-  }
   if (emit == Emit::cubin && outputFile == "-") {
     llvm::errs() << "mkc: error: --emit=cubin writes a binary; give an output file with -o\n";
     return failure();
@@ -144,7 +94,8 @@ LogicalResult checkFlags() {
 }
 
 int run() {
-  if (failed(checkFlags()))
+  std::optional<mlir::mk::PipelineOptions> options = mkc::tools::pipelineOptions("mkc");
+  if (!options || failed(checkFlags()))
     return 1;
 
   DialectRegistry registry;
@@ -168,25 +119,9 @@ int run() {
     context.disableMultithreading();
     pm.enableIRPrinting();
   }
-  mlir::mk::PipelineOptions options;
-  options.topology = topology;
-  options.rank = rank;
-  options.shapes.assign(shapes.begin(), shapes.end());
-  options.smSplit = smSplit;
-  options.smCount = smCount;
-  options.gemmTileN = gemmTileN;
-  options.explainSplit = explainSplit;
-  options.inPlaceAllReduce = inPlaceAllReduce;
-  options.allReduceCopyEngine = allReduceCopyEngine;
-  options.gemmStages = gemmStages;
-  options.gemmCluster = gemmCluster;
-  if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {
-    llvm::errs() << "mkc: error: --" << *error << "\n";
-    return 1;
-  }
-  mlir::mk::buildSchedulePipeline(pm, options);
+  mlir::mk::buildSchedulePipeline(pm, *options);
   if (emit != Emit::mlir)
-    mlir::mk::buildEmitCPipeline(pm, options);
+    mlir::mk::buildEmitCPipeline(pm, *options);
   if (failed(pm.run(*module)))
     return 1;
 
@@ -238,7 +173,7 @@ int run() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(category);
+  cl::HideUnrelatedOptions({&category, &mkc::tools::pipelineCategory});
   cl::ParseCommandLineOptions(argc, argv,
                               "mkc: compile a tile program to a persistent multi-GPU CUDA kernel\n");
   return run();

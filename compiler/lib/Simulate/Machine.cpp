@@ -5,7 +5,6 @@
 #include "Semantics.h"
 
 #include <cmath>
-#include <limits>
 
 using namespace mlir;
 using namespace mlir::mk;
@@ -93,9 +92,6 @@ LogicalResult Machine::prepare() {
 
   int64_t world = mesh.getWorldSize(), grid = *program.getGrid();
   int64_t perRank = grid + 1, total = world * perRank;
-  if (total > std::numeric_limits<uint16_t>::max() ||
-      static_cast<int64_t>(launches.size()) > std::numeric_limits<uint16_t>::max())
-    return program.emitError() << "mk-sim: models at most 65535 CTAs and launches";
   std::uniform_real_distribution<double> weight(0.05, 1.0);
   for (int64_t r = 0; r < world; ++r) {
     Rank &rank = ranks.emplace_back();

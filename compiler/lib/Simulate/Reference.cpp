@@ -119,10 +119,9 @@ private:
 
   LogicalResult outside(Operation *op, const TensorView &view, const Box &box) {
     InFlightDiagnostic diag = op->emitError()
-                              << "mk-sim: the program's meaning reaches elements rank "
-                              << view.rank << " does not hold (from [";
+                              << "mk-sim: the program's meaning reaches elements from [";
     llvm::interleaveComma(box.lo, diag);
-    return diag << "])";
+    return diag << "] on, which rank " << view.rank << " does not hold";
   }
 
   LogicalResult runTopLevel(Operation *op) {
@@ -173,8 +172,8 @@ private:
         experts.push_back(static_cast<int64_t>(v));
     }
     if (!llvm::all_of(experts, [&](int64_t e) { return e >= 0 && e < numExperts; }))
-      return dispatch.emitOpError() << "mk-sim: an expert index is outside [0, " << numExperts
-                                    << ")";
+      return dispatch.emitOpError() << "internal error: mk-sim made an expert index outside [0, "
+                                    << numExperts << ")";
     Routing routing = route(experts, numExperts, capacity);
     for (int64_t r = 0; r < world(); ++r) {
       TensorView routed{dispatch.getRouted(), r}, counts{dispatch.getCounts(), r},

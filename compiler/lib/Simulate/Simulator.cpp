@@ -12,6 +12,7 @@
 #include "mk/Transforms/TileWalk.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -38,6 +39,9 @@ std::string_view sim::stringify(FindingKind kind) {
 }
 
 namespace {
+
+/// The threads of control mk-sim models at most: their vector clocks take threads^2 words.
+constexpr int64_t kMaxThreads = 8192;
 
 /// What an argument is to the program, for its random values.
 enum class Role { values, experts, weights };
@@ -109,6 +113,13 @@ FailureOr<SimulationReport> sim::simulate(ProgramOp reference, ProgramOp schedul
   if (body.getArgumentTypes() != scheduledBody.getArgumentTypes())
     return scheduled.emitError() << "mk-sim: @" << scheduled.getSymName()
                                  << " does not take the arguments of the program it simulates";
+  // Every thread of control keeps a vector clock over all of them.
+  int64_t threads = mesh.getWorldSize() * (*scheduled.getGrid() + 1);
+  if (threads > kMaxThreads || options.launches > std::numeric_limits<uint16_t>::max())
+    return scheduled.emitError() << "mk-sim: models at most " << kMaxThreads
+                                 << " threads of control (CTAs and copy engines of every rank) "
+                                    "and 65535 launches; this program has "
+                                 << threads << " and " << options.launches;
   SimulationReport report;
   WalkResult walks = scheduled.walk([&](TileGridOp grid) {
     return failed(TileWalk::get(grid, mesh)) ? WalkResult::interrupt() : WalkResult::advance();

@@ -1,0 +1,86 @@
+//===- PipelineFlags.cpp - the compiler's flags of mkc and mk-sim ---------===//
+
+#include "PipelineFlags.h"
+
+namespace cl = llvm::cl;
+
+llvm::cl::OptionCategory mkc::tools::pipelineCategory("compiler options");
+
+namespace {
+
+using mkc::tools::pipelineCategory;
+
+cl::opt<std::string> topology("topology", cl::desc("Nodes x GPUs per node, e.g. 2x4"),
+                              cl::value_desc("NODESxGPUS"), cl::cat(pipelineCategory));
+cl::opt<int64_t> rank("rank", cl::desc("Rank to compile for, 0 to WORLD-1 (default: any)"),
+                      cl::init(-1), cl::cat(pipelineCategory));
+cl::list<std::string> shapes("shape", cl::desc("Shape symbol bindings, e.g. M=8192,N=8192"),
+                             cl::value_desc("NAME=V,..."), cl::CommaSeparated,
+                             cl::cat(pipelineCategory));
+// The diagnostics of an unbound symbol say "give shapes=...", as Python and mk-opt spell it.
+cl::alias shapesAlias("shapes", cl::desc("Alias for --shape"), cl::aliasopt(shapes),
+                      cl::CommaSeparated, cl::cat(pipelineCategory));
+cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the cost model"),
+                             cl::value_desc("ROLE=CTAS,..."), cl::cat(pipelineCategory));
+cl::opt<int64_t> smCount("sm-count",
+                         cl::desc("CTAs of the persistent grid, 1 to 1024 (one per SM)"),
+                         cl::init(132), cl::cat(pipelineCategory));
+cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
+                           cl::cat(pipelineCategory));
+cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
+                               cl::desc("All-reduce in place on one node of two GPUs, in the "
+                                        "compute role (default; =false keeps a reduce role)"),
+                               cl::init(true), cl::cat(pipelineCategory));
+cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
+                                  cl::desc("In the in-place all-reduce, move the tiles between "
+                                           "the GPUs with copy engines, not the SMs"),
+                                  cl::cat(pipelineCategory));
+cl::opt<int64_t> gemmTileN("gemm-tile-n",
+                           cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
+                                    "(default: chosen per shape)"),
+                           cl::init(0), cl::cat(pipelineCategory));
+cl::opt<int64_t> gemmStages("gemm-stages",
+                            cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
+                                     "(default: the deepest that fits the tile)"),
+                            cl::init(0), cl::cat(pipelineCategory));
+cl::opt<int64_t> gemmCluster("gemm-cluster",
+                             cl::desc("CTAs per cluster of the GEMM engine, sharing B through TMA "
+                                      "multicast: 1 or 2 (default: 2 where they pair up)"),
+                             cl::init(0), cl::cat(pipelineCategory));
+
+} // namespace
+
+std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::StringRef tool) {
+  if (!topology.empty()) {
+    auto [nodes, gpus] = llvm::StringRef(topology).split('x');
+    int64_t n, g;
+    if (nodes.getAsInteger(10, n) || gpus.getAsInteger(10, g) || n < 1 || g < 1) {
+      llvm::errs() << tool << ": error: --topology=" << topology
+                   << " is not NODESxGPUS with both at least 1, e.g. 2x4\n";
+      return std::nullopt;
+    }
+  }
+  // -1, the default, leaves the rank open; mk-specialize checks a rank against the topology.
+  if (rank.getNumOccurrences() && rank < 0) {
+    llvm::errs() << tool << ": error: --rank=" << rank
+                 << ": ranks count from 0; leave --rank out to compile for any rank\n";
+    return std::nullopt;
+  }
+  mlir::mk::PipelineOptions options;
+  options.topology = topology;
+  options.rank = rank;
+  options.shapes.assign(shapes.begin(), shapes.end());
+  options.smSplit = smSplit;
+  options.smCount = smCount;
+  options.gemmTileN = gemmTileN;
+  options.explainSplit = explainSplit;
+  options.inPlaceAllReduce = inPlaceAllReduce;
+  options.allReduceCopyEngine = allReduceCopyEngine;
+  options.gemmStages = gemmStages;
+  options.gemmCluster = gemmCluster;
+  if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {
+    llvm::errs() << tool << ": error: --" << *error << "\n";
+    return std::nullopt;
+  }
+  return options;
+}
