@@ -50,8 +50,9 @@ for test in json.load(sys.stdin)["tests"]:
       mkdir -p "build-gpu/$(dirname "$binary")" && strip -o "build-gpu/$binary" "build/$binary"
     done
   mkdir -p build-gpu/lib && strip -o build-gpu/lib/libmkc.so build/lib/libmkc.so
-  # The benchmarks that are not also a GPU test's binary.
-  for binary in bench/net/mkc-proxy-gpu-bench; do
+  # The benchmarks that are not also a GPU test's binary, and what a GPU test runs by way of its
+  # environment (the random programs' JIT compiles).
+  for binary in bench/net/mkc-proxy-gpu-bench test/runtime/jit/mk-jit-compile; do
     mkdir -p "build-gpu/$(dirname "$binary")" && strip -o "build-gpu/$binary" "build/$binary"
   done
   du -sh build-gpu

@@ -160,3 +160,20 @@ mk.program @odd_band [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[
     }
   }
 }
+
+// -----
+
+// A matmul on the tile library whose k slices its copies cannot move: B's [16 x 64] f16 slice is
+// 2 KiB, and 16 is the only slice of 16 or more that divides a contracted dim of 48.
+!A = !mk.tensor<[128, 48], f16, replicated>
+!B = !mk.tensor<[48, 64], f16, replicated>
+!C = !mk.tensor<[128, 64], f32, replicated>
+mk.program @small_slices [] mesh <1x1> (%a: !A, %b: !B, %c: !C) grid 1 {
+  mk.role compute ctas 1 {
+    mk.tile_grid (%m, %n) over %c tiles [128, 64] : !C {
+      // expected-error @+1 {{'mk.matmul' op runs on the tile library, which cannot copy its k slices of 16 (A 128 x 16, B 16 x 64 of 2-byte elements): slices of 4 KiB or more, in rows of at most 4 KiB; its tile needs k slices of 32 or more, so a contracted dim on each rank that is a multiple of 32}}
+      %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 16 : i64} : !A, !B -> !mk.tile<[128, 64], f32>
+      mk.store %acc, %c[%m, %n] : !mk.tile<[128, 64], f32>, !C
+    }
+  }
+}

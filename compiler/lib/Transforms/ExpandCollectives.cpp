@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mk/Transforms/Passes.h"
+#include "mk/Transforms/GemmEngine.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -414,18 +415,17 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
 
 bool Expander::allReducesInPlace(AllReduceOp op) {
   DistTensorType dest = op.getDest().getType();
-  Type element = dest.getElementType();
   auto producer = op->getParentOfType<TileGridOp>();
-  // The GEMM engine's epilogue is what adds a tile where it lies.
+  // The GEMM engine's epilogue is what adds a tile where it lies (in 16 bits).
   auto convert = op.getValue().getDefiningOp<ConvertOp>();
-  bool fromMatmul = convert && convert.getSource().getDefiningOp<MatmulOp>();
+  auto matmul = convert ? convert.getSource().getDefiningOp<MatmulOp>() : MatmulOp();
+  bool fromEngine = matmul && gemmEngineEpilogue(matmul) == convert;
   // Two contributions, so that the sum does not depend on the order in which they land.
-  return inPlaceAllReduce && fromMatmul && op.getKind() == ReduceKind::sum && nodes == 1 &&
+  return inPlaceAllReduce && fromEngine && op.getKind() == ReduceKind::sum && nodes == 1 &&
          gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&
          producer->getParentOp() == computeRole && dest.getRank() == 2 &&
          dest.hasStaticShape() && op.getWholeDims().empty() &&
-         op.getValue().getType().getRank() == 2 &&
-         (element.isBF16() || element.isF16() || element.isF32());
+         op.getValue().getType().getRank() == 2;
 }
 
 void Expander::expandAllReduceInPlace(AllReduceOp op) {

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mk/Transforms/Passes.h"
+#include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/TileWalk.h"
 
 #include "mk/IR/MkOps.h"
@@ -284,21 +285,11 @@ constexpr StringLiteral kLoweringAttr = "mk.lowering";
 /// work, only index arithmetic, nested loops and branches, waits, signals and copies across
 /// nodes.
 std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
-  TileType tile = matmul.getResult().getType();
-  DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
-  Type element = lhs.getElementType();
-  int64_t bn = tile.getShape()[1];
-  if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
-      lhs.getRank() != 2 || rhs.getRank() != 2 || tile.getShape()[0] != 128 ||
-      !llvm::is_contained({64, 128, 256}, bn) || matmul.getLhsWholeDims()[0] != 1 ||
-      !matmul->hasOneUse())
-    return std::nullopt;
-  auto convert = dyn_cast<ConvertOp>(*matmul->user_begin());
+  ConvertOp convert = gemmEngineEpilogue(matmul);
   if (!convert)
     return std::nullopt;
-  Type out = convert.getResult().getType().getElementType();
-  if (!(out.isBF16() || out.isF16()))
-    return std::nullopt;
+  Type element = matmul.getLhs().getType().getElementType();
+  int64_t bn = matmul.getResult().getType().getShape()[1];
   for (Operation *user : convert->getUsers()) {
     DistTensorType dest;
     if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
@@ -484,6 +475,49 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
         copy->setAttr(kGpuOffsetsAttr, b.getDenseI64ArrayAttr({merge.begin, merge.end}));
     merge.loop.erase();
   }
+}
+
+/// Whether the tile library's copies can move [rows x cols] slices of `bytes`-byte elements
+/// (mk::detail::TileCopy): rows of whole 16-byte chunks, a number of chunks a row that divides
+/// the team, and as many chunks in all as a multiple of the team's threads.
+bool tileLibraryCopies(int64_t rows, int64_t cols, int64_t bytes) {
+  int64_t rowBytes = cols * bytes;
+  if (rowBytes % 16)
+    return false;
+  int64_t rowChunks = rowBytes / 16;
+  return kTeamThreads % rowChunks == 0 && rows * rowChunks % kTeamThreads == 0;
+}
+
+/// The tile library's matmul loads k slices of A and B through those copies: a slice too small or
+/// too wide for them is refused here, naming the smallest k slice that fits, rather than by
+/// NVRTC's static assertion.
+LogicalResult checkTileLibraryMatmul(MatmulOp matmul) {
+  TileType tile = matmul.getResult().getType();
+  int64_t tm = tile.getShape()[0], tn = tile.getShape()[1];
+  DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
+  bool aTransposed = matmul.getLhsWholeDims()[0] == lhs.getRank() - 2;
+  bool bTransposed = matmul.getRhsWholeDims()[0] == rhs.getRank() - 1;
+  int64_t bytes = llvm::divideCeil(lhs.getElementType().getIntOrFloatBitWidth(), 8);
+  auto fits = [&](int64_t kTile) {
+    return tileLibraryCopies(aTransposed ? kTile : tm, aTransposed ? tm : kTile, bytes) &&
+           tileLibraryCopies(bTransposed ? tn : kTile, bTransposed ? kTile : tn, bytes);
+  };
+  int64_t kTile = *matmul.getKTile();
+  if (fits(kTile))
+    return success();
+  int64_t need = 16;
+  while (need <= 1024 && !fits(need))
+    need *= 2;
+  InFlightDiagnostic diag = matmul.emitOpError()
+                            << "runs on the tile library, which cannot copy its k slices of "
+                            << kTile << " (A " << (aTransposed ? kTile : tm) << " x "
+                            << (aTransposed ? tm : kTile) << ", B " << (bTransposed ? tn : kTile)
+                            << " x " << (bTransposed ? kTile : tn) << " of " << bytes
+                            << "-byte elements): slices of 4 KiB or more, in rows of at most 4 KiB";
+  if (need <= 1024)
+    diag << "; its tile needs k slices of " << need << " or more, so a contracted dim on each rank "
+         << "that is a multiple of " << need;
+  return diag;
 }
 
 class StructureLowering {
@@ -722,6 +756,9 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     return lowerEngineRole(branch, matmuls,
                            *configs.begin() + ", " + std::to_string(*cluster));
   }
+  for (MatmulOp matmul : matmuls)
+    if (failed(checkTileLibraryMatmul(matmul)))
+      return failure();
   // The team takes the registers of the warpgroup that has nothing to do.
   Block *body = branch.thenBlock();
   b.setInsertionPoint(body->getTerminator());
