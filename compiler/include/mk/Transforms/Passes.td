@@ -99,8 +99,10 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     One node or one GPU per node degenerate to the steps that remain. Waits and signals are left
     to mk-insert-signals; CTA counts to mk-partition-roles.
 
-    On one node of two GPUs, an all-reduce of a matmul's tiles (converted to bf16, f16 or f32)
-    into a rank-2 tensor runs in place, in the compute role (no reduce role, no staging buffer):
+    On one node of two GPUs, an all-reduce of a matmul's tiles into a rank-2 tensor, where the
+    GEMM engine computes them (128-row tiles of 16-bit operands, converted to 16 bits: its
+    epilogue is the only lowering of a combining put), runs in place, in the compute role (no
+    reduce role, no staging buffer):
     each GPU starts with its own slice of tile rows (`local_first`, `mk.owner ... row_slices`)
     and puts those tiles to both GPUs; the other GPU reaches them half a grid later and puts its
     partials with `combine sum`, which adds them where the tile lies. A per-tile flag (`initialized`N, the one the
@@ -165,7 +167,11 @@ def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
     For every tensor that transfers write (mk.put, mk.copy), adds an mk.flags array with one flag
     per tile, a signal after every write (to the rank written, over the same link, so that it
     follows the data) and a wait before every read by another CTA or rank, for as many arrivals as
-    the read needs: one per slot it combines. Flags are never reset; a wait is for epoch x count.
+    the read needs: one per slot it combines. Where puts combine into a tile (the in-place
+    all-reduce), only they signal: the program orders them after the tile's first contribution,
+    so their signal is the tile's last arrival. A grid bounded by row counts whose tiles others
+    wait for produces every tile, since a wait cannot know the count. Flags are never reset; a
+    wait is for epoch x count.
     Because a rank may start launch e+1 while a peer still reads its buffers from launch e, every
     rank also announces each launch to the ranks it exchanges data with (its node and its rail)
     and waits for their announcement before its first write that they can see: no host
