@@ -94,9 +94,13 @@ public:
         ptx::mbarrier_init(full(s), 1);
         ptx::mbarrier_init(empty(s), Config::kReleases);
       }
+      // Every consumer thread posts every job, and every sender thread finishes it: each
+      // arrives itself, so that each access to a chunk is ordered by an mbarrier with those of
+      // the other side (which compute-sanitizer's racecheck follows, unlike an arrival by one
+      // thread after a named barrier).
       for (int slot = 0; slot < Config::kSendSlots; ++slot) {
-        ptx::mbarrier_init(send_ready(slot), 1);
-        ptx::mbarrier_init(send_done(slot), Config::kSenderWarps);
+        ptx::mbarrier_init(send_ready(slot), Config::kConsumerWarps * 32);
+        ptx::mbarrier_init(send_done(slot), Config::kSenderWarps * 32);
       }
       ptx::fence_mbarrier_init();
     }
@@ -141,8 +145,9 @@ public:
   __device__ mk_u32 pending_signal(int i) const { return base_ + Config::kSignalsOffset + i * 8; }
   __device__ int &pending_signals() { return pending_; }
 
-  /// Send job `job`'s slot (a SendJob) and its barriers: ready once posted, done once every
-  /// sender warp has issued its part of the writes and TMA has read the chunk.
+  /// Send job `job`'s slot (a SendJob) and its barriers: ready once every consumer thread has
+  /// posted it, done once every sender thread has issued its part of the writes and TMA has read
+  /// the chunk.
   __device__ mk_u32 send_job(int job) const {
     return base_ + Config::kSendJobsOffset + job % Config::kSendSlots * 48;
   }
@@ -152,8 +157,9 @@ public:
   __device__ mk_u32 send_done(int job) const {
     return send_ready(job) + Config::kSendSlots * 8;
   }
-  /// Team thread 0's count of the jobs it posted, and where it keeps the last job that reads each
-  /// epilogue buffer (-1: none yet; an older job is done once kSendSlots more are posted).
+  /// The count of the jobs posted (the same in every consumer thread: they post together), and
+  /// where team thread 0 keeps the last job that reads each epilogue buffer (-1: none yet; an
+  /// older job is done once kSendSlots more are posted).
   __device__ int &sends() { return sends_; }
   __device__ mk_u32 buffer_job(int buffer) const {
     return base_ + Config::kBufferJobsOffset + buffer * 4;
@@ -197,8 +203,8 @@ struct SendJob {
 };
 static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
 
-/// Team thread 0: waits until the senders are done with job `job` (one of the last kSendSlots
-/// posted, so that its slot's barrier has not moved on).
+/// Waits until the senders are done with job `job` (one of the last kSendSlots posted, so that
+/// its slot's barrier has not moved on).
 template <typename Config> __device__ __forceinline__ void wait_sent(GemmEngine<Config> &e, int job) {
   ptx::mbarrier_wait(e.send_done(job), (job / Config::kSendSlots) & 1);
 }
@@ -230,7 +236,8 @@ __device__ __forceinline__ void spin_until(const mk_u32 *flag, mk_u32 target) {
   ptx::fence_proxy_async();
 }
 
-/// Team thread 0: waits until no send job reads epilogue buffer `buffer`.
+/// Every consumer thread: waits until no send job reads epilogue buffer `buffer` (team thread 0
+/// wrote its last job before a team barrier since).
 template <typename Config>
 __device__ __forceinline__ void wait_buffer_sent(GemmEngine<Config> &e, int buffer) {
   int job;
@@ -240,27 +247,31 @@ __device__ __forceinline__ void wait_buffer_sent(GemmEngine<Config> &e, int buff
     wait_sent(e, job);
 }
 
-/// Team thread 0: hands a job to the senders, once the job kSendSlots before it has freed its
-/// slot.
+/// Every consumer thread: hands a job to the senders (team thread 0 writes it, only its `job`
+/// counts), once the job kSendSlots before it has freed its slot. Each thread's arrival releases
+/// its own writes of the chunk; waiting first keeps any thread from arriving a ring ahead.
 template <typename Config>
 __device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &job) {
   const int index = e.sends()++;
   if (index >= Config::kSendSlots)
     wait_sent(e, index - Config::kSendSlots);
-  const mk_u32 *words = reinterpret_cast<const mk_u32 *>(&job);
+  if (team_thread() == 0) {
+    const mk_u32 *words = reinterpret_cast<const mk_u32 *>(&job);
 #pragma unroll
-  for (int i = 0; i < 3; ++i)
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(e.send_job(index) + 16 * i),
-                 "r"(words[4 * i]), "r"(words[4 * i + 1]), "r"(words[4 * i + 2]),
-                 "r"(words[4 * i + 3])
-                 : "memory");
-  ptx::mbarrier_arrive(e.send_ready(index)); // releases the chunk's and the slot's writes
-  if (job.kind < kSendSignal)
-    asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(e.buffer_job(job.buffer)), "r"(index) : "memory");
+    for (int i = 0; i < 3; ++i)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(e.send_job(index) + 16 * i),
+                   "r"(words[4 * i]), "r"(words[4 * i + 1]), "r"(words[4 * i + 2]),
+                   "r"(words[4 * i + 3])
+                   : "memory");
+    if (job.kind < kSendSignal)
+      asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(e.buffer_job(job.buffer)), "r"(index)
+                   : "memory");
+  }
+  ptx::mbarrier_arrive(e.send_ready(index));
 }
 
-/// Team thread 0: the senders raise `flag` once every write before it (theirs, and this
-/// thread's that have completed) is visible.
+/// Every consumer thread: the senders raise `flag` (team thread 0's) once every write before it
+/// (theirs, and the consumers' that have completed) is visible.
 template <typename Config>
 __device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag) {
   post_send(e, SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
@@ -347,9 +358,7 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
       if (first)
         ptx::bulk_wait_read<0>();
     }
-    __syncwarp();
-    if (threadIdx.x % 32 == 0)
-      ptx::mbarrier_arrive(e.send_done(index));
+    ptx::mbarrier_arrive(e.send_done(index));
   }
 }
 
@@ -417,11 +426,12 @@ template <typename Config> __device__ __forceinline__ void gemm_flush_signals(Ge
   if (team_thread() == 0) {
     ptx::bulk_wait_all();
     ptx::fence_proxy_async();
-    for (int i = 0; i < e.pending_signals(); ++i) {
-      mk_u64 flag;
+  }
+  for (int i = 0; i < e.pending_signals(); ++i) {
+    mk_u64 flag = 0;
+    if (team_thread() == 0)
       asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(flag) : "r"(e.pending_signal(i)) : "memory");
-      detail::post_signal(e, reinterpret_cast<mk_u32 *>(flag));
-    }
+    detail::post_signal(e, reinterpret_cast<mk_u32 *>(flag));
   }
   e.pending_signals() = 0;
   e.tma_stored() = false;
@@ -436,8 +446,7 @@ __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag)
   if (!e.tma_stored()) {
     // Only the senders wrote since this thread's stores last completed: they raise the flag
     // after their writes.
-    if (team_thread() == 0)
-      detail::post_signal(e, flag);
+    detail::post_signal(e, flag);
     return;
   }
   if (e.pending_signals() == Config::kMaxPendingSignals)
@@ -455,11 +464,9 @@ __device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_
   // Flags held back go out first, as before any wait: what the peers wait for cannot queue
   // behind this one.
   gemm_flush_signals(e);
-  if (team_thread() == 0) {
-    e.wait_job() = e.sends();
-    detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(flag), target, nullptr, 0, 0, 0,
-                                         detail::kSendWait, 0, 0, 0, 0});
-  }
+  e.wait_job() = e.sends();
+  detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(flag), target, nullptr, 0, 0, 0,
+                                       detail::kSendWait, 0, 0, 0, 0});
 }
 
 namespace detail {
@@ -505,7 +512,8 @@ template <> struct PairOfOut<f16> {
 };
 
 /// Writes this thread's fragments of 64-column chunk `c` into `buffer` (128 rows of 128 bytes,
-/// 128-byte swizzled, as the output map expects), then hands the buffer to `store` (TMA, senders).
+/// 128-byte swizzled, as the output map expects), then hands the buffer to `store`, which every
+/// consumer thread calls (TMA stores are team thread 0's; the senders' jobs everyone's).
 template <typename Out, typename Config, typename Store>
 __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
                                              Store store) {
@@ -518,10 +526,9 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAc
     const int index = e.next_chunk();
     const mk_u32 buffer = e.chunk(index);
     // The buffer's previous stores (kEpilogueBuffers chunks ago) have read it.
-    if (team_thread() == 0) {
+    if (team_thread() == 0)
       ptx::bulk_wait_read<Config::kEpilogueBuffers - 1>();
-      wait_buffer_sent(e, index);
-    }
+    wait_buffer_sent(e, index);
     team_sync();
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -536,10 +543,9 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAc
     }
     ptx::fence_proxy_async_shared();
     team_sync();
-    if (team_thread() == 0) {
-      store(64 * c, buffer, index);
+    store(64 * c, buffer, index); // every consumer thread; TMA from team thread 0
+    if (team_thread() == 0)
       ptx::bulk_commit();
-    }
   }
 }
 
@@ -578,7 +584,8 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
                                            const mk_tensor_map *map, int c0, int c1) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
-    ptx::tma_store(map, c0 + column, c1, buffer);
+    if (team_thread() == 0)
+      ptx::tma_store(map, c0 + column, c1, buffer);
   });
 }
 
@@ -587,7 +594,8 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
-    ptx::tma_store(map, c0 + column, c1, c2, buffer);
+    if (team_thread() == 0)
+      ptx::tma_store(map, c0 + column, c1, c2, buffer);
   });
 }
 
@@ -627,7 +635,7 @@ __device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
   if (kAdd && team_thread() == 0)
     ptx::fence_proxy_async();
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
-    for (int j = begin; j < end; ++j) {
+    for (int j = begin; j < end && team_thread() == 0; ++j) {
       const mk_tensor_map *map = maps + (me + j) % gpus;
       if constexpr (kAdd)
         ptx::tma_store_add(map, c0 + column, c1, buffer);
@@ -665,10 +673,9 @@ __device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
 
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {
   gemm_flush_signals(e);
-  if (team_thread() == 0) {
-    detail::post_send(e, detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, 0});
+  detail::post_send(e, detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, 0});
+  if (team_thread() == 0)
     ptx::bulk_wait_all();
-  }
 }
 
 } // namespace mk
