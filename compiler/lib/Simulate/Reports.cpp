@@ -93,11 +93,11 @@ void Machine::checkOutputs(int64_t r) {
 }
 
 void Machine::reportDeadlock() {
-  // One line per blocked wait op and rank.
-  std::map<std::pair<Operation *, int64_t>, std::vector<const Thread *>> blocked;
+  // One line per blocked wait op and rank, in the program's order of ops, then of ranks.
+  std::map<std::pair<uint32_t, int64_t>, std::vector<const Thread *>> blocked;
   for (const Thread &t : threads)
     if (t.status == Status::blocked)
-      blocked[{t.waitOp, t.rank}].push_back(&t);
+      blocked[{opIndex.lookup(t.waitOp), t.rank}].push_back(&t);
   std::string message = "no thread can go on and nothing is in flight;";
   if (blocked.empty())
     message += " no thread waits, but launches were left to run";
@@ -115,9 +115,9 @@ void Machine::reportDeadlock() {
     message += llvm::formatv(" {0}{1} waits at {2} for {3} of {4}, which holds {5};", who(t.id),
                              list.size() > 1 ? llvm::formatv(" and {0} more", list.size() - 1).str()
                                              : std::string(),
-                             location(key.first), t.waitCount, flag,
+                             location(ops[key.first]), t.waitCount, flag,
                              ranks[t.rank].flags[t.waitFlag].count);
   }
-  Operation *first = blocked.empty() ? program.getOperation() : blocked.begin()->first.first;
+  Operation *first = blocked.empty() ? program.getOperation() : ops[blocked.begin()->first.first];
   report(FindingKind::deadlock, first->getLoc(), std::move(message));
 }
