@@ -100,7 +100,8 @@ int run() {
 
   DialectRegistry registry;
   mlir::mk::registerPipelineDialects(registry);
-  MLIRContext context(registry);
+  // No thread pool: NVRTC runs in a forked child, which must inherit no lock another thread held.
+  MLIRContext context(registry, MLIRContext::Threading::DISABLED);
   context.loadAllAvailableDialects();
   context.printOpOnDiagnostic(false);
 
@@ -115,10 +116,8 @@ int run() {
     return 1;
 
   PassManager pm(&context);
-  if (printIRAfterAll) {
-    context.disableMultithreading();
+  if (printIRAfterAll)
     pm.enableIRPrinting();
-  }
   mlir::mk::buildSchedulePipeline(pm, *options);
   if (emit != Emit::mlir)
     mlir::mk::buildEmitCPipeline(pm, *options);
