@@ -450,13 +450,16 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
                   ("cuModuleGetFunction(" + advance + ")").c_str());
 
     CUdevice device;
-    int optin = 0;
+    int optin = 0, staticSmem = 0;
     MK_CU_CHECK(driver_, cuCtxGetDevice(&device));
     MK_CU_CHECK(driver_,
                 cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                      device));
-    if (launch_.dynamicSmemBytes > optin)
-      throw JitError(kernel + " needs " + std::to_string(launch_.dynamicSmemBytes) +
+    // The device library's static shared memory (mk::kStaticSmemBytes) counts against the same.
+    MK_CU_CHECK(driver_,
+                cuFuncGetAttribute(&staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function_));
+    if (launch_.dynamicSmemBytes + staticSmem > optin)
+      throw JitError(kernel + " needs " + std::to_string(launch_.dynamicSmemBytes + staticSmem) +
                      " bytes of shared memory per CTA; this GPU allows " + std::to_string(optin));
     MK_CU_CHECK(driver_,
                 cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -36,7 +36,10 @@
 // CUDA: mk::gemm_load([[ENGINE]],
 // CUDA: mk::gemm_mma([[ENGINE]], 128);
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
-// CUDA: mk::copy_region_bulk(
+// The team's bulk-copy engine, set up once; each copy through it.
+// CUDA: mk::team_begin();
+// CUDA-NEXT: mk::BulkCopier [[COPIER:v[0-9]+]] = mk::BulkCopier();
+// CUDA: mk::copy_region_bulk({{.*}}, mk_smem, [[COPIER]]);
 // CUDA: mk::remote_put([[ARGS]],
 // CUDA: mk::copy_region_bulk_smem_bytes()
 

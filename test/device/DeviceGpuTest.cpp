@@ -490,22 +490,27 @@ void testTmaReduce(const Module &module, int M, int N, unsigned ctas) {
 }
 
 /// copy_region(_bulk) of rows x cols from src (offset `srcOffset` elements into its buffer) to
-/// dst; dst has two spare rows, and nothing outside the region may change.
+/// dst; dst has two spare rows, and nothing outside the region may change. The bulk copy moves
+/// `callRows` rows a call.
 template <typename T>
 void testCopy(const Module &module, bool bulk, int rows, int cols, long long srcLd, long long dstLd,
-              long long srcOffset = 0) {
+              int callRows, long long srcOffset = 0) {
   std::vector<T> src = randomValues<T>(srcOffset + rows * srcLd);
   DeviceArray<T> dSrc(src), dDst((rows + 2) * dstLd);
   dDst.poison();
   const std::string kernel =
       std::string(bulk ? "copy_region_bulk_" : "copy_region_") + typeName<T>();
-  launchAsync(module, kernel, {}, bulk ? module.constant("copy_region_bulk_smem") : 0,
-              dSrc.at(srcOffset), srcLd, dDst.at(), dstLd, rows, cols);
+  if (bulk)
+    launchAsync(module, kernel, {}, module.constant("copy_region_bulk_smem"), dSrc.at(srcOffset),
+                srcLd, dDst.at(), dstLd, rows, cols, callRows);
+  else
+    launchAsync(module, kernel, {}, 0, dSrc.at(srcOffset), srcLd, dDst.at(), dstLd, rows, cols);
   CU(cuCtxSynchronize());
   const std::vector<T> dst = dDst.download();
   Check check(kernel + " " + std::to_string(rows) + "x" + std::to_string(cols) + " ld " +
               std::to_string(srcLd) + "->" + std::to_string(dstLd) +
-              (srcOffset ? " src+" + std::to_string(srcOffset) : ""));
+              (srcOffset ? " src+" + std::to_string(srcOffset) : "") +
+              (bulk ? " " + std::to_string(callRows) + " rows a call" : ""));
   for (long long i = 0; i < rows; ++i)
     for (long long j = 0; j < cols; ++j)
       check.expect(sameBits(dst[i * dstLd + j], src[srcOffset + i * srcLd + j]),
@@ -766,10 +771,14 @@ void runAll() {
   });
   guarded("copy_region", [&] {
     for (bool bulk : {false, true}) {
-      testCopy<bf16>(comm, bulk, 100, 200, 264, 272);     // vectors (bulk: 3 slots of rows)
-      testCopy<bf16>(comm, bulk, 100, 201, 264, 272, 1);  // misaligned: element by element
-      testCopy<bf16>(comm, bulk, 3, 10000, 10008, 10016); // rows longer than a bulk slot
-      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004); // many batches through the slots
+      // Vectors (bulk: 3 slots of rows in one call, then a slot in each of 3).
+      testCopy<bf16>(comm, bulk, 100, 200, 264, 272, 100);
+      testCopy<bf16>(comm, bulk, 100, 200, 264, 272, 37);
+      testCopy<bf16>(comm, bulk, 100, 201, 264, 272, 100, 1); // misaligned: element by element
+      testCopy<bf16>(comm, bulk, 3, 10000, 10008, 10016, 1);  // rows longer than a bulk slot
+      // Many batches through the slots: 25 in one call, then 10, 10 and 5, uneven over the slots.
+      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004, 100);
+      testCopy<float>(comm, bulk, 100, 1000, 1000, 1004, 37);
     }
   });
   guarded("signal/wait", [&] { testSignalWait(comm); });

@@ -71,8 +71,9 @@ struct KernelLayout {
   /// The copies copy engines make beside the kernel, as mk_engine_copy initialisers.
   std::vector<std::string> engineCopies;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
-  /// mk::GemmConfig arguments, and the TMA reduction of each role that has one (mk::TmaReduce).
-  SmallVector<Value> engines, reducers;
+  /// mk::GemmConfig arguments, the TMA reduction of each role that has one (mk::TmaReduce), and
+  /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).
+  SmallVector<Value> engines, reducers, bulkCopiers;
   DenseMap<Value, std::string> engineConfigs;
   /// The engine's ring depth, or 0 for the deepest that fits.
   int64_t gemmStages = 0;
@@ -769,6 +770,16 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     op.moveBefore(team.thenBlock()->getTerminator());
   OpBuilder teamBegin = OpBuilder::atBlockBegin(team.thenBlock());
   call(teamBegin, loc, {}, "mk::team_begin", {});
+  // Its bulk copies' barriers, set up once before the first.
+  if (team.getThenRegion()
+          .walk([](CopyOp copy) {
+            return copy.getLink() == Link::nvlink_bulk ? WalkResult::interrupt()
+                                                       : WalkResult::advance();
+          })
+          .wasInterrupted()) {
+    auto type = emitc::OpaqueType::get(branch.getContext(), "mk::BulkCopier");
+    layout.bulkCopiers.push_back(call(teamBegin, loc, type, "mk::BulkCopier", {}).getResult(0));
+  }
   OpBuilder idle(team.elseBlock()->getTerminator());
   call(idle, loc, {}, "mk::team_idle", {});
   // The role's TMA reduction (one configuration; markReductions sees to it), built by every
@@ -1296,8 +1307,11 @@ struct CopyLowering : LoweringPattern<CopyOp> {
                                      from.rows, from.cols};
     StringRef callee = "mk::copy_region";
     if (op.getLink() == Link::nvlink_bulk) {
+      Value copier = ofRole(layout.bulkCopiers, op);
+      if (!copier)
+        return op.emitOpError("copies through the bulk-copy engine outside a team role");
       callee = "mk::copy_region_bulk";
-      callArgs.push_back(std::string("mk_smem"));
+      callArgs.append({std::string("mk_smem"), copier});
       needSmem("mk::copy_region_bulk_smem_bytes()");
     }
     call(rewriter, loc, {}, callee, callArgs);

@@ -14,9 +14,13 @@ extern "C" __constant__ int copy_region_bulk_smem = mk::copy_region_bulk_smem_by
                                  int rows, int cols) {                                             \
     mk::copy_region(src, src_ld, dst, dst_ld, rows, cols);                                         \
   }                                                                                                \
+  /* `call_rows` rows a call, so that the barriers' phases run on from call to call. */          \
   MK_KERNEL copy_region_bulk_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,    \
-                                      int rows, int cols) {                                        \
-    mk::copy_region_bulk(src, src_ld, dst, dst_ld, rows, cols, mk_smem);                           \
+                                      int rows, int cols, int call_rows) {                         \
+    mk::BulkCopier copier;                                                                         \
+    for (int first = 0; first < rows; first += call_rows)                                          \
+      mk::copy_region_bulk(src + first * src_ld, src_ld, dst + first * dst_ld, dst_ld,             \
+                           min(call_rows, rows - first), cols, mk_smem, copier);                   \
   }
 COPY_KERNELS(bf16, mk::bf16)
 COPY_KERNELS(f32, float)

@@ -21,15 +21,37 @@ template <typename T>
 __device__ __forceinline__ void copy_region(const T *src, long long src_ld, T *dst,
                                             long long dst_ld, int rows, int cols);
 
-/// Shared memory that copy_region_bulk needs.
+/// Dynamic shared memory that copy_region_bulk needs: its staging, which other functions may
+/// use between its calls.
 __host__ __device__ constexpr int copy_region_bulk_smem_bytes();
 
+/// A team's bulk-copy engine: the staging slots' mbarriers, in static shared memory, initialized
+/// once for the kernel (constructed by the whole team before its first copy_region_bulk), and
+/// their phases, which run on across calls. Barriers initialized again for each call would be as
+/// correct, but compute-sanitizer's racecheck does not follow bulk copies across a
+/// re-initialization and reports each slot's writes in two calls as a hazard.
+class BulkCopier {
+public:
+  __device__ BulkCopier();
+  /// Slot `slot`'s barrier, and the parity of the phase its next load completes.
+  __device__ mk_u32 barrier(int slot) const;
+  __device__ mk_u32 parity(int slot) const;
+  /// `loads` more loads into slot `slot` have been waited for.
+  __device__ void completed(int slot, int loads);
+
+private:
+  mk_u32 barriers_;
+  mk_u32 parities_; // bit s: the phase of slot s's next load
+};
+
 /// copy_region through the bulk-copy engine (cp.async.bulk global -> shared -> global, completion
-/// on mbarriers), which frees the CTA's threads from moving data. Falls back to copy_region when
-/// the rows are not 16-byte aligned and sized. Its writes are complete when it returns.
+/// on `copier`'s mbarriers), which frees the CTA's threads from moving data. Falls back to
+/// copy_region when the rows are not 16-byte aligned and sized. Its writes are complete when it
+/// returns.
 template <typename T>
 __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
-                                                 long long dst_ld, int rows, int cols, void *smem);
+                                                 long long dst_ld, int rows, int cols, void *smem,
+                                                 BulkCopier &copier);
 
 /// Publishes the CTA's earlier writes (to this GPU or peers) at system scope, then adds 1 to the
 /// arrival counter `*flag` with release semantics.

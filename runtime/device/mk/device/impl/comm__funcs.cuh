@@ -43,9 +43,33 @@ __host__ __device__ constexpr int copy_region_bulk_smem_bytes() {
   return detail::BulkStaging::kBytes;
 }
 
+__device__ __forceinline__ BulkCopier::BulkCopier() : parities_(0) {
+  __shared__ detail::BulkBarriers barriers;
+  barriers_ = ptx::smem_address(&barriers);
+  if (team_thread() == 0) {
+    for (int s = 0; s < detail::BulkStaging::kSlots; ++s)
+      ptx::mbarrier_init(barrier(s), 1);
+    ptx::fence_mbarrier_init();
+  }
+  team_sync();
+}
+
+__device__ __forceinline__ mk_u32 BulkCopier::barrier(int slot) const {
+  return barriers_ + slot * static_cast<int>(sizeof(mk_u64));
+}
+
+__device__ __forceinline__ mk_u32 BulkCopier::parity(int slot) const {
+  return parities_ >> slot & 1;
+}
+
+__device__ __forceinline__ void BulkCopier::completed(int slot, int loads) {
+  parities_ ^= static_cast<mk_u32>(loads & 1) << slot;
+}
+
 template <typename T>
 __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld, T *dst,
-                                                 long long dst_ld, int rows, int cols, void *smem) {
+                                                 long long dst_ld, int rows, int cols, void *smem,
+                                                 BulkCopier &copier) {
   using Staging = detail::BulkStaging;
   const long long row_bytes = static_cast<long long>(cols) * sizeof(T);
   if (row_bytes % 16 != 0 || !detail::vector_aligned(src, src_ld) ||
@@ -69,9 +93,7 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
   };
   const mk_u32 slots = ptx::smem_address(smem);
   const auto slot = [&](int b) { return slots + b % Staging::kSlots * Staging::kSlotBytes; };
-  const auto barrier = [&](int b) {
-    return slots + Staging::kBarriersOffset + b % Staging::kSlots * 8;
-  };
+  const auto barrier = [&](int b) { return copier.barrier(b % Staging::kSlots); };
   const char *src_bytes = reinterpret_cast<const char *>(src);
   char *dst_bytes = reinterpret_cast<char *>(dst);
   const long long src_pitch = src_ld * sizeof(T), dst_pitch = dst_ld * sizeof(T);
@@ -79,11 +101,6 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
   // Every thread's earlier ordinary accesses (to this shared memory, to the source) come before
   // the bulk-copy engine's.
   ptx::fence_proxy_async();
-  if (team_thread() == 0) {
-    for (int s = 0; s < Staging::kSlots; ++s)
-      ptx::mbarrier_init(barrier(s), 1);
-    ptx::fence_mbarrier_init();
-  }
   team_sync();
 
   // One warp drives the engine; its lanes issue the per-row copies of a batch.
@@ -101,7 +118,8 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
     };
     const auto store = [&](int b) {
       const detail::BulkBatch batch = batch_at(b);
-      ptx::mbarrier_wait(barrier(b), b / Staging::kSlots % 2);
+      // The slot's phase when the call began, on by one for each of its earlier batches.
+      ptx::mbarrier_wait(barrier(b), copier.parity(b % Staging::kSlots) ^ b / Staging::kSlots % 2);
       for (int i = lane; i < batch.count; i += 32)
         ptx::bulk_copy_shared_to_global(dst_bytes + (batch.first_row + i) * dst_pitch +
                                             batch.offset,
@@ -123,10 +141,10 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
     ptx::bulk_wait_all();
     ptx::fence_proxy_async();
     __syncwarp();
-    if (lane == 0)
-      for (int s = 0; s < Staging::kSlots; ++s)
-        ptx::mbarrier_inval(barrier(s));
   }
+  // Slot s took the batches s, s + kSlots, ...; every thread keeps the phases, warp 0 uses them.
+  for (int s = 0; s < Staging::kSlots; ++s)
+    copier.completed(s, (batches - s + Staging::kSlots - 1) / Staging::kSlots);
   team_sync();
 }
 

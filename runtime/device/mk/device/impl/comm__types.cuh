@@ -4,18 +4,24 @@
 #define MK_DEVICE_IMPL_COMM_TYPES_CUH
 
 #include "mk/abi.h"
+#include "mk/device/impl/tile__types.cuh"
 
 namespace mk {
 namespace detail {
 
 /// copy_region_bulk's staging: kSlots buffers that bulk loads fill while bulk stores drain the
-/// others, each with the mbarrier its loads complete on.
+/// others, each with the mbarrier (BulkCopier's) its loads complete on.
 struct BulkStaging {
   static constexpr int kSlots = 4;
   static constexpr int kSlotBytes = 16 * 1024;
-  static constexpr int kBarriersOffset = kSlots * kSlotBytes;
-  static constexpr int kBytes = kBarriersOffset + kSlots * 8;
+  static constexpr int kBytes = kSlots * kSlotBytes;
 };
+
+/// BulkCopier's barriers, one per staging slot, in static shared memory.
+struct BulkBarriers {
+  alignas(8) mk_u64 full[BulkStaging::kSlots];
+};
+static_assert(sizeof(BulkBarriers) <= kStaticSmemBytes, "within the static shared memory's room");
 
 /// One slot's worth of a bulk copy: `count` rows from `first_row` (whole rows, or a piece of one
 /// row when rows are longer than a slot), `bytes` of each from byte `offset` within the row.

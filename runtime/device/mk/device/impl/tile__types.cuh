@@ -21,8 +21,12 @@ enum class Reduce { sum, max, min };
 constexpr int kTeamWarps = MK_TEAM_THREADS / 32;
 static_assert(MK_TEAM_THREADS % 32 == 0, "whole warps");
 
-/// Dynamic shared memory one CTA can have on sm_90 (227 KiB).
-constexpr int kMaxSmemBytes = 227 * 1024;
+/// Shared memory one CTA can have on sm_90 (227 KiB), static and dynamic together.
+constexpr int kCtaSmemBytes = 227 * 1024;
+/// What the device library declares __shared__ for a kernel's lifetime (BulkCopier's barriers).
+constexpr int kStaticSmemBytes = 64;
+/// Dynamic shared memory a function may ask for: what leaves the static its room.
+constexpr int kMaxSmemBytes = kCtaSmemBytes - kStaticSmemBytes;
 
 namespace detail {
 
