@@ -67,7 +67,9 @@ def run_program(runtime, torch, mkc, spec):
         op = runtime.compile(spec.text(), shapes=spec.shapes)
     except mkc.Error as error:
         located = LOCATED.search(str(error))
-        return f"REFUSED {located.group(1)[:200]}" if located else f"FAIL unlocated refusal: {error}"
+        if located:
+            return f"REFUSED {located.group(1)[:200]}"
+        return f"FAIL unlocated refusal: {error}"
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     generator = torch.Generator(device="cuda").manual_seed(spec.seed)
     inputs, tensors, outputs = {}, [], {}
@@ -120,8 +122,9 @@ def run_program(runtime, torch, mkc, spec):
                     len(mine_partials) * 2**-8)
             if not bool((error <= tolerance).all()):  # NaN, the poison, fails
                 bad = int((~(error <= tolerance)).sum())
+                worst = error.nan_to_num(float("inf")).max().item()
                 failures.append(f"launch {launch}: {bad} of {error.numel()} elements of {name} "
-                                f"off (max error {error.nan_to_num(float('inf')).max().item():.3g})")
+                                f"off (max error {worst:.3g})")
     op.close()
     return "FAIL " + "; ".join(failures) if failures else "PASS"
 

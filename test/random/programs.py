@@ -69,7 +69,8 @@ class Spec:
         if f == "gemm":
             a = Argument("A", ["M", "K"], dt, self.a_sharding)
             b_place = "shard 1 over world" if self.a_sharding == "replicated" else "replicated"
-            c_place = "shard 1 over world" if self.a_sharding == "replicated" else "shard 0 over world"
+            c_place = ("shard 1 over world" if self.a_sharding == "replicated"
+                       else "shard 0 over world")
             extra = [dataclasses.replace(e, placement=c_place) for e in extra]
             return [a, Argument("B", ["K", "N"], dt, b_place), *extra,
                     Argument("C", ["M", "N"], out, c_place, output=True)]
@@ -150,13 +151,15 @@ class Spec:
             inner.append(f"mk.all_reduce sum {value} into %{target}[%m, %n]{over} : {tile_out}, "
                          f"{types[target]}")
         elif f == "gemm_reduce_scatter":
-            inner.append(f"mk.reduce_scatter sum {value} into %C[%m, %n] : {tile_out}, {types['C']}")
+            inner.append(f"mk.reduce_scatter sum {value} into %C[%m, %n] : {tile_out}, "
+                         f"{types['C']}")
         else:
             inner.append(f"mk.store {value}, %C[%m, %n] : {tile_out}, {types['C']}")
         body += ["  " + line for line in inner] + ["}"]
         if f == "all_reduce_epilogue":
             # A second grid reads each reduced tile and finishes it.
-            body.append(f"mk.tile_grid (%m, %n) over %C tiles [{tm}, {tn}]{masked} : {types['C']} {{")
+            body.append(f"mk.tile_grid (%m, %n) over %C tiles [{tm}, {tn}]{masked} : "
+                        f"{types['C']} {{")
             second = [f"%r = mk.load %R[%m, %n] : {types['R']} -> {tile_out}"]
             value = "%r"
             if self.out_dtype != "f32":

@@ -20,7 +20,8 @@ void Machine::endOfBlock(Thread &thread) {
   Frame &frame = thread.frames.back();
   if (auto grid = dyn_cast<TileGridOp>(frame.owner)) {
     if (++frame.tile < frame.tiles.size()) {
-      for (auto [arg, coord] : llvm::zip(grid.getBodyBlock().getArguments(), frame.tiles[frame.tile]))
+      for (auto [arg, coord] :
+           llvm::zip(grid.getBodyBlock().getArguments(), frame.tiles[frame.tile]))
         thread.env[arg] = coord;
       frame.next = frame.block->begin();
       return;
@@ -108,8 +109,8 @@ bool Machine::held(Operation *op, Thread &thread, int64_t r, Value tensor, const
   llvm::interleaveComma(box.hi, os);
   os << ")";
   report(FindingKind::outsidePart, op->getLoc(),
-         llvm::formatv("{0} reaches elements {1} of {2}, which rank {3} does not hold", who(thread.id),
-                       coords, tensorName(tensorIds.lookup(tensor)), r));
+         llvm::formatv("{0} reaches elements {1} of {2}, which rank {3} does not hold",
+                       who(thread.id), coords, tensorName(tensorIds.lookup(tensor)), r));
   return false;
 }
 
@@ -380,7 +381,8 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
           int64_t origin = routing.origins[at[0]][at[1]];
           return origin < 0 ? 0.0f : tokens.data.at({origin / topK, at[2]});
         });
-        fill(select.getCounts(), [&](ArrayRef<int64_t> at) { return float(routing.counts[at[0]]); });
+        fill(select.getCounts(),
+             [&](ArrayRef<int64_t> at) { return float(routing.counts[at[0]]); });
         fill(select.getOrigins(),
              [&](ArrayRef<int64_t> at) { return float(routing.origins[at[0]][at[1]]); });
         fill(select.getPlacement(), [&](ArrayRef<int64_t> at) {

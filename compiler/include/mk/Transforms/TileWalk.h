@@ -54,8 +54,12 @@ struct ArithIndexOps {
   Index mul(Index x, Index y) { return arith::MulIOp::create(b, loc, x, y); }
   Index div(Index x, Index y) { return arith::DivSIOp::create(b, loc, x, y); }
   Index rem(Index x, Index y) { return arith::RemSIOp::create(b, loc, x, y); }
-  Bool lt(Index x, Index y) { return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y); }
-  Bool eq(Index x, Index y) { return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, x, y); }
+  Bool lt(Index x, Index y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+  }
+  Bool eq(Index x, Index y) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, x, y);
+  }
   Index select(Bool p, Index x, Index y) { return arith::SelectOp::create(b, loc, p, x, y); }
 };
 
