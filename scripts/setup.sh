@@ -12,6 +12,8 @@ packages=(
   # Network: libfabric (tcp/shm providers over loopback) and rdma-core verbs.
   libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev ibverbs-utils
   libfmt-dev catch2
+  # The sources' format (scripts/check-format.sh).
+  clang-format
 )
 
 missing=()

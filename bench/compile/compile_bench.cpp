@@ -49,8 +49,8 @@ double compileOnce(const Program &program, std::string &source) {
   mlir::DialectRegistry registry;
   mlir::mk::registerPipelineDialects(registry);
   mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(
-      libDir + "/" + program.name + ".mlir", &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(libDir + "/" + program.name + ".mlir", &context);
   if (!module)
     return -1;
   mlir::PassManager pm(&context);
@@ -80,14 +80,15 @@ int main(int argc, char **argv) {
       {"allgather_gemm", gemm, true},
       {"ring_attention", {"B=4", "H=16", "S=65536", "D=128"}, false},
       {"ring_attention_causal", {"B=4", "H=16", "S=65536", "D=128"}, false},
-      {"moe_dispatch_gemm_combine", {"T=65536", "Hd=7168", "I=2048", "E=256", "TopK=8", "C=4096"},
+      {"moe_dispatch_gemm_combine",
+       {"T=65536", "Hd=7168", "I=2048", "E=256", "TopK=8", "C=4096"},
        false},
   };
   llvm::outs() << llvm::formatv("mkc compile times on topology {0}, NVRTC {1} (targets: passes "
                                 "and emission < 100 ms, NVRTC < 5000 ms)\n",
                                 topology, mkc::nvrtc::version());
-  llvm::outs() << llvm::formatv("{0,-28} {1,12} {2,14} {3,12} {4,10}\n", "program",
-                                "cold (ms)", "median (ms)", "NVRTC (ms)", "cubin (KB)");
+  llvm::outs() << llvm::formatv("{0,-28} {1,12} {2,14} {3,12} {4,10}\n", "program", "cold (ms)",
+                                "median (ms)", "NVRTC (ms)", "cubin (KB)");
   int failures = 0;
   for (const Program &program : programs) {
     std::string source;
@@ -114,8 +115,8 @@ int main(int argc, char **argv) {
       nvrtcMs = llvm::formatv("{0:F0}", compiled.seconds * 1e3).str();
       cubinKb = llvm::formatv("{0:F0}", compiled.cubin.size() / 1024.0).str();
     }
-    llvm::outs() << llvm::formatv("{0,-28} {1,12:F1} {2,14:F1} {3,12} {4,10}\n", program.name,
-                                  cold, median, nvrtcMs, cubinKb);
+    llvm::outs() << llvm::formatv("{0,-28} {1,12:F1} {2,14:F1} {3,12} {4,10}\n", program.name, cold,
+                                  median, nvrtcMs, cubinKb);
   }
   return failures ? 1 : 0;
 }

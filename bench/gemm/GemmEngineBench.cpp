@@ -249,8 +249,7 @@ std::vector<double> medians(int repeat, Regime regime,
       for (int i = 0; i < 5; ++i)
         run();
       CU(cuCtxSynchronize());
-    } while (std::chrono::steady_clock::now() - begin <
-             std::chrono::milliseconds(regime.warmupMs));
+    } while (std::chrono::steady_clock::now() - begin < std::chrono::milliseconds(regime.warmupMs));
     std::vector<float> ms;
     for (int i = 0; i < repeat; ++i) {
       CU(cuEventRecord(start, nullptr));
@@ -337,7 +336,8 @@ std::vector<Shape> parseShapes(const std::string &text) {
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find(',', start);
-    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string item =
+        text.substr(start, end == std::string::npos ? std::string::npos : end - start);
     Shape s{};
     if (std::sscanf(item.c_str(), "%lldx%lldx%lld", &s.m, &s.n, &s.k) != 3 || s.m <= 0 ||
         s.n <= 0 || s.k <= 0 || s.n % 8 || s.k % 8)
@@ -357,7 +357,7 @@ int run(int argc, char **argv) {
   std::string shapesText = "8192x8192x8192,8192x8192x4096,4096x8192x4096,16384x8192x4096,"
                            "8192x28672x4096,2048x8192x8192,3000x5000x4608";
   const char *csvPath = nullptr, *cubinPath = nullptr;
-  std::string configsText; // empty: all
+  std::string configsText;                       // empty: all
   int device = 0, twinMode = 0, twinDevice = -1; // -1: the twin on `device`
   int ctas = 0;
   bool balance = false;
@@ -455,8 +455,7 @@ int run(int argc, char **argv) {
   std::vector<double> bestRatios;
   for (const Shape &s : shapes) {
     const size_t aCount = s.m * s.k, bCount = s.k * s.n, cCount = s.m * s.n;
-    Buffer a(aCount * 2), b(bCount * 2), bt(bCount * 2), c(cCount * 2), want(cCount * 4),
-        stats(32);
+    Buffer a(aCount * 2), b(bCount * 2), bt(bCount * 2), c(cCount * 2), want(cCount * 4), stats(32);
     launch(reference.function("fill_bf16"), 1024, 256, 0, a.pointer, s.m, s.k, 0ll, 0ll, s.k,
            0x1234ull + s.m);
     launch(reference.function("fill_bf16"), 1024, 256, 0, b.pointer, s.k, s.n, 0ll, 0ll, s.n,
@@ -491,8 +490,8 @@ int run(int argc, char **argv) {
       CUdeviceptr bad = stats.pointer, first = stats.pointer + 8, maxBits = stats.pointer + 16;
       long long count = static_cast<long long>(cCount);
       float atol = 0.02f, rtol = 1.0f / 64;
-      launch(reference.function("compare_bf16"), 1024, 256, 0, out, want.pointer, count, atol,
-             rtol, bad, first, maxBits);
+      launch(reference.function("compare_bf16"), 1024, 256, 0, out, want.pointer, count, atol, rtol,
+             bad, first, maxBits);
       unsigned long long host[3];
       CU(cuMemcpyDtoH(host, stats.pointer, sizeof host));
       float maxError;
@@ -571,8 +570,9 @@ int run(int argc, char **argv) {
           }
           // The run ends with the last band's copy, which starts when the kernel ends.
           copies.join();
-          *enqueueSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                           enqueueStart).count();
+          *enqueueSeconds +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueueStart)
+                  .count();
         };
         // NaN: unwritten elements fail. The _twin configurations may add the second half of the
         // rows: to zeros there.
@@ -626,8 +626,8 @@ int run(int argc, char **argv) {
       const double ratio = ms[0] / ms[i];
       if (i > 0) {
         best = std::max(best, ratio);
-        std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n",
-                    s.m, s.n, s.k, names[i].c_str(), ms[i], flops / ms[i] / 1e9, ratio);
+        std::printf("%6lld x %6lld x %6lld  %-24s%8.3f ms  %6.1f TFLOP/s  %.3f of cuBLASLt\n", s.m,
+                    s.n, s.k, names[i].c_str(), ms[i], flops / ms[i] / 1e9, ratio);
       }
       if (csv)
         std::fprintf(csv, "%lld,%lld,%lld,%s,%.5f,%.1f,%.4f\n", s.m, s.n, s.k,

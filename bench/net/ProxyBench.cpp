@@ -150,17 +150,18 @@ Result runNode(int node, const Rendezvous &rendezvous, const std::string &provid
 
 int main(int argc, char **argv) {
   Settings settings;
-  const bool understood = mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
-    if (option == "--commands" && value > 0)
-      settings.commands = value;
-    else if (option == "--bytes" && value >= 0)
-      settings.bytes = value;
-    else if (option == "--samples" && value > 0)
-      settings.samples = value;
-    else
-      return false;
-    return true;
-  });
+  const bool understood =
+      mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
+        if (option == "--commands" && value > 0)
+          settings.commands = value;
+        else if (option == "--bytes" && value >= 0)
+          settings.bytes = value;
+        else if (option == "--samples" && value > 0)
+          settings.samples = value;
+        else
+          return false;
+        return true;
+      });
   if (!understood) {
     fmt::print(stderr, "usage: mkc-proxy-bench [--commands N] [--bytes B] [--samples N]\n");
     return 2;

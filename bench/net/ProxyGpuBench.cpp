@@ -47,7 +47,7 @@ namespace {
 
 #define CU(call) MK_CU_CHECK(cuda::Driver::get(), call)
 
-constexpr std::size_t kPutBytes = 64;      // the kernels' puts (comm.cu, bench_put)
+constexpr std::size_t kPutBytes = 64;         // the kernels' puts (comm.cu, bench_put)
 constexpr std::size_t kHeapBytes = 256 << 20; // room for 4M distinct puts
 
 std::int64_t hostNanoseconds(Clock::time_point t) {
@@ -85,8 +85,7 @@ public:
         const std::size_t put = write.localOffset / kPutBytes;
         if (put < postedAt_.size())
           postedAt_[put] = now;
-        __atomic_store_n(posted_, __atomic_load_n(posted_, __ATOMIC_RELAXED) + 1,
-                         __ATOMIC_RELEASE);
+        __atomic_store_n(posted_, __atomic_load_n(posted_, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
       }
       done_.push_back({Event::Kind::Completed, write.context, write.peer, 0, {}});
     }
@@ -222,8 +221,9 @@ void run(const Settings &settings) {
       toSeen.push_back((static_cast<std::int64_t>(gpu[2 * i + 1]) - enqueued) / 1e3);
     }
     fmt::print("latency, {} puts one at a time (us):\n", settings.samples);
-    fmt::print("  enqueue -> post           p50 {:7.2f}  p99 {:7.2f}  (clock calibration +- {:.2f})\n",
-               percentile(toPost, 0.5), percentile(toPost, 0.99), clock.uncertainty / 1e3);
+    fmt::print(
+        "  enqueue -> post           p50 {:7.2f}  p99 {:7.2f}  (clock calibration +- {:.2f})\n",
+        percentile(toPost, 0.5), percentile(toPost, 0.99), clock.uncertainty / 1e3);
     fmt::print("  enqueue -> post seen (GPU) p50 {:7.2f}  p99 {:7.2f}  (one clock, upper bound)\n",
                percentile(toSeen, 0.5), percentile(toSeen, 0.99));
   }
@@ -244,7 +244,8 @@ void run(const Settings &settings) {
     const double seconds = (*last - *first) / 1e9;
     fmt::print("rate, {} puts from {} CTAs: {:.2f} M commands/s, {:.1f} writes per post\n", total,
                settings.ctas, total / seconds / 1e6,
-               double(after.writes - before.writes) / std::max<std::uint64_t>(after.posts - before.posts, 1));
+               double(after.writes - before.writes) /
+                   std::max<std::uint64_t>(after.posts - before.posts, 1));
   }
   CU(cuMemFree(heap));
 }
@@ -253,22 +254,24 @@ void run(const Settings &settings) {
 
 int main(int argc, char **argv) {
   Settings settings;
-  const bool understood = mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
-    if (option == "--samples" && value > 0)
-      settings.samples = value;
-    else if (option == "--commands" && value > 0 && value <= long(kHeapBytes / kPutBytes))
-      settings.commands = value;
-    else if (option == "--ctas" && value > 0)
-      settings.ctas = value;
-    else if (option == "--cpu" && value >= 0)
-      settings.cpu = int(value);
-    else
-      return false;
-    return true;
-  });
+  const bool understood =
+      mkc::bench::parseOptions(argc, argv, [&](std::string_view option, long value) {
+        if (option == "--samples" && value > 0)
+          settings.samples = value;
+        else if (option == "--commands" && value > 0 && value <= long(kHeapBytes / kPutBytes))
+          settings.commands = value;
+        else if (option == "--ctas" && value > 0)
+          settings.ctas = value;
+        else if (option == "--cpu" && value >= 0)
+          settings.cpu = int(value);
+        else
+          return false;
+        return true;
+      });
   if (!understood) {
-    fmt::print(stderr, "usage: mkc-proxy-gpu-bench [--samples N] [--commands N<={}] [--ctas N] "
-                       "[--cpu C]\n",
+    fmt::print(stderr,
+               "usage: mkc-proxy-gpu-bench [--samples N] [--commands N<={}] [--ctas N] "
+               "[--cpu C]\n",
                kHeapBytes / kPutBytes);
     return 2;
   }

@@ -335,9 +335,9 @@ LaunchEnvironment detectLaunchEnvironment(const Environment &environment) {
   const bool standalone = launch.launcher == Launcher::Standalone;
   const EnvironmentValue rank = standalone ? EnvironmentValue{0, "MKC_RANK"}
                                            : requireInteger(env, launch.launcher, names.rank);
-  const EnvironmentValue worldSize =
-      standalone ? EnvironmentValue{1, "MKC_WORLD_SIZE"}
-                 : requireInteger(env, launch.launcher, names.worldSize);
+  const EnvironmentValue worldSize = standalone
+                                         ? EnvironmentValue{1, "MKC_WORLD_SIZE"}
+                                         : requireInteger(env, launch.launcher, names.worldSize);
   launch.rank = rank.value;
   launch.worldSize = worldSize.value;
   launch.localRank = env.integer(names.localRank);
@@ -594,8 +594,9 @@ UniqueFd listenAt(const Rendezvous &rendezvous) {
     throw BootstrapError(fmt::format("rank 0 cannot listen for the store: {}", problem));
   int error = 0;
   for (const addrinfo *address = addresses.get(); address; address = address->ai_next) {
-    UniqueFd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                       address->ai_protocol));
+    UniqueFd socket(::socket(address->ai_family,
+                             address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                             address->ai_protocol));
     if (!socket) {
       error = errno;
       continue;
@@ -621,8 +622,9 @@ UniqueFd listenAt(const Rendezvous &rendezvous) {
 UniqueFd connectOnce(const Rendezvous &rendezvous, Deadline deadline, std::string &problem) {
   AddressList addresses = resolve(rendezvous.address, rendezvous.port, problem);
   for (const addrinfo *address = addresses.get(); address; address = address->ai_next) {
-    UniqueFd socket(::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                       address->ai_protocol));
+    UniqueFd socket(::socket(address->ai_family,
+                             address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                             address->ai_protocol));
     if (!socket) {
       problem = errorText(errno);
       continue;
@@ -769,7 +771,7 @@ private:
       sockaddr_storage address{};
       socklen_t length = sizeof address;
       UniqueFd socket(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&address), &length,
-                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+                                SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!socket) {
         if (errno == EINTR || errno == ECONNABORTED)
           continue;

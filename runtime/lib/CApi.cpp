@@ -228,9 +228,7 @@ mkc_status mkc_op_destroy(mkc_op *op) {
 }
 
 mkc_status mkc_op_name(const mkc_op *op, const char **name) {
-  return guarded(__func__, [&] {
-    required(name, "name") = required(op, "op").op.name().c_str();
-  });
+  return guarded(__func__, [&] { required(name, "name") = required(op, "op").op.name().c_str(); });
 }
 
 mkc_status mkc_op_sm_split(const mkc_op *op, const char **split) {

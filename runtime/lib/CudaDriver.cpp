@@ -126,7 +126,8 @@ std::uint64_t StreamCounter::mark(std::vector<CUstreamBatchMemOpParams> &ops) {
   return marked_;
 }
 
-void batchMemOps(const Driver &driver, CUstream stream, std::vector<CUstreamBatchMemOpParams> &ops) {
+void batchMemOps(const Driver &driver, CUstream stream,
+                 std::vector<CUstreamBatchMemOpParams> &ops) {
   constexpr std::size_t kMaxOps = 255;
   for (std::size_t at = 0; at < ops.size(); at += kMaxOps) {
     const auto count = static_cast<unsigned>(std::min(kMaxOps, ops.size() - at));

@@ -23,8 +23,8 @@
 
 #include <array>
 #include <bit>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -439,8 +439,8 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
       if (copy.tensor >= launch_.tensorBytes.size() || copy.from_gpu >= MK_MAX_GPUS_PER_NODE ||
           copy.to_gpu >= MK_MAX_GPUS_PER_NODE || copy.from_gpu == copy.to_gpu ||
           copy.wait_flag >= static_cast<unsigned>(launch_.flagWords) ||
-          copy.signal_flag >= static_cast<unsigned>(launch_.flagWords) ||
-          copy.width == 0 || copy.height == 0 || copy.width > copy.pitch ||
+          copy.signal_flag >= static_cast<unsigned>(launch_.flagWords) || copy.width == 0 ||
+          copy.height == 0 || copy.width > copy.pitch ||
           copy.offset + (copy.height - 1) * copy.pitch + copy.width >
               static_cast<unsigned long long>(launch_.tensorBytes[copy.tensor]))
         throw JitError(kernel + "_engine_copies names a tensor, GPU, flag or range the kernel "

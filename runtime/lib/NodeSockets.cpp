@@ -33,9 +33,9 @@ enum class Kind : std::uint32_t { Introduction = 1, Fd = 2, Barrier = 3 };
 struct Message {
   std::uint32_t protocol;
   Kind kind;
-  std::uint32_t sender; // its local rank
+  std::uint32_t sender;   // its local rank
   std::uint32_t reserved; // the padding, spelled out so that every byte sent is initialised
-  std::uint64_t value; // Introduction: the local world size; Fd: the bytes; Barrier: its number
+  std::uint64_t value;    // Introduction: the local world size; Fd: the bytes; Barrier: its number
 };
 
 Message makeMessage(Kind kind, int sender, std::uint64_t value) {

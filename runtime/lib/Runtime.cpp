@@ -28,7 +28,11 @@ std::size_t parseSize(const std::string &variable, const std::string &text) {
   std::size_t value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   std::string_view suffix(end, text.data() + text.size() - end);
-  int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  int shift = suffix.empty()  ? 0
+              : suffix == "K" ? 10
+              : suffix == "M" ? 20
+              : suffix == "G" ? 30
+                              : -1;
   if (error != std::errc() || end == text.data() || shift < 0 || value == 0 ||
       value > (~std::size_t(0) >> shift))
     throw RuntimeError(fmt::format("{}={} is not a positive count (digits, optionally followed by "
@@ -145,8 +149,8 @@ int rankDevice(const cuda::Driver &cu, const ProcessGroup &group, std::optional<
     return 0; // the launcher gave each rank its own GPU (CUDA_VISIBLE_DEVICES)
   if (group.localRank() >= devices)
     throw NoDeviceError(fmt::format("local rank {} has no GPU of its own: this process sees {} "
-                                   "GPUs; set MKC_DEVICE or CUDA_VISIBLE_DEVICES",
-                                   group.localRank(), devices));
+                                    "GPUs; set MKC_DEVICE or CUDA_VISIBLE_DEVICES",
+                                    group.localRank(), devices));
   return group.localRank();
 }
 
@@ -177,7 +181,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
   if (const std::string *value = variable("MKC_NET"))
     options.network = *value;
   for (auto [name, timeout] : {std::pair{"MKC_NET_TIMEOUT", &options.networkTimeout},
-                                std::pair{"MKC_WAIT_TIMEOUT", &options.waitTimeout}})
+                               std::pair{"MKC_WAIT_TIMEOUT", &options.waitTimeout}})
     if (const std::string *value = variable(name)) {
       int seconds = 0;
       auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), seconds);
@@ -185,13 +189,12 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
         throw RuntimeError(fmt::format("{}={} is not a positive number of seconds", name, *value));
       *timeout = std::chrono::seconds(seconds);
     }
-  for (auto [name, key] : {std::pair{"MKC_NET_PROVIDER", "provider"},
-                           std::pair{"MKC_NET_ADDRESS", "address"},
-                           std::pair{"MKC_NET_DEVICE", "device"},
-                           std::pair{"MKC_NET_BANDWIDTH_GBPS", "bandwidth_gbps"},
-                           std::pair{"MKC_NET_LATENCY_US", "latency_us"},
-                           std::pair{"MKC_NET_REORDER", "reorder"},
-                           std::pair{"MKC_NET_COPY_STREAMS", "copy_streams"}})
+  for (auto [name, key] :
+       {std::pair{"MKC_NET_PROVIDER", "provider"}, std::pair{"MKC_NET_ADDRESS", "address"},
+        std::pair{"MKC_NET_DEVICE", "device"},
+        std::pair{"MKC_NET_BANDWIDTH_GBPS", "bandwidth_gbps"},
+        std::pair{"MKC_NET_LATENCY_US", "latency_us"}, std::pair{"MKC_NET_REORDER", "reorder"},
+        std::pair{"MKC_NET_COPY_STREAMS", "copy_streams"}})
     if (const std::string *value = variable(name))
       options.networkConfig[key] = *value;
   if (const std::string *value = variable("MKC_DEVICE")) {
@@ -225,7 +228,7 @@ struct Runtime::State {
   cuda::PrimaryContext context;
   int smCount;
   std::string arch;
-  std::string busId; ///< the GPU's PCI address, e.g. 0000:00:06.0
+  std::string busId;                ///< the GPU's PCI address, e.g. 0000:00:06.0
   std::vector<int> ranksSharingGpu; ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
   /// How this GPU's kernels' waits give up (mk_wait_watch in mk/abi.h): the watch every loaded
   /// module gets, the word it raises (device memory) and where it describes the first failure
@@ -272,13 +275,14 @@ struct Runtime::State {
 };
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
-    : group(launch),
-      device(rankDevice(driver, group, options.device, options.shareGpu)),
+    : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device),
       smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
       jit(options.cacheDirectory) {
-  int major = deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-  int minor = deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  int major =
+      deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  int minor =
+      deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
   // Hopper's wgmma and TMA, and their successors, exist only in the arch-specific targets.
   arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
 
@@ -412,8 +416,8 @@ void Runtime::State::watchLaunches() {
         "runtime: a launch across nodes has not finished within {} s with no transfer failing: "
         "another node's rank died or stopped launching (this is node {} of {}; MKC_NET_TIMEOUT "
         "sets the limit)",
-        std::chrono::duration_cast<std::chrono::seconds>(launchTimeout).count(),
-        group.nodeIndex(), group.nodeCount()));
+        std::chrono::duration_cast<std::chrono::seconds>(launchTimeout).count(), group.nodeIndex(),
+        group.nodeCount()));
 }
 
 void Runtime::State::watchWaits(CUmodule module) const {
@@ -421,8 +425,8 @@ void Runtime::State::watchWaits(CUmodule module) const {
   std::size_t bytes = 0;
   MK_CU_CHECK(driver, cuModuleGetGlobal(&address, &bytes, module, "mk_watch"));
   if (bytes != sizeof watch)
-    throw JitError(fmt::format("the module's mk_watch has {} bytes, mk_wait_watch {}", bytes,
-                               sizeof watch));
+    throw JitError(
+        fmt::format("the module's mk_watch has {} bytes, mk_wait_watch {}", bytes, sizeof watch));
   MK_CU_CHECK(driver, cuMemcpyHtoD(address, &watch, sizeof watch));
 }
 
@@ -534,8 +538,7 @@ void Runtime::State::check() const {
       "counted {}. A rank of this node ({}) died, stopped launching or is stuck. The results of "
       "that launch are wrong, and this runtime launches nothing more (MKC_WAIT_TIMEOUT sets the "
       "limit)",
-      group.rank(), group.localRank(), group.nodeIndex(),
-      watch.timeout_ns / 1'000'000'000, which,
+      group.rank(), group.localRank(), group.nodeIndex(), watch.timeout_ns / 1'000'000'000, which,
       failure.target, failure.seen, suspects));
 }
 
@@ -580,8 +583,7 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
   if (CUresult result =
           cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
       result != CUDA_SUCCESS)
-    throw RuntimeError(describe() + " is not memory the CUDA driver knows: " +
-                       cu.describe(result));
+    throw RuntimeError(describe() + " is not memory the CUDA driver knows: " + cu.describe(result));
   if (ordinal != runtime->device)
     throw RuntimeError(fmt::format("{} is memory of GPU {}; this rank runs on GPU {}", describe(),
                                    ordinal, runtime->device));
@@ -639,8 +641,8 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
     if (perSm * runtime.smCount < launch.grid)
       throw RuntimeError(fmt::format("{} needs its {} CTAs resident at once; this GPU holds {} ({} "
                                      "per SM)",
-                                     compiled->source.kernel, launch.grid,
-                                     perSm * runtime.smCount, perSm));
+                                     compiled->source.kernel, launch.grid, perSm * runtime.smCount,
+                                     perSm));
     // Clusters go whole to one GPC each, which may leave SMs idle.
     int clusterWidth = 0;
     MK_CU_CHECK(cu, cuFuncGetAttribute(&clusterWidth, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
@@ -666,10 +668,9 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   } catch (const std::exception &error) {
     failure = error.what();
   }
-  if (auto error =
-          agree(group, "compiling " + name, {"the program", "shapes", "the compiler options"},
-                {program.text, fmt::format("{}", fmt::join(shapes, ",")), compilerOptions},
-                failure))
+  if (auto error = agree(
+          group, "compiling " + name, {"the program", "shapes", "the compiler options"},
+          {program.text, fmt::format("{}", fmt::join(shapes, ",")), compilerOptions}, failure))
     throw JitError(*error);
 
   auto op = std::make_shared<FusedOp::State>();
@@ -678,7 +679,8 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   op->name = kernel->name();
   const LaunchParameters &launch = kernel->launch();
   for (int i = 0; i < launch.arguments; ++i)
-    op->arguments.push_back({launch.argumentTypes[i], static_cast<std::size_t>(launch.tensorBytes[i]),
+    op->arguments.push_back({launch.argumentTypes[i],
+                             static_cast<std::size_t>(launch.tensorBytes[i]),
                              bool(launch.symmetricTensors >> i & 1)});
   // The buffers the program keeps: symmetric ones in the same order on every rank.
   mk_kernel_args &parameter = op->parameter;

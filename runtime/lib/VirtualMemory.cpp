@@ -48,8 +48,8 @@ PhysicalMemory::~PhysicalMemory() {
 
 UniqueFd PhysicalMemory::exportFd() const {
   int fd = -1;
-  MK_CU_CHECK(cu_, cuMemExportToShareableHandle(&fd, handle_,
-                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  MK_CU_CHECK(
+      cu_, cuMemExportToShareableHandle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   return UniqueFd(fd);
 }
 

@@ -49,12 +49,12 @@ bool contains(const std::string &text, const char *what) {
 TEST_CASE("matmul compiles without spills: 128x256x64, 128x128x64, 64x64x64, bf16 and f16, "
           "every operand layout",
           "[device][gemm]") {
-  nvrtc::Result result = requireClean(
-      "matmul.cu",
-      {"matmul_bf16_128x256x64_nn", "matmul_bf16_128x256x64_nt", "matmul_bf16_128x256x64_tn",
-       "matmul_bf16_128x256x64_tt", "matmul_bf16_128x128x64_nn", "matmul_bf16_128x128x64_tt",
-       "matmul_bf16_64x64x64_nt", "matmul_bf16_64x64x64_tn", "matmul_f16_128x256x64_nn",
-       "matmul_f16_64x64x64_tt"});
+  nvrtc::Result result =
+      requireClean("matmul.cu", {"matmul_bf16_128x256x64_nn", "matmul_bf16_128x256x64_nt",
+                                 "matmul_bf16_128x256x64_tn", "matmul_bf16_128x256x64_tt",
+                                 "matmul_bf16_128x128x64_nn", "matmul_bf16_128x128x64_tt",
+                                 "matmul_bf16_64x64x64_nt", "matmul_bf16_64x64x64_tn",
+                                 "matmul_f16_128x256x64_nn", "matmul_f16_64x64x64_tt"});
   CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
   CHECK(contains(result.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
   CHECK(contains(result.ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
@@ -65,23 +65,21 @@ TEST_CASE("matmul compiles without spills: 128x256x64, 128x128x64, 64x64x64, bf1
 TEST_CASE("tile functions compile without spills: splat, convert, arithmetic, activations, load, "
           "store, accumulate",
           "[device][tile]") {
-  nvrtc::Result result =
-      requireClean("tile.cu", {"tile_ops_f32", "tile_ops_bf16", "tile_ops_f16", "tile_convert",
-                               "accumulate_sum_bf16", "accumulate_max_bf16", "accumulate_min_bf16",
-                               "accumulate_sum_f32", "accumulate_sum_f16",
-                               "accumulate_sum_bf16_128x256", "accumulate_max_f32_128x256",
-                               "accumulate_chunks_sum_bf16_128x256"});
+  nvrtc::Result result = requireClean(
+      "tile.cu", {"tile_ops_f32", "tile_ops_bf16", "tile_ops_f16", "tile_convert",
+                  "accumulate_sum_bf16", "accumulate_max_bf16", "accumulate_min_bf16",
+                  "accumulate_sum_f32", "accumulate_sum_f16", "accumulate_sum_bf16_128x256",
+                  "accumulate_max_f32_128x256", "accumulate_chunks_sum_bf16_128x256"});
   CHECK(contains(result.ptx, "st.global.v4"));
 }
 
 TEST_CASE("communication functions compile without spills: copy_region(_bulk), signal, wait, "
           "proxy_push",
           "[device][comm]") {
-  nvrtc::Result result =
-      requireClean("comm.cu", {"copy_region_bf16", "copy_region_bulk_bf16", "copy_region_f32",
-                               "copy_region_bulk_f32", "signal_wait", "proxy_push",
-                               "proxy_enqueue_latency", "proxy_enqueue_rate", "clock_probe",
-                               "tma_reduce_sum_bf16", "hold_sms"});
+  nvrtc::Result result = requireClean(
+      "comm.cu", {"copy_region_bf16", "copy_region_bulk_bf16", "copy_region_f32",
+                  "copy_region_bulk_f32", "signal_wait", "proxy_push", "proxy_enqueue_latency",
+                  "proxy_enqueue_rate", "clock_probe", "tma_reduce_sum_bf16", "hold_sms"});
   CHECK(contains(result.ptx, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"));
   CHECK(contains(result.ptx, "cp.async.bulk.global.shared::cta.bulk_group"));
   CHECK(contains(result.ptx, "red.release.sys.global.add.u32"));

@@ -465,11 +465,11 @@ void testTmaReduce(const Module &module, int M, int N, unsigned ctas) {
   spec.dims[0] = N, spec.dims[1] = M, spec.dims[2] = 2;
   spec.box[0] = 64, spec.box[1] = 128, spec.box[2] = 1;
   spec.swizzle_bytes = 128;
-  const mk_tensor_map srcMap = mkc::encodeTensorMap(Driver::get(), spec,
-                                                    reinterpret_cast<const void *>(dSrc.at()));
+  const mk_tensor_map srcMap =
+      mkc::encodeTensorMap(Driver::get(), spec, reinterpret_cast<const void *>(dSrc.at()));
   spec.rank = 2;
-  const mk_tensor_map dstMap = mkc::encodeTensorMap(Driver::get(), spec,
-                                                    reinterpret_cast<const void *>(dDst.at()));
+  const mk_tensor_map dstMap =
+      mkc::encodeTensorMap(Driver::get(), spec, reinterpret_cast<const void *>(dDst.at()));
   const int tilesM = (M + 127) / 128, tilesN = (N + 255) / 256;
   DeviceArray<mk_u32> done(1);
   CU(cuMemsetD32(done.at(), 0, 1));
@@ -674,8 +674,8 @@ void testCopiesBesideHeldSms(const Module &module, CUcontext peer) {
        [&] { batchCopy(dst->at(), src.at(), rows * pitch); }, rows, pitch / 4}};
   mk_u32 epoch = 0;
   for (const Kind &kind : kinds) {
-    const std::string what = std::string(kind.name) + " " + target + " beside a kernel holding all " +
-                             std::to_string(sms) + " SMs";
+    const std::string what = std::string(kind.name) + " " + target +
+                             " beside a kernel holding all " + std::to_string(sms) + " SMs";
     ++epoch;
     epochWord.upload({epoch});
     CU(cuMemsetD32(gaveUp.at(), 0, 1));

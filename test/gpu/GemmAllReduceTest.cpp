@@ -71,8 +71,10 @@ public:
     if (!result.ok)
       throw std::runtime_error("reference.cu does not compile:\n" + result.log);
     MK_CU_CHECK(cu_, cuModuleLoadData(&module_, result.cubin.data()));
-    for (auto [function, name] : {std::pair{&fill_, "fill_bf16"}, {&gemm_, "gemm_f32"},
-                                  {&sumSquares_, "sum_squares"}, {&compare_, "compare_bf16"}})
+    for (auto [function, name] : {std::pair{&fill_, "fill_bf16"},
+                                  {&gemm_, "gemm_f32"},
+                                  {&sumSquares_, "sum_squares"},
+                                  {&compare_, "compare_bf16"}})
       MK_CU_CHECK(cu_, cuModuleGetFunction(function, module_, name));
   }
   ~References() { cu_.cuModuleUnload(module_); }
@@ -112,8 +114,8 @@ public:
     MK_CU_CHECK(cu_, cuMemcpyHtoDAsync(device, &counters, sizeof counters, stream));
     CUdeviceptr sumSquares = device + offsetof(Counters, sumSquares);
     void *sumArgs[] = {&want, &n, &sumSquares};
-    MK_CU_CHECK(cu_, cuLaunchKernel(sumSquares_, 1024, 1, 1, 256, 1, 1, 0, stream, sumArgs,
-                                    nullptr));
+    MK_CU_CHECK(cu_,
+                cuLaunchKernel(sumSquares_, 1024, 1, 1, 256, 1, 1, 0, stream, sumArgs, nullptr));
     MK_CU_CHECK(cu_, cuMemcpyDtoHAsync(&counters, device, sizeof counters, stream));
     MK_CU_CHECK(cu_, cuStreamSynchronize(stream));
     Comparison result;
@@ -123,8 +125,8 @@ public:
                 firstBad = device + offsetof(Counters, firstBad),
                 maxError = device + offsetof(Counters, maxErrorBits);
     void *compareArgs[] = {&got, &want, &n, &atol, &rtol, &bad, &firstBad, &maxError};
-    MK_CU_CHECK(cu_, cuLaunchKernel(compare_, 1024, 1, 1, 256, 1, 1, 0, stream, compareArgs,
-                                    nullptr));
+    MK_CU_CHECK(cu_,
+                cuLaunchKernel(compare_, 1024, 1, 1, 256, 1, 1, 0, stream, compareArgs, nullptr));
     MK_CU_CHECK(cu_, cuMemcpyDtoHAsync(&counters, device, sizeof counters, stream));
     MK_CU_CHECK(cu_, cuStreamSynchronize(stream));
     MK_CU_CHECK(cu_, cuMemFree(device));
@@ -302,9 +304,10 @@ void testGraph(const Problem &problem, const cuda::Driver &cu, CUstream stream) 
   for (int i = 0; i < kReplays; ++i)
     MK_CU_CHECK(cu, cuGraphLaunch(exec, stream));
   MK_CU_CHECK(cu, cuStreamSynchronize(stream));
-  problem.expect(middle.address(), 1, fmt::format("graph of 3 launches, replayed {} times: "
-                                                  "the second launch",
-                                                  kReplays));
+  problem.expect(middle.address(), 1,
+                 fmt::format("graph of 3 launches, replayed {} times: "
+                             "the second launch",
+                             kReplays));
   problem.expect(0, fmt::format("graph replayed {} times: the last launch", kReplays));
   problem.poison();
   problem.launch(1);
@@ -317,16 +320,30 @@ void testErrors(Runtime &runtime, const Problem &problem, const TileProgram &pro
                 const cuda::Driver &cu, CUstream stream) {
   const FusedOp &op = problem.op();
   void *c = problem.c();
-  checkThrows([&] { void *args[] = {problem.a(), c}; op.launch(stream, args); },
-              "takes 3 arguments, not 2", "a launch with too few arguments");
-  checkThrows([&] { void *args[] = {problem.a(), nullptr, c}; op.launch(stream, args); },
-              "argument 1 of gemm_allreduce (bf16[", "a null argument");
+  checkThrows(
+      [&] {
+        void *args[] = {problem.a(), c};
+        op.launch(stream, args);
+      },
+      "takes 3 arguments, not 2", "a launch with too few arguments");
+  checkThrows(
+      [&] {
+        void *args[] = {problem.a(), nullptr, c};
+        op.launch(stream, args);
+      },
+      "argument 1 of gemm_allreduce (bf16[", "a null argument");
   DeviceBuffer plain(cu, problem.cBytes()), small(cu, 256);
   checkThrows(
-      [&] { void *args[] = {problem.a(), problem.b(), plain.pointer()}; op.launch(stream, args); },
+      [&] {
+        void *args[] = {problem.a(), problem.b(), plain.pointer()};
+        op.launch(stream, args);
+      },
       "must lie in symmetric memory", "an output outside the symmetric heap");
   checkThrows(
-      [&] { void *args[] = {small.pointer(), problem.b(), c}; op.launch(stream, args); },
+      [&] {
+        void *args[] = {small.pointer(), problem.b(), c};
+        op.launch(stream, args);
+      },
       "overruns its allocation", "an input smaller than its shard");
   checkThrows(
       [&] {
@@ -336,16 +353,22 @@ void testErrors(Runtime &runtime, const Problem &problem, const TileProgram &pro
       },
       "is not memory the CUDA driver knows", "host memory as an argument");
   // Collective failures reach every rank, named.
-  checkThrows([&] { runtime.compile(program, {"M=256", "N=256", "K=250"}); },
-              "gemm_allreduce.mlir", "a shape the program refuses, on every rank");
+  checkThrows(
+      [&] {
+        runtime.compile(program, {"M=256", "N=256", "K=250"});
+      },
+      "gemm_allreduce.mlir", "a shape the program refuses, on every rank");
   checkThrows(
       [&] {
         std::string k = runtime.rank() == 0 ? "K=512" : "K=1024";
         runtime.compile(program, {"M=256", "N=256", k});
       },
       "asks for shapes", "ranks that compile different shapes");
-  checkThrows([&] { runtime.compile(program, {"M=256", "N=256", "K=512"}, "gemm-stage=3"); },
-              "unknown compiler option 'gemm-stage'", "a misspelt compiler option, on every rank");
+  checkThrows(
+      [&] {
+        runtime.compile(program, {"M=256", "N=256", "K=512"}, "gemm-stage=3");
+      },
+      "unknown compiler option 'gemm-stage'", "a misspelt compiler option, on every rank");
   checkThrows(
       [&] {
         runtime.compile(program, {"M=256", "N=256", "K=512"},
@@ -387,7 +410,9 @@ int main() {
         TileProgram::fromFile(std::string(lib ? lib : MKC_LIB_DIR) + "/gemm_allreduce.mlir");
     if (shared && compilerOptions().find("all-reduce-copy-engine=1") != std::string::npos) {
       checkThrows(
-          [&] { runtime.compile(program, Shape{257, 304, 512}.bindings(), compilerOptions()); },
+          [&] {
+            runtime.compile(program, Shape{257, 304, 512}.bindings(), compilerOptions());
+          },
           "is also rank", "copy engines for ranks that share a GPU, refused on every rank");
       runtime.barrier();
       std::printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);

@@ -36,8 +36,7 @@ std::string compile(const Case &c) {
   // The library's place at build time, unless the build was carried elsewhere.
   const char *lib = std::getenv("MKC_LIB_DIR");
   std::string path = std::string(lib ? lib : MKC_LIB_DIR) + "/" + c.program + ".mlir";
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceFile<mlir::ModuleOp>(path, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(path, &context);
   if (!module)
     return {};
   mlir::PassManager pm(&context);
@@ -76,13 +75,12 @@ int main() {
   }
   mkc::cuda::PrimaryContext context(cu);
   int optinSmem = 0, sms = 0;
-  cu.check(cu.cuDeviceGetAttribute(&optinSmem,
-                                   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                   context.device()),
+  cu.check(cu.cuDeviceGetAttribute(
+               &optinSmem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, context.device()),
            "cuDeviceGetAttribute");
-  cu.check(cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                   context.device()),
-           "cuDeviceGetAttribute");
+  cu.check(
+      cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device()),
+      "cuDeviceGetAttribute");
 
   int failures = 0;
   for (const Case &c : {Case{"gemm_allreduce", "1x2"}, Case{"gemm_allreduce", "2x4"},

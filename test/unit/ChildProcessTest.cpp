@@ -48,8 +48,7 @@ TEST_CASE("a child that crashes, exits or throws is reported with how it ended",
   CHECK(exited.status == ChildOutcome::Status::Died);
   CHECK(exited.reason == "exit status 3");
 
-  const ChildOutcome threw =
-      runInChild([]() -> std::string { throw std::runtime_error("no"); });
+  const ChildOutcome threw = runInChild([]() -> std::string { throw std::runtime_error("no"); });
   CHECK(threw.status == ChildOutcome::Status::Died);
   CHECK(threw.reason == "exit status 1");
 }

@@ -71,7 +71,8 @@ TEST_CASE("placements are canonical", "[attr]") {
 
 TEST_CASE("only a swizzle order has a group", "[attr]") {
   Fixture f;
-  CHECK(TileOrderAttr::getChecked(f.emitter(), &f.context, TileOrderKind::swizzle, int64_t{8}, true));
+  CHECK(
+      TileOrderAttr::getChecked(f.emitter(), &f.context, TileOrderKind::swizzle, int64_t{8}, true));
   CHECK_FALSE(TileOrderAttr::getChecked(f.emitter(), &f.context, TileOrderKind::row_major,
                                         int64_t{8}, false));
   REQUIRE(f.diagnostics.size() == 1);
@@ -99,7 +100,8 @@ TEST_CASE("tensor types know the extent one rank holds", "[type]") {
   Fixture f;
   auto bf16 = BFloat16Type::get(&f.context);
   auto mesh = MeshAttr::get(&f.context, int64_t{2}, int64_t{4});
-  auto world = DistTensorType::get({8192, 4096}, bf16, PlacementAttr::get(&f.context, 1, MeshAxis::world));
+  auto world =
+      DistTensorType::get({8192, 4096}, bf16, PlacementAttr::get(&f.context, 1, MeshAxis::world));
   auto gpus = world.withPlacement(PlacementAttr::get(&f.context, 0, MeshAxis::gpus));
   auto replicated = world.withPlacement(PlacementAttr::get(&f.context, PlacementKind::replicated));
 
@@ -120,13 +122,15 @@ TEST_CASE("types reject inconsistent dims built from C++", "[type]") {
 
   CHECK_FALSE(DistTensorType::getChecked(f.emitter(), &f.context, ArrayRef<int64_t>{4, 4},
                                          oneSymbol, f32, replicated));
-  CHECK_FALSE(TileType::getChecked(f.emitter(), &f.context, ArrayRef<int64_t>{128}, oneSymbol, f32));
+  CHECK_FALSE(
+      TileType::getChecked(f.emitter(), &f.context, ArrayRef<int64_t>{128}, oneSymbol, f32));
   REQUIRE(f.diagnostics.size() == 2);
   CHECK(f.diagnostics[0] == "expected one symbol entry per dim");
   CHECK(f.diagnostics[1] == "dim 0 must be either a static extent or a shape symbol");
 
-  auto tile = cast<TileType>(TileType::get({128, 256}, f32).cloneWithDims(
-      {128, ShapedType::kDynamic}, {nullptr, f.symbol("D")}));
+  auto tile =
+      cast<TileType>(TileType::get({128, 256}, f32)
+                         .cloneWithDims({128, ShapedType::kDynamic}, {nullptr, f.symbol("D")}));
   CHECK(formatDim(tile.getDim(1)) == "D");
   CHECK(tile.withElementType(BFloat16Type::get(&f.context)).getElementType().isBF16());
 }
@@ -138,9 +142,9 @@ TEST_CASE("a sharded dim must split evenly over the mesh", "[verify]") {
     for (int gpus : {1, 2, 4, 8})
       for (int extent : {96, 128, 1000, 4096}) {
         Fixture f;
-        std::string source = fmt::format(
-            "mk.program @p [] mesh <{}x{}> (%a: !mk.tensor<[{}, 64], bf16, shard 0 over world>) {{}}",
-            nodes, gpus, extent);
+        std::string source = fmt::format("mk.program @p [] mesh <{}x{}> (%a: !mk.tensor<[{}, 64], "
+                                         "bf16, shard 0 over world>) {{}}",
+                                         nodes, gpus, extent);
         bool fits = extent % (nodes * gpus) == 0;
         INFO(source);
         CHECK(static_cast<bool>(f.parse(source)) == fits);
@@ -155,12 +159,11 @@ TEST_CASE("the library programs verify and have the expected structure", "[libra
     int matmuls;
     int collectives;
   };
-  for (Expected e : {Expected{"allreduce.mlir", 1, 0, 1}, Expected{"gemm_allreduce.mlir", 1, 1, 1},
-                     Expected{"gemm_reducescatter.mlir", 1, 1, 1},
-                     Expected{"allgather_gemm.mlir", 1, 1, 1},
-                     Expected{"ring_attention.mlir", 1, 0, 1},
-                     Expected{"ring_attention_causal.mlir", 1, 0, 1},
-                     Expected{"moe_dispatch_gemm_combine.mlir", 2, 3, 2}}) {
+  for (Expected e :
+       {Expected{"allreduce.mlir", 1, 0, 1}, Expected{"gemm_allreduce.mlir", 1, 1, 1},
+        Expected{"gemm_reducescatter.mlir", 1, 1, 1}, Expected{"allgather_gemm.mlir", 1, 1, 1},
+        Expected{"ring_attention.mlir", 1, 0, 1}, Expected{"ring_attention_causal.mlir", 1, 0, 1},
+        Expected{"moe_dispatch_gemm_combine.mlir", 2, 3, 2}}) {
     Fixture f;
     INFO(e.file);
     OwningOpRef<ModuleOp> module =
@@ -173,8 +176,8 @@ TEST_CASE("the library programs verify and have the expected structure", "[libra
     programs[0].walk([&](Operation *op) {
       grids += isa<TileGridOp>(op);
       matmuls += isa<MatmulOp>(op);
-      collectives += isa<AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, DispatchOp,
-                         CombineOp>(op);
+      collectives +=
+          isa<AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, DispatchOp, CombineOp>(op);
     });
     CHECK(grids == e.tileGrids);
     CHECK(matmuls == e.matmuls);

@@ -1,8 +1,8 @@
-// NVRTC without a GPU, through its child processes: compiling with the embedded device headers, the ptxas report,
-// and diagnostics that point at the generated source.
+// NVRTC without a GPU, through its child processes: compiling with the embedded device headers, the
+// ptxas report, and diagnostics that point at the generated source.
 
-#include "mk/Target/DeviceHeaders.h"
 #include "mk/Target/Nvrtc.h"
+#include "mk/Target/DeviceHeaders.h"
 
 #include <catch2/catch.hpp>
 
@@ -19,7 +19,9 @@ extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) probe(const mk_k
   INFO(result.log);
   REQUIRE(result.ok);
   CHECK(result.cubin.size() > 0);
-  CHECK(result.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(result.cubin.compare(0, 4,
+                             "\x7f"
+                             "ELF") == 0);
   CHECK(result.ptx.find(".target sm_90a") != std::string::npos);
   REQUIRE(result.kernels.size() == 1);
   CHECK(result.kernels[0].name == "probe");

@@ -116,24 +116,22 @@ double maxError(const ReferenceResult &result, int64_t r, int64_t a,
                 llvm::function_ref<double(ArrayRef<int64_t>)> want) {
   const TensorData &got = result.arguments[r][a];
   double worst = 0;
-  got.layout.held().forEach([&](ArrayRef<int64_t> at) {
-    worst = std::max(worst, std::fabs(got.at(at) - want(at)));
-  });
+  got.layout.held().forEach(
+      [&](ArrayRef<int64_t> at) { worst = std::max(worst, std::fabs(got.at(at) - want(at))); });
   return worst;
 }
 
 } // namespace
 
 TEST_CASE("bf16 rounds to nearest even", "[simulate]") {
-  CHECK(roundTo(Precision::bf16, 1.0f + 0x1p-8f) == 1.0f);               // a tie, to even
+  CHECK(roundTo(Precision::bf16, 1.0f + 0x1p-8f) == 1.0f); // a tie, to even
   CHECK(roundTo(Precision::bf16, 1.0f + 0x1p-8f + 0x1p-12f) == 1.0f + 0x1p-7f);
-  CHECK(roundTo(Precision::bf16, 1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);  // a tie, to even
+  CHECK(roundTo(Precision::bf16, 1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f); // a tie, to even
   CHECK(std::isnan(roundTo(Precision::bf16, NAN)));
   CHECK(roundTo(Precision::integer, -2.7f) == -2.0f);
 }
 
-TEST_CASE("routing fills each expert's slots in token order, up to the capacity",
-          "[simulate]") {
+TEST_CASE("routing fills each expert's slots in token order, up to the capacity", "[simulate]") {
   // Tokens 0..3, top 2: expert 1 gets three copies, one past its capacity of 2.
   std::vector<int64_t> experts = {1, 0, 1, 2, 0, 1, 2, 0};
   Routing routing = route(experts, /*numExperts=*/3, /*capacity=*/2);
@@ -145,11 +143,11 @@ TEST_CASE("routing fills each expert's slots in token order, up to the capacity"
   CHECK(routing.placement[7] == -1); // expert 0 is full by token 3
 }
 
-TEST_CASE("the reference's GEMM + AllReduce is the global product on every rank",
-          "[simulate]") {
+TEST_CASE("the reference's GEMM + AllReduce is the global product on every rank", "[simulate]") {
   Fixture f;
   for (std::string topology : {"1x2", "2x2"}) {
-    OwningOpRef<ModuleOp> module = f.program("gemm_allreduce", topology, {"M=200", "N=136", "K=128"});
+    OwningOpRef<ModuleOp> module =
+        f.program("gemm_allreduce", topology, {"M=200", "N=136", "K=128"});
     ProgramOp program = first(*module);
     std::vector<Global> g;
     FailureOr<ReferenceResult> result = evaluateReference(program, arguments(program, g, {2}));
@@ -171,8 +169,7 @@ TEST_CASE("the reference's GEMM + AllReduce is the global product on every rank"
 TEST_CASE("the reference's GEMM + ReduceScatter leaves each rank its rows of the product",
           "[simulate]") {
   Fixture f;
-  OwningOpRef<ModuleOp> module =
-      f.program("gemm_reducescatter", "2x1", {"M=256", "N=128", "K=64"});
+  OwningOpRef<ModuleOp> module = f.program("gemm_reducescatter", "2x1", {"M=256", "N=128", "K=64"});
   ProgramOp program = first(*module);
   std::vector<Global> g;
   FailureOr<ReferenceResult> result = evaluateReference(program, arguments(program, g, {2}));
@@ -193,9 +190,8 @@ TEST_CASE("the reference's ring attention is softmax attention over the whole se
           "[simulate]") {
   Fixture f;
   for (bool causal : {false, true}) {
-    OwningOpRef<ModuleOp> module =
-        f.program(causal ? "ring_attention_causal" : "ring_attention", "1x2",
-                  {"B=1", "H=2", "S=256", "D=64"});
+    OwningOpRef<ModuleOp> module = f.program(causal ? "ring_attention_causal" : "ring_attention",
+                                             "1x2", {"B=1", "H=2", "S=256", "D=64"});
     ProgramOp program = first(*module);
     std::vector<Global> g;
     FailureOr<ReferenceResult> result = evaluateReference(program, arguments(program, g, {3}));

@@ -28,8 +28,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::mk::MkDialect, mlir::arith::ArithDialect, mlir::scf::SCFDialect,
                   mlir::func::FuncDialect, mlir::emitc::EmitCDialect>();
-  auto [inputFile, outputFile] = mlir::registerAndParseCLIOptions(
-      argc, argv, "mk tile-program optimizer driver\n", registry);
+  auto [inputFile, outputFile] =
+      mlir::registerAndParseCLIOptions(argc, argv, "mk tile-program optimizer driver\n", registry);
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
 
   // What MlirOptMain(argc, argv, ...) does, but reading the input within bounds (it would read

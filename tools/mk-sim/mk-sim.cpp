@@ -10,10 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/Pipeline.h"
-#include "mk/Simulate/Simulator.h"
 #include "PipelineFlags.h"
 #include "ToolFiles.h"
+#include "mk/Pipeline.h"
+#include "mk/Simulate/Simulator.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -44,8 +44,9 @@ cl::opt<uint64_t> firstSeed("seed", cl::desc("The first interleaving's seed"), c
                             cl::cat(category));
 cl::opt<uint64_t> dataSeed("data-seed", cl::desc("The seed of the inputs' values"), cl::init(1),
                            cl::cat(category));
-cl::opt<uint64_t> maxSteps("max-steps", cl::desc("Steps of one interleaving before it is "
-                                                 "reported as not ending"),
+cl::opt<uint64_t> maxSteps("max-steps",
+                           cl::desc("Steps of one interleaving before it is "
+                                    "reported as not ending"),
                            cl::init(50'000'000), cl::cat(category));
 
 int run() {
@@ -76,7 +77,6 @@ int run() {
   OwningOpRef<ModuleOp> reference = parse(inputFile);
   if (!reference)
     return 1;
-
 
   // The scheduled program: given, or compiled here from a copy of the input.
   OwningOpRef<ModuleOp> scheduled;

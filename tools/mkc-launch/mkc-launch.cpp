@@ -105,12 +105,27 @@ signal N; 2 for bad usage.
 
 // What the launcher sets, and the variables by which torchrun, mpirun and srun name a rank, or
 // Bootstrap a node: no rank inherits them (see the top of this file).
-constexpr std::string_view kReplacedVariables[] = {
-    "MKC_RANK", "MKC_WORLD_SIZE", "MKC_LOCAL_RANK", "MKC_LOCAL_WORLD_SIZE", "MKC_MASTER_ADDR",
-    "MKC_MASTER_PORT", "MKC_JOB_TOKEN", "MKC_DEVICE", "MKC_GPUS_PER_NODE", "MKC_NODE_ID",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"};
+constexpr std::string_view kReplacedVariables[] = {"MKC_RANK",
+                                                   "MKC_WORLD_SIZE",
+                                                   "MKC_LOCAL_RANK",
+                                                   "MKC_LOCAL_WORLD_SIZE",
+                                                   "MKC_MASTER_ADDR",
+                                                   "MKC_MASTER_PORT",
+                                                   "MKC_JOB_TOKEN",
+                                                   "MKC_DEVICE",
+                                                   "MKC_GPUS_PER_NODE",
+                                                   "MKC_NODE_ID",
+                                                   "RANK",
+                                                   "WORLD_SIZE",
+                                                   "LOCAL_RANK",
+                                                   "LOCAL_WORLD_SIZE",
+                                                   "OMPI_COMM_WORLD_RANK",
+                                                   "OMPI_COMM_WORLD_SIZE",
+                                                   "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                   "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                   "SLURM_PROCID",
+                                                   "SLURM_LOCALID",
+                                                   "SLURM_NODEID"};
 
 /// Writes all of `text`, waiting if `fd` is non-blocking; output to a closed reader is dropped.
 void writeAll(int fd, std::string_view text) {

@@ -154,8 +154,8 @@ int run() {
   mkc::nvrtc::Result compiled =
       mkc::nvrtc::compile(source, name, nvrtcOptions, mkc::deviceHeaders());
   if (!compiled.ok) {
-    llvm::errs() << "mkc: error: NVRTC could not compile the CUDA C++ generated from "
-                 << inputFile << " (rerun with --emit=cuda to see all of it):\n"
+    llvm::errs() << "mkc: error: NVRTC could not compile the CUDA C++ generated from " << inputFile
+                 << " (rerun with --emit=cuda to see all of it):\n"
                  << compiled.log;
     return 1;
   }
@@ -173,7 +173,7 @@ int run() {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions({&category, &mkc::tools::pipelineCategory});
-  cl::ParseCommandLineOptions(argc, argv,
-                              "mkc: compile a tile program to a persistent multi-GPU CUDA kernel\n");
+  cl::ParseCommandLineOptions(
+      argc, argv, "mkc: compile a tile program to a persistent multi-GPU CUDA kernel\n");
   return run();
 }

@@ -56,8 +56,7 @@ std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef tool, StringRef path) {
       return fail(path + " is " + Twine(status.getSize()) + " bytes; " + bound);
     llvm::Expected<fs::file_t> opened = fs::openNativeFileForRead(path);
     if (!opened)
-      return fail("cannot open input file '" + path +
-                  "': " + llvm::toString(opened.takeError()));
+      return fail("cannot open input file '" + path + "': " + llvm::toString(opened.takeError()));
     file = *opened;
   }
   llvm::scope_exit close([&] {

@@ -31,8 +31,8 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   OpPassManager &programs = pm.nest<ProgramOp>();
   addTiling(programs, options);
   MkExpandCollectivesOptions expand;
-  expand.inPlaceAllReduce = options.inPlaceAllReduce &&
-                            !llvm::StringRef(options.smSplit).contains("intra_reduce");
+  expand.inPlaceAllReduce =
+      options.inPlaceAllReduce && !llvm::StringRef(options.smSplit).contains("intra_reduce");
   expand.copyEngineAllReduce = options.allReduceCopyEngine;
   programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
@@ -63,7 +63,7 @@ std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions 
     if (name == "sm-split") {
       options.smSplit = value.str();
     } else if (name == "gemm-tile-n" || name == "gemm-stages" || name == "gemm-cluster") {
-      int64_t &field = name == "gemm-tile-n"    ? options.gemmTileN
+      int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
                        : name == "gemm-stages" ? options.gemmStages
                                                : options.gemmCluster;
       if (value.getAsInteger(10, field))

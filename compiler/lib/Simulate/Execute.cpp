@@ -199,9 +199,9 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
       })
       .Case([&](OwnerOp owner) -> FailureOr<Outcome> {
         IntIndexOps ops;
-        auto [node, gpu] = tileOwner(ops, owner.getTensor().getType(), ints(owner.getIndices()),
-                                     owner.getTile(), owner.getRowSlices(), mesh, rank.node,
-                                     rank.gpu);
+        auto [node, gpu] =
+            tileOwner(ops, owner.getTensor().getType(), ints(owner.getIndices()), owner.getTile(),
+                      owner.getRowSlices(), mesh, rank.node, rank.gpu);
         thread.env[owner.getNode()] = node;
         thread.env[owner.getGpu()] = gpu;
         return Outcome::next;
@@ -227,8 +227,8 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
       .Case([&](StoreOp store) -> FailureOr<Outcome> {
         Tensor &tensor = tensorOf(thread.rank, store.getDest());
         TilePtr tile = tileOf(store.getValue());
-        Box box = tensor.data.layout.access(ints(store.getIndices()), store.getWholeDims(),
-                                            tile->shape);
+        Box box =
+            tensor.data.layout.access(ints(store.getIndices()), store.getWholeDims(), tile->shape);
         if (!held(op, thread, thread.rank, store.getDest(), box))
           return Outcome::next;
         writeBox(thread.rank, idOf(store.getDest()), box, me, thread.clock, /*combine=*/false);
@@ -385,9 +385,8 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
              [&](ArrayRef<int64_t> at) { return float(routing.counts[at[0]]); });
         fill(select.getOrigins(),
              [&](ArrayRef<int64_t> at) { return float(routing.origins[at[0]][at[1]]); });
-        fill(select.getPlacement(), [&](ArrayRef<int64_t> at) {
-          return float(routing.placement[at[0] * topK + at[1]]);
-        });
+        fill(select.getPlacement(),
+             [&](ArrayRef<int64_t> at) { return float(routing.placement[at[0] * topK + at[1]]); });
         return Outcome::next;
       })
       .Case([&](CombineRoutedOp combine) -> FailureOr<Outcome> {

@@ -58,8 +58,8 @@ LogicalResult Machine::prepare() {
     else if (auto store = dyn_cast<StoreOp>(op))
       mark(store.getDest());
     else if (auto select = dyn_cast<SelectRoutedOp>(op))
-      for (Value v : {select.getRouted(), select.getCounts(), select.getOrigins(),
-                      select.getPlacement()})
+      for (Value v :
+           {select.getRouted(), select.getCounts(), select.getOrigins(), select.getPlacement()})
         mark(v);
     else if (auto combine = dyn_cast<CombineRoutedOp>(op))
       mark(combine.getDest());
@@ -132,7 +132,8 @@ LogicalResult Machine::prepare() {
     Thread &engine = threads[r * perRank + grid];
     engine.id = r * perRank + grid;
     engine.rank = r;
-    if (llvm::any_of(engineCopies, [&](EngineCopyOp c) { return int64_t(c.getFrom()) == ranks[r].gpu; }))
+    if (llvm::any_of(engineCopies,
+                     [&](EngineCopyOp c) { return int64_t(c.getFrom()) == ranks[r].gpu; }))
       ranks[r].threads.push_back(engine.id);
   }
   for (Thread &t : threads)
@@ -398,7 +399,6 @@ void Machine::signalLanded(int64_t r, int64_t flag) {
   else
     found->second = std::move(still);
 }
-
 
 FailureOr<MachineResult> sim::runMachine(ProgramOp program, ArrayRef<Launch> launches,
                                          ArrayRef<bool> outputs, uint64_t seed,

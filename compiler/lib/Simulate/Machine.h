@@ -100,8 +100,8 @@ struct Frame {
   Block *block;
   Block::iterator next;
   Operation *owner;
-  int64_t iv = 0, ub = 0, step = 1;               // scf.for
-  std::vector<SmallVector<int64_t, 4>> tiles;     // mk.tile_grid
+  int64_t iv = 0, ub = 0, step = 1;           // scf.for
+  std::vector<SmallVector<int64_t, 4>> tiles; // mk.tile_grid
   size_t tile = 0;
 };
 

@@ -24,8 +24,8 @@ void Machine::readBox(int64_t r, int64_t id, const Box &box, const Epoch &epoch,
   });
 }
 
-void Machine::readElement(Tensor &tensor, int64_t r, int64_t id, int64_t offset,
-                          const Epoch &epoch, const Clock &clock) {
+void Machine::readElement(Tensor &tensor, int64_t r, int64_t id, int64_t offset, const Epoch &epoch,
+                          const Clock &clock) {
   Shadow &shadow = tensor.shadow[offset];
   Extra *extra = shadow.extra >= 0 ? &tensor.extras[shadow.extra] : nullptr;
   auto check = [&](const Epoch &write) {
@@ -43,8 +43,8 @@ void Machine::readElement(Tensor &tensor, int64_t r, int64_t id, int64_t offset,
     for (const Epoch &write : extra->combines)
       check(write);
   // Record the read: one epoch while reads are ordered, all of them once they are not.
-  if (!extra && (!shadow.read.op || shadow.read.thread == epoch.thread ||
-                 before(shadow.read, clock))) {
+  if (!extra &&
+      (!shadow.read.op || shadow.read.thread == epoch.thread || before(shadow.read, clock))) {
     shadow.read = epoch;
     return;
   }

@@ -33,7 +33,7 @@ int64_t groupOf(MeshAttr mesh, MeshAxis axis, int64_t rank) {
 
 /// Rank `rank`'s index along `axis`, and the rank at index `index` of its group.
 int64_t indexAlong(MeshAttr mesh, MeshAxis axis, int64_t rank) {
-  return axis == MeshAxis::world ? rank
+  return axis == MeshAxis::world   ? rank
          : axis == MeshAxis::nodes ? rank / mesh.getGpus()
                                    : rank % mesh.getGpus();
 }
@@ -167,13 +167,14 @@ private:
     for (int64_t r = 0; r < world(); ++r) {
       const TensorData &x = data({dispatch.getTokens(), r});
       const TensorData &e = data({dispatch.getExperts(), r});
-      x.layout.held().forEach([&](ArrayRef<int64_t> at) { rows[at[0] * hidden + at[1]] = x.at(at); });
+      x.layout.held().forEach(
+          [&](ArrayRef<int64_t> at) { rows[at[0] * hidden + at[1]] = x.at(at); });
       for (float v : e.data)
         experts.push_back(static_cast<int64_t>(v));
     }
     if (!llvm::all_of(experts, [&](int64_t e) { return e >= 0 && e < numExperts; }))
-      return dispatch.emitOpError() << "internal error: mk-sim made an expert index outside [0, "
-                                    << numExperts << ")";
+      return dispatch.emitOpError()
+             << "internal error: mk-sim made an expert index outside [0, " << numExperts << ")";
     Routing routing = route(experts, numExperts, capacity);
     for (int64_t r = 0; r < world(); ++r) {
       TensorView routed{dispatch.getRouted(), r}, counts{dispatch.getCounts(), r},
@@ -205,16 +206,15 @@ private:
     SmallVector<int64_t> sizes;
     Box tiles;
     for (int64_t d = 0; d < type.getRank(); ++d) {
-      int64_t size = ShapedType::isDynamic(grid.getTileSizes()[d]) ? layout.global[d]
-                                                                    : grid.getTileSizes()[d];
+      int64_t size =
+          ShapedType::isDynamic(grid.getTileSizes()[d]) ? layout.global[d] : grid.getTileSizes()[d];
       sizes.push_back(size);
       int64_t lo = grid.getGlobal() ? 0 : layout.first[d];
       int64_t hi = grid.getGlobal() ? layout.global[d] : layout.first[d] + layout.local[d];
       tiles.lo.push_back(llvm::divideCeil(lo, size));
       tiles.hi.push_back(llvm::divideCeil(hi, size));
     }
-    const TensorData *counts =
-        grid.getRowCounts() ? &data({grid.getRowCounts(), r}) : nullptr;
+    const TensorData *counts = grid.getRowCounts() ? &data({grid.getRowCounts(), r}) : nullptr;
     std::vector<SmallVector<int64_t>> visits;
     int64_t rowDim = type.getRank() - 2;
     tiles.forEach([&](ArrayRef<int64_t> at) {
@@ -339,8 +339,8 @@ private:
           TensorView view = viewOf(env, store.getDest());
           TensorData &tensor = data(view);
           const Tile &tile = *std::get<TilePtr>(env.lookup(store.getValue()));
-          Box box = tensor.layout.access(ints(env, store.getIndices()), store.getWholeDims(),
-                                         tile.shape);
+          Box box =
+              tensor.layout.access(ints(env, store.getIndices()), store.getWholeDims(), tile.shape);
           if (!tensor.layout.holds(box))
             return outside(op, view, box);
           writeTile(tensor, box, tile);
@@ -369,8 +369,8 @@ private:
         })
         .Case([&](ReduceScatterOp reduce) {
           DistTensorType dest = reduce.getDest().getType();
-          MeshAxis axis = dest.getPlacement().isSharded() ? dest.getPlacement().getAxis()
-                                                          : MeshAxis::world;
+          MeshAxis axis =
+              dest.getPlacement().isSharded() ? dest.getPlacement().getAxis() : MeshAxis::world;
           contribute(reduce.getDest(), reduce.getKind(), axis, reduce.getValue(),
                      reduce.getIndices(), reduce.getWholeDims(), r, env, /*scatter=*/true);
           return success();
@@ -427,9 +427,14 @@ private:
     int64_t group = groupOf(mesh, axis, r);
     const Tile &tile = *std::get<TilePtr>(env.lookup(value));
     CombinationKey key{dest.getAsOpaquePointer(), group, {coords.begin(), coords.end()}};
-    auto [it, first] = combinations.try_emplace(
-        key, Combination{dest, tile, std::vector<float>(tile.data.size(), 0.0f), 0, coords,
-                         SmallVector<int64_t>(wholeDims), {}});
+    auto [it, first] =
+        combinations.try_emplace(key, Combination{dest,
+                                                  tile,
+                                                  std::vector<float>(tile.data.size(), 0.0f),
+                                                  0,
+                                                  coords,
+                                                  SmallVector<int64_t>(wholeDims),
+                                                  {}});
     Combination &c = it->second;
     ++c.contributions;
     for (size_t k = 0; k < tile.data.size(); ++k)
@@ -513,8 +518,8 @@ private:
     for (int64_t step = 0; step < size; ++step) {
       int64_t index = (mine + step) % size, holder = rankAt(mesh, axis, r, index);
       env[body.getArgument(0)] = index;
-      for (auto [arg, shard] : llvm::zip(body.getArguments().slice(1, ring.getShards().size()),
-                                         ring.getShards()))
+      for (auto [arg, shard] :
+           llvm::zip(body.getArguments().slice(1, ring.getShards().size()), ring.getShards()))
         env[arg] = TensorView{viewOf(env, shard).tensor, holder};
       for (auto [arg, value] :
            llvm::zip(body.getArguments().drop_front(1 + ring.getShards().size()), carried))

@@ -87,8 +87,8 @@ void Machine::checkOutputs(int64_t r) {
       report(FindingKind::wrongResult, loc,
              llvm::formatv("launch {0} got {1} elements of argument #{2} wrong on rank {3}: the "
                            "first at [{4}] is {5:e3}, the program means {6:e3}",
-                           rank.launch, wrong, a, r, at(firstWrong),
-                           tensor.data.data[firstWrong], want.data[firstWrong]));
+                           rank.launch, wrong, a, r, at(firstWrong), tensor.data.data[firstWrong],
+                           want.data[firstWrong]));
   }
 }
 
@@ -112,11 +112,10 @@ void Machine::reportDeadlock() {
         if (t.waitFlag < entry.second.first + words)
           flag = llvm::formatv("@{0} word {1}", entry.first(), t.waitFlag - entry.second.first);
       }
-    message += llvm::formatv(" {0}{1} waits at {2} for {3} of {4}, which holds {5};", who(t.id),
-                             list.size() > 1 ? llvm::formatv(" and {0} more", list.size() - 1).str()
-                                             : std::string(),
-                             location(ops[key.first]), t.waitCount, flag,
-                             ranks[t.rank].flags[t.waitFlag].count);
+    message += llvm::formatv(
+        " {0}{1} waits at {2} for {3} of {4}, which holds {5};", who(t.id),
+        list.size() > 1 ? llvm::formatv(" and {0} more", list.size() - 1).str() : std::string(),
+        location(ops[key.first]), t.waitCount, flag, ranks[t.rank].flags[t.waitFlag].count);
   }
   Operation *first = blocked.empty() ? program.getOperation() : ops[blocked.begin()->first.first];
   report(FindingKind::deadlock, first->getLoc(), std::move(message));

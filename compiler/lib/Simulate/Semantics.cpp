@@ -45,8 +45,8 @@ float sim::roundTo(Precision precision, float value) {
   case Precision::integer:
     if (std::isnan(value))
       return value;
-    return static_cast<float>(std::clamp(std::trunc(static_cast<double>(value)),
-                                         -2147483648.0, 2147483647.0));
+    return static_cast<float>(
+        std::clamp(std::trunc(static_cast<double>(value)), -2147483648.0, 2147483647.0));
   }
   llvm_unreachable("unknown precision");
 }
@@ -95,16 +95,26 @@ uint64_t asUnsigned(Type type, int64_t v) {
 bool compare(arith::CmpIPredicate p, Type type, int64_t a, int64_t b) {
   uint64_t ua = asUnsigned(type, a), ub = asUnsigned(type, b);
   switch (p) {
-  case arith::CmpIPredicate::eq: return a == b;
-  case arith::CmpIPredicate::ne: return a != b;
-  case arith::CmpIPredicate::slt: return a < b;
-  case arith::CmpIPredicate::sle: return a <= b;
-  case arith::CmpIPredicate::sgt: return a > b;
-  case arith::CmpIPredicate::sge: return a >= b;
-  case arith::CmpIPredicate::ult: return ua < ub;
-  case arith::CmpIPredicate::ule: return ua <= ub;
-  case arith::CmpIPredicate::ugt: return ua > ub;
-  case arith::CmpIPredicate::uge: return ua >= ub;
+  case arith::CmpIPredicate::eq:
+    return a == b;
+  case arith::CmpIPredicate::ne:
+    return a != b;
+  case arith::CmpIPredicate::slt:
+    return a < b;
+  case arith::CmpIPredicate::sle:
+    return a <= b;
+  case arith::CmpIPredicate::sgt:
+    return a > b;
+  case arith::CmpIPredicate::sge:
+    return a >= b;
+  case arith::CmpIPredicate::ult:
+    return ua < ub;
+  case arith::CmpIPredicate::ule:
+    return ua <= ub;
+  case arith::CmpIPredicate::ugt:
+    return ua > ub;
+  case arith::CmpIPredicate::uge:
+    return ua >= ub;
   }
   llvm_unreachable("unknown predicate");
 }
@@ -134,12 +144,10 @@ std::optional<SimValue> evaluateArith(Operation *op, ArrayRef<SimValue> in) {
       .Case([&](arith::MulIOp) { return integer(i(0) * i(1)); })
       .Case([&](arith::DivSIOp) { return integer(i(0) / i(1)); })
       .Case([&](arith::RemSIOp) { return integer(i(0) % i(1)); })
-      .Case([&](arith::DivUIOp) {
-        return integer(asUnsigned(type, i(0)) / asUnsigned(type, i(1)));
-      })
-      .Case([&](arith::RemUIOp) {
-        return integer(asUnsigned(type, i(0)) % asUnsigned(type, i(1)));
-      })
+      .Case(
+          [&](arith::DivUIOp) { return integer(asUnsigned(type, i(0)) / asUnsigned(type, i(1))); })
+      .Case(
+          [&](arith::RemUIOp) { return integer(asUnsigned(type, i(0)) % asUnsigned(type, i(1))); })
       .Case([&](arith::CeilDivSIOp) { return integer(-floorDiv(-i(0), i(1))); })
       .Case([&](arith::FloorDivSIOp) { return integer(floorDiv(i(0), i(1))); })
       .Case([&](arith::MinSIOp) { return integer(std::min(i(0), i(1))); })
@@ -280,8 +288,8 @@ std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<S
       .Case([&](ActivationOp a) {
         Activation kind = a.getKind();
         const Tile &x = asTile(in[0]);
-        return one(elementwise(x, nullptr, x.element,
-                               [&](float v, float) { return activate(kind, v); }));
+        return one(
+            elementwise(x, nullptr, x.element, [&](float v, float) { return activate(kind, v); }));
       })
       .Case([&](SwigluOp) {
         return binary([](float g, float u) { return activate(Activation::silu, g) * u; });
@@ -313,8 +321,8 @@ std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<S
       })
       .Case([&](SplatOp s) {
         TileType type = s.getResult().getType();
-        float value = std::holds_alternative<double>(in[0]) ? float(asFloat(in[0]))
-                                                            : float(asInt(in[0]));
+        float value =
+            std::holds_alternative<double>(in[0]) ? float(asFloat(in[0])) : float(asInt(in[0]));
         return one(std::make_shared<Tile>(type.getShape(), type.getElementType(),
                                           roundTo(type.getElementType(), value)));
       })

@@ -139,10 +139,9 @@ Output compileHere(std::string_view source, std::string_view fileName, const Opt
 
   Program program;
   std::string sourceCopy(source), nameCopy(fileName);
-  if (nvrtcResult status =
-          nvrtcCreateProgram(&program.handle, sourceCopy.c_str(), nameCopy.c_str(),
-                             static_cast<int>(headers.size()), headerContents.data(),
-                             headerNames.data());
+  if (nvrtcResult status = nvrtcCreateProgram(&program.handle, sourceCopy.c_str(), nameCopy.c_str(),
+                                              static_cast<int>(headers.size()),
+                                              headerContents.data(), headerNames.data());
       status != NVRTC_SUCCESS) {
     output.log = failure(status, "nvrtcCreateProgram");
     return output;
@@ -247,8 +246,7 @@ Result compile(std::string_view source, std::string_view fileName, const Options
     result.log = "NVRTC crashed compiling " + std::string(fileName) + ", in each of " +
                  std::to_string(kAttempts) + " child processes:" + crashes + "\n";
   }
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/Transforms/Passes.h"
 #include "mk/Transforms/GemmEngine.h"
+#include "mk/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -219,12 +219,12 @@ void Expander::put(OpBuilder &b, Location loc, Value tile, const Access &dest, P
                 combine ? ReduceKindAttr::get(context, *combine) : ReduceKindAttr());
 }
 
-void Expander::copy(OpBuilder &b, Location loc, const Access &source, const Access &dest,
-                    Peer peer, ArrayRef<int64_t> tile) {
-  CopyOp::create(b, loc, source.tensor, source.indices,
-                 b.getDenseI64ArrayAttr(source.wholeDims), dest.tensor, dest.indices,
-                 b.getDenseI64ArrayAttr(dest.wholeDims), PeerScopeAttr::get(context, peer.scope),
-                 peer.index, peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr(),
+void Expander::copy(OpBuilder &b, Location loc, const Access &source, const Access &dest, Peer peer,
+                    ArrayRef<int64_t> tile) {
+  CopyOp::create(b, loc, source.tensor, source.indices, b.getDenseI64ArrayAttr(source.wholeDims),
+                 dest.tensor, dest.indices, b.getDenseI64ArrayAttr(dest.wholeDims),
+                 PeerScopeAttr::get(context, peer.scope), peer.index,
+                 peer.link ? LinkAttr::get(context, *peer.link) : LinkAttr(),
                  b.getDenseI64ArrayAttr(tile));
 }
 
@@ -300,8 +300,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     return buffer(loc, shape, tile.getElementType());
   };
   // One tile of a staging buffer: slot `slot`'s, or every slot's for a null one.
-  auto stagedTile = [&](OpBuilder &b, Location l, Value staging, const Access &tileAt,
-                        Value slot) {
+  auto stagedTile = [&](OpBuilder &b, Location l, Value staging, const Access &tileAt, Value slot) {
     if (!tileCols)
       return tileAt.inSlot(staging, slot);
     Value rowsBefore = arith::MulIOp::create(b, l, tileAt.indices[0], constant(tileCols));
@@ -366,8 +365,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   Value stage;
   if (intraStep) {
     stage = stagingBuffer(gpus);
-    auto owner =
-        OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor, dest.indices, sizes);
+    auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
+                                 dest.indices, sizes);
     auto [node, gpu] = place(b, loc);
     put(b, loc, op.getValue(), stagedTile(b, loc, stage, dest, gpu),
         Peer{PeerScope::gpu, owner.getGpu(), Link::nvlink_store});
@@ -423,9 +422,8 @@ bool Expander::allReducesInPlace(AllReduceOp op) {
   // Two contributions, so that the sum does not depend on the order in which they land.
   return inPlaceAllReduce && fromEngine && op.getKind() == ReduceKind::sum && nodes == 1 &&
          gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&
-         producer->getParentOp() == computeRole && dest.getRank() == 2 &&
-         dest.hasStaticShape() && op.getWholeDims().empty() &&
-         op.getValue().getType().getRank() == 2;
+         producer->getParentOp() == computeRole && dest.getRank() == 2 && dest.hasStaticShape() &&
+         op.getWholeDims().empty() && op.getValue().getType().getRank() == 2;
 }
 
 void Expander::expandAllReduceInPlace(AllReduceOp op) {
@@ -513,8 +511,7 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   int64_t bandsPerOwner = 0;
   for (int64_t g = 0; g < gpus; ++g)
     bandsPerOwner = std::max<int64_t>(
-        bandsPerOwner,
-        llvm::divideCeil(sliceStart(g + 1) - sliceStart(g), bandRows) * colBands);
+        bandsPerOwner, llvm::divideCeil(sliceStart(g + 1) - sliceStart(g), bandRows) * colBands);
 
   OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
   auto flags = [&](StringRef what) {
@@ -531,13 +528,13 @@ void Expander::expandAllReduceWithCopyEngines(AllReduceOp op) {
   auto bandOf = [&](OpBuilder &b, Location l, Value m, Value n, Value owner) -> Value {
     Value start = arith::DivSIOp::create(
         b, l, arith::MulIOp::create(b, l, owner, constant(tileRows)), constant(gpus));
-    Value rowBand = arith::DivSIOp::create(b, l, arith::SubIOp::create(b, l, m, start),
-                                           constant(bandRows));
-    Value within = arith::AddIOp::create(
-        b, l, arith::MulIOp::create(b, l, rowBand, constant(colBands)),
-        arith::DivSIOp::create(b, l, n, constant(bandCols)));
-    return arith::AddIOp::create(
-        b, l, arith::MulIOp::create(b, l, owner, constant(bandsPerOwner)), within);
+    Value rowBand =
+        arith::DivSIOp::create(b, l, arith::SubIOp::create(b, l, m, start), constant(bandRows));
+    Value within =
+        arith::AddIOp::create(b, l, arith::MulIOp::create(b, l, rowBand, constant(colBands)),
+                              arith::DivSIOp::create(b, l, n, constant(bandCols)));
+    return arith::AddIOp::create(b, l, arith::MulIOp::create(b, l, owner, constant(bandsPerOwner)),
+                                 within);
   };
 
   OpBuilder b(op);
@@ -658,20 +655,19 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
 
   // Every rank sends its own shard to the GPUs of its node and to its rail peers.
   OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_transfer).getBody().front());
-  tileGrid(rb, loc, source, sizes, Grid{.masked = masked},
-           [&](OpBuilder &b, ValueRange coords) {
-             Access from = chunkAt(source, coords), to = chunkAt(gathered, coords);
-             if (acrossGpus)
-               forEachGpu(b, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
-                 copy(nb, loc, from, to, Peer{PeerScope::gpu, gpu, Link::nvlink_bulk}, extents);
-               });
-             else
-               copy(b, loc, from, to, Peer{}, extents);
-             if (acrossNodes)
-               forEachOtherNode(b, loc, [&](OpBuilder &nb, Value node) {
-                 copy(nb, loc, from, to, Peer{PeerScope::node, node, Link::rdma_proxy}, extents);
-               });
-           });
+  tileGrid(rb, loc, source, sizes, Grid{.masked = masked}, [&](OpBuilder &b, ValueRange coords) {
+    Access from = chunkAt(source, coords), to = chunkAt(gathered, coords);
+    if (acrossGpus)
+      forEachGpu(b, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
+        copy(nb, loc, from, to, Peer{PeerScope::gpu, gpu, Link::nvlink_bulk}, extents);
+      });
+    else
+      copy(b, loc, from, to, Peer{}, extents);
+    if (acrossNodes)
+      forEachOtherNode(b, loc, [&](OpBuilder &nb, Value node) {
+        copy(nb, loc, from, to, Peer{PeerScope::node, node, Link::rdma_proxy}, extents);
+      });
+  });
 
   // What arrives over a rail goes on to the other GPUs of the node.
   if (acrossGpus && acrossNodes) {
@@ -732,15 +728,15 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
   auto [node, gpu] = place(lb, loc);
   Value source;
   Value inNode = arith::RemSIOp::create(lb, loc, step, constant(gpus));
-  Value sourceGpu = arith::RemSIOp::create(
-      lb, loc, arith::AddIOp::create(lb, loc, gpu, inNode), constant(gpus));
+  Value sourceGpu =
+      arith::RemSIOp::create(lb, loc, arith::AddIOp::create(lb, loc, gpu, inNode), constant(gpus));
   Value nodeStep = arith::DivSIOp::create(lb, loc, step, constant(gpus));
-  Value sourceNode = arith::RemSIOp::create(
-      lb, loc, arith::AddIOp::create(lb, loc, node, nodeStep), constant(nodes));
+  Value sourceNode = arith::RemSIOp::create(lb, loc, arith::AddIOp::create(lb, loc, node, nodeStep),
+                                            constant(nodes));
   switch (axis) {
   case MeshAxis::world:
-    source = arith::AddIOp::create(lb, loc, arith::MulIOp::create(lb, loc, sourceNode, constant(gpus)),
-                                   sourceGpu);
+    source = arith::AddIOp::create(
+        lb, loc, arith::MulIOp::create(lb, loc, sourceNode, constant(gpus)), sourceGpu);
     break;
   case MeshAxis::gpus:
     source = sourceGpu;
@@ -825,22 +821,21 @@ LogicalResult Expander::expandCombine(CombineOp op) {
 
   // Each rank keeps its experts' results, then every rank gets all of them (gathered like the
   // tokens) and sums its own tokens' results.
-  auto resultsType = DistTensorType::get(
-      {origins.getShape()[0], origins.getShape()[1], dest.getShape()[1]}, dest.getElementType(),
-      origins.getPlacement());
+  auto resultsType =
+      DistTensorType::get({origins.getShape()[0], origins.getShape()[1], dest.getShape()[1]},
+                          dest.getElementType(), origins.getPlacement());
   Value results = buffer(loc, resultsType);
   OpBuilder b(op);
-  Value converted = ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()),
-                                      op.getValue());
+  Value converted =
+      ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()), op.getValue());
   StoreOp::create(b, loc, converted, results, op.getCoords(), ArrayRef<int64_t>{});
   Value gathered = gather(loc, results, {1, extents[0], extents[1]});
 
   OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::combine).getBody().front());
-  tileGrid(rb, loc, op.getDest(), extents, Grid{},
-           [&](OpBuilder &gb, ValueRange coords) {
-             CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(),
-                                     coords, extents);
-           });
+  tileGrid(rb, loc, op.getDest(), extents, Grid{}, [&](OpBuilder &gb, ValueRange coords) {
+    CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(), coords,
+                            extents);
+  });
   op.erase();
   return success();
 }
@@ -872,13 +867,12 @@ LogicalResult Expander::run() {
       collectives.push_back(op);
   });
   for (Operation *op : collectives) {
-    LogicalResult expanded =
-        TypeSwitch<Operation *, LogicalResult>(op)
-            .Case([&](AllReduceOp o) { return expandAllReduce(o); })
-            .Case([&](ReduceScatterOp o) { return expandReduceScatter(o); })
-            .Case([&](RingShiftOp o) { return expandRingShift(o); })
-            .Case([&](DispatchOp o) { return expandDispatch(o); })
-            .Case([&](CombineOp o) { return expandCombine(o); });
+    LogicalResult expanded = TypeSwitch<Operation *, LogicalResult>(op)
+                                 .Case([&](AllReduceOp o) { return expandAllReduce(o); })
+                                 .Case([&](ReduceScatterOp o) { return expandReduceScatter(o); })
+                                 .Case([&](RingShiftOp o) { return expandRingShift(o); })
+                                 .Case([&](DispatchOp o) { return expandDispatch(o); })
+                                 .Case([&](CombineOp o) { return expandCombine(o); });
     if (failed(expanded))
       return failure();
   }

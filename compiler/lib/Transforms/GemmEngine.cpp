@@ -11,8 +11,8 @@ ConvertOp mlir::mk::gemmEngineEpilogue(MatmulOp matmul) {
   Type element = lhs.getElementType();
   if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
       lhs.getRank() != 2 || rhs.getRank() != 2 || tile.getShape()[0] != 128 ||
-      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) ||
-      matmul.getLhsWholeDims()[0] != 1 || !matmul->hasOneUse())
+      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) || matmul.getLhsWholeDims()[0] != 1 ||
+      !matmul->hasOneUse())
     return nullptr;
   auto convert = dyn_cast<ConvertOp>(*matmul->user_begin());
   if (!convert)

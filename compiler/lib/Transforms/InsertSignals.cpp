@@ -22,9 +22,9 @@ namespace {
 /// The flags that order the writes of one tensor with its reads.
 struct FlagPlan {
   FlatSymbolRefAttr flags;
-  SmallVector<int64_t> flagDims;  // the tensor dims a flag is per
-  SmallVector<int64_t> slotDims;  // dims whose slots a combining read waits for together
-  SmallVector<int64_t> extents;   // the write granularity
+  SmallVector<int64_t> flagDims; // the tensor dims a flag is per
+  SmallVector<int64_t> slotDims; // dims whose slots a combining read waits for together
+  SmallVector<int64_t> extents;  // the write granularity
 };
 
 class SignalInserter {
@@ -223,8 +223,7 @@ private:
       if (Value index = read.indexOf(d))
         indexValues.push_back(index);
     Operation *anchor = read.op;
-    while (isa<scf::ForOp>(anchor->getParentOp()) &&
-           llvm::all_of(indexValues, [&](Value v) {
+    while (isa<scf::ForOp>(anchor->getParentOp()) && llvm::all_of(indexValues, [&](Value v) {
              return !anchor->getParentOp()->isAncestor(v.getParentBlock()->getParentOp()) ||
                     v.getParentBlock()->getParentOp() == anchor->getParentOp()->getParentOp();
            }))
@@ -367,15 +366,15 @@ private:
         return;
       Value size = arith::ConstantIndexOp::create(b, loc, count);
       Value start = self ? zero : one;
-      scf::ForOp::create(b, loc, start, size, one, ValueRange{},
-                         [&](OpBuilder &nb, Location l, Value offset, ValueRange) {
-                           Value peer = arith::RemSIOp::create(
-                               nb, l, arith::AddIOp::create(nb, l, mine, offset), size);
-                           SignalOp::create(nb, l, launched, ValueRange{zero},
-                                            PeerScopeAttr::get(context, scope), peer,
-                                            LinkAttr::get(context, link));
-                           scf::YieldOp::create(nb, l);
-                         });
+      scf::ForOp::create(
+          b, loc, start, size, one, ValueRange{},
+          [&](OpBuilder &nb, Location l, Value offset, ValueRange) {
+            Value peer =
+                arith::RemSIOp::create(nb, l, arith::AddIOp::create(nb, l, mine, offset), size);
+            SignalOp::create(nb, l, launched, ValueRange{zero}, PeerScopeAttr::get(context, scope),
+                             peer, LinkAttr::get(context, link));
+            scf::YieldOp::create(nb, l);
+          });
     };
     signalAll(gpus, place.getGpu(), PeerScope::gpu, Link::nvlink_store, /*self=*/true);
     signalAll(nodes, place.getNode(), PeerScope::node, Link::rdma_proxy, /*self=*/false);
@@ -388,8 +387,7 @@ private:
                           return isa<PutOp, CopyOp, StoreOp, SignalOp>(inner)
                                      ? WalkResult::interrupt()
                                      : WalkResult::advance();
-                        })
-                          .wasInterrupted();
+                        }).wasInterrupted();
         if (writes) {
           firstWrite = &op;
           break;
@@ -399,8 +397,7 @@ private:
         return;
       OpBuilder wb(firstWrite);
       Value index = arith::ConstantIndexOp::create(wb, loc, 0);
-      WaitOp::create(wb, loc, launched, ValueRange{index},
-                     wb.getI64IntegerAttr(expected));
+      WaitOp::create(wb, loc, launched, ValueRange{index}, wb.getI64IntegerAttr(expected));
     });
   }
 

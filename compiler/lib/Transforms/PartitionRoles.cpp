@@ -129,8 +129,8 @@ private:
       return result.getResultNumber() == 0 ? MeshAxis::nodes : MeshAxis::gpus;
     };
     std::optional<MeshAxis> lhs = axisOf(compare.getLhs()), rhs = axisOf(compare.getRhs());
-    bool ownerAndPlace = compare.getLhs().getDefiningOp<OwnerOp>() !=
-                         compare.getRhs().getDefiningOp<OwnerOp>();
+    bool ownerAndPlace =
+        compare.getLhs().getDefiningOp<OwnerOp>() != compare.getRhs().getDefiningOp<OwnerOp>();
     if (!lhs || lhs != rhs || !ownerAndPlace)
       return 1;
     double mine = 1.0 / mesh.getAxisSize(*lhs);
@@ -198,8 +198,8 @@ private:
     auto loop = op->getParentOfType<scf::ForOp>();
     auto rem = peer ? peer.getDefiningOp<arith::RemSIOp>() : arith::RemSIOp();
     auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
-    auto modulus = rem ? rem.getRhs().getDefiningOp<arith::ConstantIndexOp>()
-                       : arith::ConstantIndexOp();
+    auto modulus =
+        rem ? rem.getRhs().getDefiningOp<arith::ConstantIndexOp>() : arith::ConstantIndexOp();
     if (!loop || !sum || !modulus || sum.getRhs() != loop.getInductionVar() ||
         !sum.getLhs().getDefiningOp<PlaceOp>() || tripCount(loop) != modulus.value())
       return 1;
@@ -212,8 +212,7 @@ private:
       if (scope == PeerScope::node) {
         work.networkBytes += bytes;
         work.proxyPushes += times;
-      }
-      else if (scope == PeerScope::gpu)
+      } else if (scope == PeerScope::gpu)
         work.nvlinkBytes += bytes * remoteShare(op, peerOf(op));
       // Stores and SM copies go through the CTA; bulk and proxy copies do not.
       if (!link || *link == Link::nvlink_store)
@@ -226,15 +225,17 @@ private:
       work.flops += times * 2.0 * tile.getShape()[0] * tile.getShape()[1] * k;
     } else if (auto put = dyn_cast<PutOp>(op)) {
       TileType tile = put.getValue().getType();
-      linkBytes(put.getLink(), put.getScope(), times * bytesOf(tile.getElementType(), tile.getShape()));
+      linkBytes(put.getLink(), put.getScope(),
+                times * bytesOf(tile.getElementType(), tile.getShape()));
     } else if (auto copy = dyn_cast<CopyOp>(op)) {
       Type element = copy.getSource().getType().getElementType();
       linkBytes(copy.getLink(), copy.getScope(), times * bytesOf(element, copy.getTile()));
     } else if (auto accumulate = dyn_cast<AccumulateOp>(op)) {
       DistTensorType source = accumulate.getSource().getType();
       int64_t slots = source.getShape()[accumulate.getWholeDims()[0]];
-      work.ctaBytes += times * slots *
-                       bytesOf(source.getElementType(), accumulate.getResult().getType().getShape());
+      work.ctaBytes +=
+          times * slots *
+          bytesOf(source.getElementType(), accumulate.getResult().getType().getShape());
     } else if (auto store = dyn_cast<StoreOp>(op)) {
       TileType tile = store.getValue().getType();
       work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
@@ -395,8 +396,8 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     os << "SM split of @" << program.getSymName() << " on " << grid << " CTAs (of "
        << static_cast<int64_t>(smCount) << " SMs), from " << source << ":";
     for (const RoleWork &work : works) {
-      os << "\n  " << stringifyRoleKind(work.kind) << " " << work.ctas << " CTAs: "
-         << llvm::formatv("{0:F3} ms", 1e3 * model.seconds(work, work.ctas));
+      os << "\n  " << stringifyRoleKind(work.kind) << " " << work.ctas
+         << " CTAs: " << llvm::formatv("{0:F3} ms", 1e3 * model.seconds(work, work.ctas));
       if (work.flops)
         os << llvm::formatv(" for {0:F1} GFLOP", work.flops / 1e9);
       if (work.ctaBytes)

@@ -4,8 +4,8 @@
 
 namespace mlir::mk {
 
-std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min,
-                                            int64_t max, const Twine &rule) {
+std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min, int64_t max,
+                                            const Twine &rule) {
   if (value >= min && value <= max)
     return std::nullopt;
   return (name + "=" + Twine(value) + ": " + rule).str();

@@ -54,8 +54,8 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
     if (!topology.empty()) {
       std::optional<std::pair<int64_t, int64_t>> bound = parseTopology(topology);
       if (!bound)
-        return program.emitError() << "topology '" << topology
-                                   << "' is not NODESxGPUS with both at least 1, e.g. 2x4";
+        return program.emitError()
+               << "topology '" << topology << "' is not NODESxGPUS with both at least 1, e.g. 2x4";
       auto [nodes, gpus] = *bound;
       auto conflicts = [](int64_t have, int64_t want) {
         return !ShapedType::isDynamic(have) && have != want;
@@ -86,26 +86,25 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
       auto [name, text] = StringRef(binding).split('=');
       int64_t value;
       if (text.getAsInteger(10, value) || value < 1)
-        return program.emitError() << "shape binding '" << binding
-                                   << "' is not NAME=VALUE with a positive VALUE";
+        return program.emitError()
+               << "shape binding '" << binding << "' is not NAME=VALUE with a positive VALUE";
       auto it = llvm::find_if(symbols.getAsValueRange<StringAttr>(),
                               [&](StringRef symbol) { return symbol == name; });
       if (it == symbols.getAsValueRange<StringAttr>().end())
         return program.emitError()
                << "'" << name << "' is not a shape symbol of @" << program.getSymName()
-               << " (it declares ["
-               << llvm::join(symbols.getAsValueRange<StringAttr>(), ", ") << "])";
+               << " (it declares [" << llvm::join(symbols.getAsValueRange<StringAttr>(), ", ")
+               << "])";
       int64_t &bound = values[std::distance(symbols.getAsValueRange<StringAttr>().begin(), it)];
       if (!ShapedType::isDynamic(bound) && bound != value)
-        return program.emitError() << "shape symbol '" << name << "' of @"
-                                   << program.getSymName() << " is " << bound << ", not " << value;
+        return program.emitError() << "shape symbol '" << name << "' of @" << program.getSymName()
+                                   << " is " << bound << ", not " << value;
       bound = value;
     }
     for (auto [symbol, value] : llvm::zip(symbols.getAsValueRange<StringAttr>(), values))
       if (ShapedType::isDynamic(value))
-        return program.emitError() << "shape symbol '" << symbol << "' of @"
-                                   << program.getSymName() << " is not bound; give shapes="
-                                   << symbol << "=VALUE";
+        return program.emitError() << "shape symbol '" << symbol << "' of @" << program.getSymName()
+                                   << " is not bound; give shapes=" << symbol << "=VALUE";
     program.setShapeValues(values);
     return success();
   }

@@ -9,8 +9,8 @@ namespace {
 /// An access to all of a tensor.
 TileAccess wholeAccess(Operation *op, Value tensor) {
   int64_t rank = cast<DistTensorType>(tensor.getType()).getRank();
-  return TileAccess{op, tensor, {}, llvm::to_vector(llvm::seq<int64_t>(0, rank)),
-                    SmallVector<int64_t>(rank, 0)};
+  return TileAccess{
+      op, tensor, {}, llvm::to_vector(llvm::seq<int64_t>(0, rank)), SmallVector<int64_t>(rank, 0)};
 }
 
 /// The per-dim region extents of an access whose trailing dims hold `tile` (a tile shape).
@@ -34,7 +34,9 @@ TileAccess tileAccess(Operation *op, Value tensor, OperandRange indices, ArrayRe
 
 SmallVector<TileAccess> writesOf(Operation *op) {
   auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
-                    ArrayRef<int64_t> tile) { return tileAccess(op, tensor, indices, whole, tile); };
+                    ArrayRef<int64_t> tile) {
+    return tileAccess(op, tensor, indices, whole, tile);
+  };
   if (auto put = dyn_cast<PutOp>(op))
     return {access(put.getDest(), put.getIndices(), put.getWholeDims(),
                    put.getValue().getType().getShape())};
@@ -58,7 +60,9 @@ SmallVector<TileAccess> writesOf(Operation *op) {
 
 SmallVector<TileAccess> readsOf(Operation *op) {
   auto access = [&](Value tensor, OperandRange indices, ArrayRef<int64_t> whole,
-                    ArrayRef<int64_t> tile) { return tileAccess(op, tensor, indices, whole, tile); };
+                    ArrayRef<int64_t> tile) {
+    return tileAccess(op, tensor, indices, whole, tile);
+  };
   SmallVector<TileAccess> reads;
   if (auto load = dyn_cast<LoadOp>(op))
     reads.push_back(access(load.getSource(), load.getIndices(), load.getWholeDims(),

@@ -92,8 +92,7 @@ int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t ctas,
   for (EngineTileWidth width : kEngineTileWidths) {
     if (!allowed(width.columns))
       continue;
-    int64_t tiles =
-        llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width.columns);
+    int64_t tiles = llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width.columns);
     int64_t cost = llvm::divideCeil(tiles, ctas) * width.time;
     if (cost < bestCost) {
       best = width.columns;
@@ -250,9 +249,8 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         }
         group = ShapedType::isDynamic(rows) ? kSwizzleGroup : std::min(kSwizzleGroup, rows);
       }
-      grid.setOrderAttr(
-          TileOrderAttr::get(&getContext(), kind, std::max<int64_t>(group, 1),
-                             readsGatheredTensor(grid)));
+      grid.setOrderAttr(TileOrderAttr::get(&getContext(), kind, std::max<int64_t>(group, 1),
+                                           readsGatheredTensor(grid)));
     });
 
     program.walk([&](AllGatherOp gather) {

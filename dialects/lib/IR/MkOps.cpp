@@ -80,8 +80,8 @@ static Dim resolvedDim(Operation *op, DistTensorType type, int64_t d, bool local
   if (!local || !type.getPlacement().shardsDim(d))
     return dim;
   ProgramOp program = enclosingProgram(op);
-  int64_t parts = program ? program.getMesh().getAxisSize(type.getPlacement().getAxis())
-                          : ShapedType::kDynamic;
+  int64_t parts =
+      program ? program.getMesh().getAxisSize(type.getPlacement().getAxis()) : ShapedType::kDynamic;
   if (!dim.isKnown() || ShapedType::isDynamic(parts))
     return Dim{};
   return Dim{dim.extent / parts, nullptr};
@@ -111,14 +111,16 @@ static LogicalResult verifyTileAccess(Operation *op, StringRef what, const Acces
     return op->emitOpError() << "cannot hold a rank-" << tileRank << " tile of its rank-"
                              << access.rank() << " " << what;
   int64_t firstTileDim = access.rank() - tileRank;
-  int64_t leadingWhole = llvm::count_if(access.wholeDims, [&](int64_t d) { return d < firstTileDim; });
+  int64_t leadingWhole =
+      llvm::count_if(access.wholeDims, [&](int64_t d) { return d < firstTileDim; });
   if (leadingWhole != wholeLeadingDims) {
     if (wholeLeadingDims == 0)
       return op->emitOpError() << "takes ':' on a dim of its " << what
                                << " that is not a tile dim; only the last " << tileRank
                                << " dims can be whole";
     return op->emitOpError() << "needs exactly " << wholeLeadingDims
-                             << " ':' on the leading dims of its " << what << ", got " << leadingWhole;
+                             << " ':' on the leading dims of its " << what << ", got "
+                             << leadingWhole;
   }
   for (int64_t j = 0; j < tileRank; ++j) {
     int64_t d = firstTileDim + j;
@@ -127,9 +129,8 @@ static LogicalResult verifyTileAccess(Operation *op, StringRef what, const Acces
     Dim held = resolvedDim(op, access.type, d, /*local=*/true);
     Dim tileDim = resolveDim(op, tile.getDim(j));
     if (compareDims(tileDim, held) == DimRelation::different)
-      return op->emitOpError() << "has a tile dim of " << formatDim(tileDim) << " where dim "
-                               << d << " of its " << what << " is whole with extent "
-                               << formatDim(held);
+      return op->emitOpError() << "has a tile dim of " << formatDim(tileDim) << " where dim " << d
+                               << " of its " << what << " is whole with extent " << formatDim(held);
   }
   return success();
 }
@@ -160,8 +161,8 @@ static ParseResult parsePeer(OpAsmParser &parser, PeerScopeAttr &scope,
     return failure();
   std::optional<PeerScope> kind = symbolizePeerScope(scopeName);
   if (!kind || *kind == PeerScope::self)
-    return parser.emitError(scopeLoc) << "expected 'gpu' or 'node' after 'at', got '" << scopeName
-                                      << "'";
+    return parser.emitError(scopeLoc)
+           << "expected 'gpu' or 'node' after 'at', got '" << scopeName << "'";
   scope = PeerScopeAttr::get(context, *kind);
   peer.emplace();
   SMLoc linkLoc;
@@ -171,8 +172,8 @@ static ParseResult parsePeer(OpAsmParser &parser, PeerScopeAttr &scope,
     return failure();
   std::optional<Link> linkKind = symbolizeLink(linkName);
   if (!linkKind)
-    return parser.emitError(linkLoc) << "unknown link '" << linkName
-                                     << "'; expected nvlink_store, nvlink_bulk or rdma_proxy";
+    return parser.emitError(linkLoc)
+           << "unknown link '" << linkName << "'; expected nvlink_store, nvlink_bulk or rdma_proxy";
   link = LinkAttr::get(context, *linkKind);
   return success();
 }
@@ -197,8 +198,8 @@ static LogicalResult verifyPeer(Operation *op, PeerScope scope, Value peer,
     return op->emitOpError() << "reaches a peer, so it needs a peer index and a link";
   bool overNvlink = *link == Link::nvlink_store || *link == Link::nvlink_bulk;
   if (scope == PeerScope::gpu && !overNvlink)
-    return op->emitOpError() << "cannot reach a GPU of this node through "
-                             << stringifyLink(*link) << "; use nvlink_store or nvlink_bulk";
+    return op->emitOpError() << "cannot reach a GPU of this node through " << stringifyLink(*link)
+                             << "; use nvlink_store or nvlink_bulk";
   if (scope == PeerScope::node && overNvlink)
     return op->emitOpError() << "cannot reach another node through " << stringifyLink(*link)
                              << "; transfers across nodes go through rdma_proxy, to the same GPU "
@@ -342,9 +343,8 @@ static LogicalResult verifyTensorBytes(ProgramOp program) {
       if (ShapedType::isDynamic(extent))
         return success(); // checked once bound
       if (llvm::MulOverflow(bytes, extent, bytes))
-        return emitError(tensor.getLoc())
-               << "tensor " << type << " (" << what
-               << ") has more bytes than int64 counts (2^63 - 1)";
+        return emitError(tensor.getLoc()) << "tensor " << type << " (" << what
+                                          << ") has more bytes than int64 counts (2^63 - 1)";
     }
     PlacementAttr placement = type.getPlacement();
     int64_t parts = placement.isSharded() ? mesh.getAxisSize(placement.getAxis()) : 1;
@@ -365,13 +365,12 @@ static LogicalResult verifyTensorBytes(ProgramOp program) {
     return success();
   };
   for (BlockArgument argument : program.getBodyBlock().getArguments())
-    if (failed(add(argument, "argument #" + Twine(argument.getArgNumber()) + " of @" +
-                                 program.getSymName())))
+    if (failed(add(argument,
+                   "argument #" + Twine(argument.getArgNumber()) + " of @" + program.getSymName())))
       return failure();
   WalkResult walk = program.getBody().walk([&](Operation *op) {
     for (Value result : op->getResults())
-      if (failed(add(result, "'" + op->getName().getStringRef() + "' of @" +
-                                 program.getSymName())))
+      if (failed(add(result, "'" + op->getName().getStringRef() + "' of @" + program.getSymName())))
         return WalkResult::interrupt();
     return WalkResult::advance();
   });
@@ -398,8 +397,8 @@ LogicalResult ProgramOp::verify() {
                          << " has " << world << " ranks";
   for (BlockArgument argument : getBodyBlock().getArguments())
     if (!isa<DistTensorType>(argument.getType()))
-      return emitOpError() << "takes distributed tensors only; argument #" << argument.getArgNumber()
-                           << " is " << argument.getType();
+      return emitOpError() << "takes distributed tensors only; argument #"
+                           << argument.getArgNumber() << " is " << argument.getType();
   return verifyTensorBytes(*this);
 }
 
@@ -432,8 +431,9 @@ static LogicalResult verifyTypeInProgram(ProgramOp program, Operation *user, Typ
   os << program.getMesh();
   return user->emitOpError() << "places " << type << " on " << mesh << ", but dim "
                              << placement.getDim() << " (extent " << extent
-                             << ") does not split evenly over " << stringifyMeshAxis(placement.getAxis())
-                             << " (" << parts << " ranks)";
+                             << ") does not split evenly over "
+                             << stringifyMeshAxis(placement.getAxis()) << " (" << parts
+                             << " ranks)";
 }
 
 LogicalResult ProgramOp::verifyRegions() {
@@ -529,8 +529,7 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
   props.tile_sizes = builder.getDenseI64ArrayAttr(sizes);
 
   std::optional<OpAsmParser::UnresolvedOperand> rowCounts;
-  if (succeeded(parser.parseOptionalKeyword("rows")) &&
-      parser.parseOperand(rowCounts.emplace()))
+  if (succeeded(parser.parseOptionalKeyword("rows")) && parser.parseOperand(rowCounts.emplace()))
     return failure();
   if (succeeded(parser.parseOptionalKeyword("order"))) {
     TileOrderAttr order;
@@ -547,8 +546,8 @@ ParseResult TileGridOp::parse(OpAsmParser &parser, OperationState &result) {
       return failure();
     std::optional<MeshAxis> axis = symbolizeMeshAxis(axisName);
     if (!axis)
-      return parser.emitError(axisLoc) << "unknown mesh axis '" << axisName
-                                       << "'; expected world, nodes or gpus";
+      return parser.emitError(axisLoc)
+             << "unknown mesh axis '" << axisName << "'; expected world, nodes or gpus";
     props.distribute = MeshAxisAttr::get(parser.getContext(), *axis);
   }
 
@@ -656,15 +655,16 @@ LogicalResult TileGridOp::verify() {
 
 LogicalResult LoadOp::verify() {
   Access access{getSource().getType(), getIndices().size(), getWholeDims()};
-  return failure(failed(verifyTileAccess(*this, "source", access, getResult().getType())) ||
-                 failed(verifySameElementType(*this, getResult().getType(), access.type, "source")));
+  return failure(
+      failed(verifyTileAccess(*this, "source", access, getResult().getType())) ||
+      failed(verifySameElementType(*this, getResult().getType(), access.type, "source")));
 }
 
 LogicalResult StoreOp::verify() {
   Access access{getDest().getType(), getIndices().size(), getWholeDims()};
-  return failure(failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
-                 failed(verifySameElementType(*this, getValue().getType(), access.type,
-                                              "destination")));
+  return failure(
+      failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
+      failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")));
 }
 
 /// The dim an operand of mk.matmul contracts: its only `:`, on one of its last two dims.
@@ -779,9 +779,12 @@ LogicalResult AttentionBlockOp::verify() {
     return emitOpError() << "keeps its running state in f32";
   if (failed(verifyDimsMatch(*this, q.getDim(1), k.getDim(1), "query and key head dims")) ||
       failed(verifyDimsMatch(*this, k.getDim(0), v.getDim(0), "key and value block lengths")) ||
-      failed(verifyDimsMatch(*this, acc.getDim(0), q.getDim(0), "accumulator rows and query rows")) ||
-      failed(verifyDimsMatch(*this, acc.getDim(1), v.getDim(1), "accumulator and value head dims")) ||
-      failed(verifyDimsMatch(*this, rowMax.getDim(0), q.getDim(0), "row statistics and query rows")))
+      failed(
+          verifyDimsMatch(*this, acc.getDim(0), q.getDim(0), "accumulator rows and query rows")) ||
+      failed(
+          verifyDimsMatch(*this, acc.getDim(1), v.getDim(1), "accumulator and value head dims")) ||
+      failed(
+          verifyDimsMatch(*this, rowMax.getDim(0), q.getDim(0), "row statistics and query rows")))
     return failure();
   if (!getPositions().empty() && getPositions().size() != 2)
     return emitOpError() << "takes two positions (query tile, key tile), got "
@@ -805,10 +808,9 @@ LogicalResult AllReduceOp::verify() {
   if (placement.getKind() == PlacementKind::replicated)
     return success();
   // Reducing over part of the mesh leaves the other part with different results.
-  if (getAxis() != MeshAxis::world &&
-      (placement.getKind() == PlacementKind::symmetric ||
-       (placement.isSharded() && placement.getAxis() != getAxis() &&
-        placement.getAxis() != MeshAxis::world)))
+  if (getAxis() != MeshAxis::world && (placement.getKind() == PlacementKind::symmetric ||
+                                       (placement.isSharded() && placement.getAxis() != getAxis() &&
+                                        placement.getAxis() != MeshAxis::world)))
     return success();
   return emitOpError() << "leaves every rank of " << stringifyMeshAxis(getAxis())
                        << " with the result, so its destination must be replicated, not "
@@ -846,8 +848,8 @@ LogicalResult RingShiftOp::verifyRegions() {
   for (auto [i, shard] : llvm::enumerate(getShards().getTypes())) {
     PlacementAttr placement = cast<DistTensorType>(shard).getPlacement();
     if (!placement.isSharded() || placement.getAxis() != getAxis())
-      return emitOpError() << "moves shards over " << stringifyMeshAxis(getAxis()) << ", but shard #"
-                           << i << " is " << shard;
+      return emitOpError() << "moves shards over " << stringifyMeshAxis(getAxis())
+                           << ", but shard #" << i << " is " << shard;
   }
   Block &body = getBody().front();
   size_t expected = 1 + getShards().size() + getInits().size();
@@ -862,7 +864,8 @@ LogicalResult RingShiftOp::verifyRegions() {
   if (!llvm::equal(shardArgs, getShards().getTypes()))
     return emitOpError() << "body's shard arguments must have the types of the shards";
   if (!llvm::equal(carriedArgs, getInits().getTypes()))
-    return emitOpError() << "body's loop-carried arguments must have the types of the initial values";
+    return emitOpError()
+           << "body's loop-carried arguments must have the types of the initial values";
   if (!llvm::equal(getResultTypes(), getInits().getTypes()))
     return emitOpError() << "results must have the types of the initial values";
   auto yield = cast<YieldOp>(body.getTerminator());
@@ -874,7 +877,7 @@ LogicalResult RingShiftOp::verifyRegions() {
 LogicalResult DispatchOp::verify() {
   DistTensorType tokens = getTokens().getType(), experts = getExperts().getType();
   DistTensorType routed = getRouted().getType(), counts = getCounts().getType(),
-             origins = getOrigins().getType();
+                 origins = getOrigins().getType();
   if (tokens.getRank() != 2 || experts.getRank() != 2 || routed.getRank() != 3 ||
       counts.getRank() != 1 || origins.getRank() != 2)
     return emitOpError() << "takes tokens [T, H] and experts [T, top_k] and produces routed rows "
@@ -884,8 +887,8 @@ LogicalResult DispatchOp::verify() {
     return emitOpError() << "takes tokens sharded along dim 0, not " << tokens;
   for (DistTensorType other : {experts, routed, counts, origins})
     if (other.getPlacement() != placement)
-      return emitOpError() << "needs all of its tensors placed like the tokens ("
-                           << placement.str() << "), not " << other;
+      return emitOpError() << "needs all of its tensors placed like the tokens (" << placement.str()
+                           << "), not " << other;
   for (DistTensorType index : {experts, counts, origins})
     if (!index.getElementType().isInteger(32))
       return emitOpError() << "carries routing metadata as i32, not " << index.getElementType();
@@ -903,7 +906,7 @@ LogicalResult DispatchOp::verify() {
 LogicalResult CombineOp::verify() {
   TileType value = getValue().getType();
   DistTensorType dest = getDest().getType(), origins = getOrigins().getType(),
-             weights = getWeights().getType();
+                 weights = getWeights().getType();
   if (value.getRank() != 2 || dest.getRank() != 2 || origins.getRank() != 2 ||
       weights.getRank() != 2)
     return emitOpError() << "takes a rank-2 tile, a destination [T, H], origins [E, C] and weights "
@@ -955,17 +958,15 @@ LogicalResult SignalOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
 }
 
-LogicalResult SignalOp::verify() {
-  return verifyPeer(*this, getScope(), getPeer(), getLink());
-}
+LogicalResult SignalOp::verify() { return verifyPeer(*this, getScope(), getPeer(), getLink()); }
 
 LogicalResult WaitOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
 }
 
 LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  for (auto [symbol, index] : {std::pair{getWaitAttr(), getWaitIndex()},
-                               std::pair{getSignalAttr(), getSignalIndex()}}) {
+  for (auto [symbol, index] :
+       {std::pair{getWaitAttr(), getWaitIndex()}, std::pair{getSignalAttr(), getSignalIndex()}}) {
     auto flags = symbolTable.lookupNearestSymbolFrom<FlagsOp>(*this, symbol);
     if (!flags)
       return emitOpError() << "names " << symbol << ", which is not an mk.flags array";
@@ -973,8 +974,7 @@ LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable)
     for (int64_t extent : flags.getShape())
       words *= extent;
     if (index >= words)
-      return emitOpError() << "uses flag " << index << " of " << symbol << ", which has "
-                           << words;
+      return emitOpError() << "uses flag " << index << " of " << symbol << ", which has " << words;
   }
   return success();
 }
@@ -1023,7 +1023,8 @@ LogicalResult PutOp::verify() {
 LogicalResult CopyOp::verify() {
   Access source{getSource().getType(), getSourceIndices().size(), getSourceWholeDims()};
   Access dest{getDest().getType(), getDestIndices().size(), getDestWholeDims()};
-  if (failed(verifyAccess(*this, "source", source)) || failed(verifyAccess(*this, "destination", dest)))
+  if (failed(verifyAccess(*this, "source", source)) ||
+      failed(verifyAccess(*this, "destination", dest)))
     return failure();
   if (source.type.getElementType() != dest.type.getElementType())
     return emitOpError() << "dtype mismatch: copies " << source.type.getElementType() << " into "
@@ -1031,7 +1032,8 @@ LogicalResult CopyOp::verify() {
   int64_t tileRank = getTile().size();
   if (tileRank < 1 || tileRank > std::min(source.rank(), dest.rank()) ||
       llvm::any_of(getTile(), [](int64_t e) { return e < 1; }))
-    return emitOpError() << "needs a tile of positive extents over the trailing dims of both tensors";
+    return emitOpError()
+           << "needs a tile of positive extents over the trailing dims of both tensors";
   return verifyPeer(*this, getScope(), getPeer(), getLink());
 }
 
@@ -1052,7 +1054,8 @@ LogicalResult OwnerOp::verify() {
     return emitOpError() << "needs a coordinate and a tile extent per dim of " << tensor;
   if (getRowSlices() && (tensor.getPlacement().isSharded() || tensor.getRank() < 2))
     return emitOpError() << "deals row slices of a tensor every rank holds whole, of rank 2 or "
-                            "more, not " << tensor;
+                            "more, not "
+                         << tensor;
   return success();
 }
 

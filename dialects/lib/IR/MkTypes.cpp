@@ -89,8 +89,8 @@ static LogicalResult verifyDims(function_ref<InFlightDiagnostic()> emitError,
 static LogicalResult verifyElementType(function_ref<InFlightDiagnostic()> emitError, Type type) {
   if (isa<FloatType>(type) || type.isSignlessInteger())
     return success();
-  return emitError() << "element type must be a float (bf16, f16, f32, f8) or a signless integer, got "
-                     << type;
+  return emitError()
+         << "element type must be a float (bf16, f16, f32, f8) or a signless integer, got " << type;
 }
 
 //===----------------------------------------------------------------------===//
@@ -120,8 +120,8 @@ void DistTensorType::print(AsmPrinter &printer) const {
 }
 
 LogicalResult DistTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
-                                 ArrayRef<int64_t> shape, ArrayRef<StringAttr> symbols,
-                                 Type elementType, PlacementAttr placement) {
+                                     ArrayRef<int64_t> shape, ArrayRef<StringAttr> symbols,
+                                     Type elementType, PlacementAttr placement) {
   if (shape.empty())
     return emitError() << "a tensor needs at least one dim";
   if (failed(verifyDims(emitError, shape, symbols)) ||

@@ -102,7 +102,7 @@ typedef struct mk_wait_failure {
   mk_u32 target; /* the count waited for */
   mk_u32 seen;   /* what the flag held */
   mk_u32 reserved;
-  mk_u64 flag;   /* the flag's device address */
+  mk_u64 flag; /* the flag's device address */
 } mk_wait_failure;
 
 typedef struct mk_wait_watch {
@@ -113,14 +113,14 @@ typedef struct mk_wait_watch {
 
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
-  mk_tensor_map maps[MK_MAX_TENSOR_MAPS];   /* first: their alignment is the struct's */
+  mk_tensor_map maps[MK_MAX_TENSOR_MAPS]; /* first: their alignment is the struct's */
   mk_tensor_ref tensors[MK_MAX_TENSORS];
-  mk_u32 *flags;                             /* this rank's flag region */
-  mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE];  /* the flag regions of the GPUs of this node */
+  mk_u32 *flags;                            /* this rank's flag region */
+  mk_u32 *flags_peer[MK_MAX_GPUS_PER_NODE]; /* the flag regions of the GPUs of this node */
   /* Arrivals over the network, [nodes][flag_words]: row n counts what node n signalled on each
    * flag (mk/queue.h). A flag's arrivals are flags[i] plus net_flags[n * flag_words + i] over n. */
   mk_u32 *net_flags;
-  mk_command_queue queue;                    /* to this rank's network proxy */
+  mk_command_queue queue; /* to this rank's network proxy */
   /* The launch's epoch, in device memory: 1 for the first launch, then +1 per launch (flags are
    * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
    * after every launch, so a captured CUDA graph replays with fresh epochs. */

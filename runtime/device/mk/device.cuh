@@ -3,7 +3,8 @@
 // Header-only, compiled by NVRTC for sm_90a with no host headers. Every function lives in
 // namespace mk and is collective over the team (mk/abi.h: MK_TEAM_THREADS of the CTA's
 // MK_CTA_THREADS): all its threads call it with the same arguments; the GEMM engine and
-// TmaReduce say which threads take which part. Functions that take `smem` get the kernel's dynamic shared memory
+// TmaReduce say which threads take which part. Functions that take `smem` get the kernel's dynamic
+// shared memory
 //   extern __shared__ __align__(128) unsigned char mk_smem[];
 // which must hold at least the *_smem_bytes() they name; they leave it free for the next call.
 //

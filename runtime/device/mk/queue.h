@@ -76,9 +76,9 @@ enum {
 /* Why the proxy stopped (*mk_command_queue::abort); 0 while it runs. */
 enum {
   MK_QUEUE_RUNNING = 0,
-  MK_QUEUE_FAILED = 1,   /* a transfer failed or a peer went away: the host has the message */
+  MK_QUEUE_FAILED = 1,      /* a transfer failed or a peer went away: the host has the message */
   MK_QUEUE_BAD_COMMAND = 2, /* a command the proxy cannot carry out (out of range, bad op) */
-  MK_QUEUE_STOPPED = 3,  /* the runtime shut the proxy down */
+  MK_QUEUE_STOPPED = 3,     /* the runtime shut the proxy down */
 };
 
 typedef struct mk_command {
@@ -112,15 +112,15 @@ enum { MK_QUEUE_NEXT_TICKET = 0, MK_QUEUE_TAIL_SEEN = 1, MK_QUEUE_HEAD_WORDS = 2
 
 /* One rank's queue, as its kernels see it. */
 typedef struct mk_command_queue {
-  mk_command *slots;           /* `capacity` commands, host memory mapped into the device */
-  mk_u64 *head;                /* device memory, two words (MK_QUEUE_NEXT_TICKET, _TAIL_SEEN) */
-  const volatile mk_u64 *tail; /* tickets consumed by the proxy: host memory */
+  mk_command *slots;            /* `capacity` commands, host memory mapped into the device */
+  mk_u64 *head;                 /* device memory, two words (MK_QUEUE_NEXT_TICKET, _TAIL_SEEN) */
+  const volatile mk_u64 *tail;  /* tickets consumed by the proxy: host memory */
   const volatile mk_u32 *abort; /* MK_QUEUE_RUNNING, or why the proxy stopped: host memory */
-  unsigned char *staging;      /* MK_VIEW_STAGING sources: host memory mapped into the device */
+  unsigned char *staging;       /* MK_VIEW_STAGING sources: host memory mapped into the device */
   mk_u64 staging_bytes;
-  mk_u64 heap_base;            /* device address of this rank's heap block (heap offset 0) */
-  mk_u32 capacity;             /* a power of two */
-  mk_u32 version;              /* MK_QUEUE_VERSION */
+  mk_u64 heap_base; /* device address of this rank's heap block (heap offset 0) */
+  mk_u32 capacity;  /* a power of two */
+  mk_u32 version;   /* MK_QUEUE_VERSION */
 } mk_command_queue;
 
 #ifdef __cplusplus

@@ -15,8 +15,9 @@
 // 8192^3 take ~270 ms a launch), and small values from host memory (the proxy's flag counts) as
 // stream memory operations, which cost no copy. Batches take "copy_streams" streams in turn, so
 // that several copy engines work at once; a store of the batch's number into pinned memory after
-// it tells the proxy's thread it finished without a driver call. Nothing orders the copies of a batch, or batches of different streams, so the
-// transport promises no order (the proxy fences its flags).
+// it tells the proxy's thread it finished without a driver call. Nothing orders the copies of a
+// batch, or batches of different streams, so the transport promises no order (the proxy fences its
+// flags).
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,8 +71,7 @@ double number(const TransportConfig &config, std::string_view key, double fallba
 class EmulatedTransport final : public Transport {
 public:
   EmulatedTransport(const TransportConfig &config, const GpuPlace &gpu)
-      : gpu_(gpu), cu_(*gpu.driver),
-        bytesPerSecond_(number(config, "bandwidth_gbps", 50) * 1e9),
+      : gpu_(gpu), cu_(*gpu.driver), bytesPerSecond_(number(config, "bandwidth_gbps", 50) * 1e9),
         latency_(std::chrono::duration<double, std::micro>(number(config, "latency_us", 3))),
         reorder_(number(config, "reorder", 0) != 0) {
     if (bytesPerSecond_ <= 0)
@@ -79,8 +79,8 @@ public:
     cuda::ContextScope scope(cu_, gpu_.context);
     const double streams = number(config, "copy_streams", 4);
     if (streams < 1 || streams > 64 || streams != std::floor(streams))
-      throw NetworkError(fmt::format("emulated: copy_streams={} is not a count from 1 to 64",
-                                     streams));
+      throw NetworkError(
+          fmt::format("emulated: copy_streams={} is not a count from 1 to 64", streams));
     while (lanes_.size() < streams) {
       Lane &lane = lanes_.emplace_back();
       MK_CU_CHECK(cu_, cuStreamCreate(&lane.stream, CU_STREAM_NON_BLOCKING));

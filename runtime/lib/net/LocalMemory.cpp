@@ -33,8 +33,7 @@ public:
   }
 
   std::uint64_t copy(std::uint64_t dst, std::uint64_t dstPitch, std::uint64_t src,
-                     std::uint64_t srcPitch, std::uint64_t rowBytes,
-                     std::uint32_t rows) override {
+                     std::uint64_t srcPitch, std::uint64_t rowBytes, std::uint32_t rows) override {
     for (std::uint32_t row = 0; row < rows; ++row)
       std::memcpy(reinterpret_cast<void *>(dst + row * dstPitch),
                   reinterpret_cast<const void *>(src + row * srcPitch), rowBytes);
@@ -86,8 +85,8 @@ public:
 
   SharedMemory allocateShared(std::size_t bytes) override {
     void *block = nullptr;
-    MK_CU_CHECK(cu_, cuMemHostAlloc(&block, bytes,
-                                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    MK_CU_CHECK(
+        cu_, cuMemHostAlloc(&block, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
     hostBlocks_.push_back(block);
     std::memset(block, 0, bytes);
     CUdeviceptr device = 0;
@@ -104,8 +103,7 @@ public:
   }
 
   std::uint64_t copy(std::uint64_t dst, std::uint64_t dstPitch, std::uint64_t src,
-                     std::uint64_t srcPitch, std::uint64_t rowBytes,
-                     std::uint32_t rows) override {
+                     std::uint64_t srcPitch, std::uint64_t rowBytes, std::uint32_t rows) override {
     const std::uint64_t end = dst + (rows ? (rows - 1) * dstPitch + rowBytes : 0);
     for (const auto &[from, to] : destinations_)
       if (dst < to && from < end) {

@@ -234,11 +234,11 @@ private:
   std::vector<std::uint64_t> freeContexts_;
   std::size_t writesInFlight_ = 0;
   std::deque<Write> toPost_;
-  std::vector<Write> batch_; // drainPosts()'s, kept for its capacity
+  std::vector<Write> batch_;                  // drainPosts()'s, kept for its capacity
   Clock::time_point lastPost_ = Clock::now(); // when the transport last took a write
   std::deque<Packing> packing_;
-  std::size_t backlogged_ = 0; // pieces in the peers' backlogs
-  bool fencing_ = false;         // a fence holds later commands back
+  std::size_t backlogged_ = 0;      // pieces in the peers' backlogs
+  bool fencing_ = false;            // a fence holds later commands back
   std::deque<mk_command> barriers_; // barrier signals waiting for their fence
   std::vector<Event> events_;
 };
@@ -247,13 +247,12 @@ Proxy::Engine::Engine(Transport &transport, LocalMemory &memory, CommandQueue &q
                       const HeapBlock &heap, const Rail &rail, const ProxyOptions &options,
                       bool staged)
     : transport_(transport), memory_(memory), queue_(queue), heap_(heap), rail_(rail),
-      options_(options), caps_(transport.capabilities()), staged_(staged),
-      peers_(rail.nodes) {
+      options_(options), caps_(transport.capabilities()), staged_(staged), peers_(rail.nodes) {
   // Values that flag and credit writes read: each stays untouched until its write completes.
   valueSlots_ = 2 * options.maxInFlight;
   values_ = memory.allocateShared(valueSlots_ * sizeof(std::uint64_t));
-  valueRegion_ = transport.registerMemory(values_.host, valueSlots_ * sizeof(std::uint64_t),
-                                          MemoryKind::Host);
+  valueRegion_ =
+      transport.registerMemory(values_.host, valueSlots_ * sizeof(std::uint64_t), MemoryKind::Host);
   for (int slot = static_cast<int>(valueSlots_) - 1; slot >= 0; --slot)
     freeValueSlots_.push_back(slot);
 
@@ -263,11 +262,12 @@ Proxy::Engine::Engine(Transport &transport, LocalMemory &memory, CommandQueue &q
     slotPayload_ = options.slotBytes - kSlotHeaderBytes;
     const std::size_t sendSlots = std::size_t(options.slotsPerPeer) * std::max(rail.nodes - 1, 1);
     send_ = memory.allocateShared(sendSlots * options.slotBytes);
-    sendRegion_ = transport.registerMemory(send_.host, sendSlots * options.slotBytes,
-                                           MemoryKind::Host);
+    sendRegion_ =
+        transport.registerMemory(send_.host, sendSlots * options.slotBytes, MemoryKind::Host);
     for (int slot = static_cast<int>(sendSlots) - 1; slot >= 0; --slot)
       freeSendSlots_.push_back(slot);
-    const std::size_t inboxBytes = std::size_t(rail.nodes) * options.slotsPerPeer * options.slotBytes;
+    const std::size_t inboxBytes =
+        std::size_t(rail.nodes) * options.slotsPerPeer * options.slotBytes;
     inbox_ = memory.allocateShared(inboxBytes);
     inboxRegion_ = transport.registerMemory(inbox_.host, inboxBytes, MemoryKind::Host);
     credits_ = memory.allocateShared(rail.nodes * sizeof(std::uint64_t));
@@ -276,12 +276,11 @@ Proxy::Engine::Engine(Transport &transport, LocalMemory &memory, CommandQueue &q
     mine.inbox = inboxRegion_.remote;
     mine.credits = creditRegion_.remote;
   } else {
-    heapRegion_ = transport.registerMemory(reinterpret_cast<void *>(heap.base), heap.bytes,
-                                           heap.kind);
+    heapRegion_ =
+        transport.registerMemory(reinterpret_cast<void *>(heap.base), heap.bytes, heap.kind);
     if (queue.deviceView().staging_bytes)
       stagingRegion_ = transport.registerMemory(reinterpret_cast<void *>(queue.stagingAddress()),
-                                                queue.deviceView().staging_bytes,
-                                                MemoryKind::Host);
+                                                queue.deviceView().staging_bytes, MemoryKind::Host);
     mine.heap = heapRegion_.remote;
   }
 
@@ -385,7 +384,8 @@ bool Proxy::Engine::intake() {
 
 void Proxy::Engine::validate(const mk_command &c) const {
   auto bad = [&](const std::string &why) {
-    throw NetworkError(fmt::format("proxy: command (op {}, to node {}): {}", c.op, c.dst_node, why));
+    throw NetworkError(
+        fmt::format("proxy: command (op {}, to node {}): {}", c.op, c.dst_node, why));
   };
   if (c.op < MK_CMD_PUT || c.op > MK_CMD_BARRIER)
     bad("unknown op");
@@ -410,13 +410,13 @@ void Proxy::Engine::validate(const mk_command &c) const {
 void Proxy::Engine::validateRange(const mk_command &c,
                                   const std::function<void(const std::string &)> &bad) const {
   if (c.rows > 1 && (c.src_pitch < c.row_bytes || c.dst_pitch < c.row_bytes))
-    bad(fmt::format("pitches {} and {} are shorter than rows of {} bytes", c.src_pitch,
-                    c.dst_pitch, c.row_bytes));
+    bad(fmt::format("pitches {} and {} are shorter than rows of {} bytes", c.src_pitch, c.dst_pitch,
+                    c.row_bytes));
   auto extent = [&](std::uint64_t pitch) {
     return (std::uint64_t(c.rows) - 1) * pitch + c.row_bytes;
   };
-  const std::uint64_t sourceBytes = c.view == MK_VIEW_STAGING ? queue_.deviceView().staging_bytes
-                                                              : heap_.bytes;
+  const std::uint64_t sourceBytes =
+      c.view == MK_VIEW_STAGING ? queue_.deviceView().staging_bytes : heap_.bytes;
   if (c.view > MK_VIEW_STAGING)
     bad(fmt::format("unknown source view {}", c.view));
   if (c.src_offset + extent(c.src_pitch) > sourceBytes)
@@ -539,8 +539,8 @@ bool Proxy::Engine::sendSignals() {
 void Proxy::Engine::queuePieces(int node, std::uint64_t src, const mk_command &c, bool signal) {
   Peer &p = peer(node);
   const std::uint64_t signalOffset = signal ? c.signal_offset : MK_NO_SIGNAL;
-  const bool empty = c.op == MK_CMD_SIGNAL || c.op == MK_CMD_BARRIER || c.rows == 0 ||
-                     c.row_bytes == 0;
+  const bool empty =
+      c.op == MK_CMD_SIGNAL || c.op == MK_CMD_BARRIER || c.rows == 0 || c.row_bytes == 0;
   if (empty) {
     p.backlog.push_back({Piece{}, signalOffset});
     ++backlogged_;
@@ -604,8 +604,8 @@ bool Proxy::Engine::packPieces() {
 
 bool Proxy::Engine::postPacked() {
   bool progress = false;
-  while (!packing_.empty() && (packing_.front().token == 0 ||
-                               memory_.complete(packing_.front().token))) {
+  while (!packing_.empty() &&
+         (packing_.front().token == 0 || memory_.complete(packing_.front().token))) {
     const Packing packing = packing_.front();
     packing_.pop_front();
     Write write;
@@ -613,8 +613,8 @@ bool Proxy::Engine::postPacked() {
     write.localOffset = std::uint64_t(packing.sendSlot) * options_.slotBytes;
     write.peer = packing.peer;
     write.remote = peer(packing.peer).inbox;
-    write.remoteOffset =
-        (std::uint64_t(rail_.node) * options_.slotsPerPeer + packing.inboxSlot) * options_.slotBytes;
+    write.remoteOffset = (std::uint64_t(rail_.node) * options_.slotsPerPeer + packing.inboxSlot) *
+                         options_.slotBytes;
     write.rowBytes = packing.bytes;
     write.immediate = slotImmediate(rail_.node, packing.inboxSlot);
     enqueue(write, Purpose::Slot, -1, packing.sendSlot);
@@ -627,8 +627,8 @@ void Proxy::Engine::arrived(std::uint32_t immediate) {
   const int sender = static_cast<int>(immediate >> kSlotBits);
   const std::uint32_t slot = immediate & ((1u << kSlotBits) - 1);
   if (sender >= rail_.nodes || sender == rail_.node || slot >= options_.slotsPerPeer)
-    throw NetworkError(fmt::format("proxy: an arrival names node {} slot {}, which do not exist",
-                                   sender, slot));
+    throw NetworkError(
+        fmt::format("proxy: an arrival names node {} slot {}, which do not exist", sender, slot));
   Peer &p = peer(sender);
   p.lastProgress = Clock::now();
   const auto *base = static_cast<const unsigned char *>(inbox_.host) +
@@ -641,7 +641,8 @@ void Proxy::Engine::arrived(std::uint32_t immediate) {
     const std::uint32_t turn = p.arrived.begin()->second;
     p.arrived.erase(p.arrived.begin());
     ++p.nextSequence;
-    const std::uint64_t at = (std::size_t(sender) * options_.slotsPerPeer + turn) * options_.slotBytes;
+    const std::uint64_t at =
+        (std::size_t(sender) * options_.slotsPerPeer + turn) * options_.slotBytes;
     const auto *arrival = static_cast<const unsigned char *>(inbox_.host) + at;
     std::memcpy(&header, arrival, sizeof header);
     if (header.pieces > kPiecesPerSlot)
@@ -655,9 +656,9 @@ void Proxy::Engine::arrived(std::uint32_t immediate) {
       const std::uint64_t payload = std::uint64_t(piece.rows) * piece.rowBytes;
       const std::uint64_t extent =
           piece.rows ? (piece.rows - 1ull) * piece.dstPitch + piece.rowBytes : 0;
-      if (payload && (piece.dstOffset + extent > heap_.bytes ||
-                      piece.payloadAt + payload > options_.slotBytes ||
-                      piece.payloadAt < kSlotHeaderBytes))
+      if (payload &&
+          (piece.dstOffset + extent > heap_.bytes ||
+           piece.payloadAt + payload > options_.slotBytes || piece.payloadAt < kSlotHeaderBytes))
         throw NetworkError(fmt::format("proxy: node {} sent {} bytes for heap offset {} (pitch "
                                        "{}), past the heap ({} bytes) or its slot",
                                        sender, payload, piece.dstOffset, piece.dstPitch,
@@ -682,7 +683,8 @@ bool Proxy::Engine::returnCredits() {
   bool progress = false;
   for (int node = 0; node < rail_.nodes; ++node) {
     Peer &p = peer(node);
-    while (!p.unpacking.empty() && (p.unpacking.front() == 0 || memory_.complete(p.unpacking.front()))) {
+    while (!p.unpacking.empty() &&
+           (p.unpacking.front() == 0 || memory_.complete(p.unpacking.front()))) {
       p.unpacking.pop_front();
       ++p.slotsFreed;
       progress = true;
@@ -727,8 +729,9 @@ void Proxy::Engine::enqueue(Write write, Purpose purpose, int valueSlot, int sen
     freeContexts_.pop_back();
   }
   Peer &p = peer(write.peer);
-  inFlight_[context] = {purpose,  write.peer, purpose == Purpose::Data ? p.dataQueued++ : 0,
-                        valueSlot, sendSlot,  flagWord, false, {}};
+  inFlight_[context] = {purpose,   write.peer, purpose == Purpose::Data ? p.dataQueued++ : 0,
+                        valueSlot, sendSlot,   flagWord,
+                        false,     {}};
   write.context = context;
   toPost_.push_back(write);
 }
@@ -841,8 +844,8 @@ Proxy::Proxy(Transport &transport, LocalMemory &memory, const HeapBlock &heap, c
              const ProxyOptions &options)
     : transport_(transport), memory_(memory), options_(options) {
   if (rail.nodes < 1 || rail.node < 0 || rail.node >= rail.nodes)
-    throw NetworkError(fmt::format("proxy: node {} of {} is not a place on a rail", rail.node,
-                                   rail.nodes));
+    throw NetworkError(
+        fmt::format("proxy: node {} of {} is not a place on a rail", rail.node, rail.nodes));
   if (rail.nodes >= (1 << (32 - kSlotBits)) || options.slotsPerPeer > (1u << kSlotBits))
     throw NetworkError(fmt::format("proxy: {} nodes or {} slots per node is more than the "
                                    "immediate data can name",
@@ -873,8 +876,8 @@ Proxy::Proxy(Transport &transport, LocalMemory &memory, const HeapBlock &heap, c
                                    "needs",
                                    transport.describe()));
   options_.maxInFlight = std::max<std::uint32_t>(
-      1, std::min<std::uint64_t>(options.maxInFlight, caps.maxInFlight ? caps.maxInFlight
-                                                                       : options.maxInFlight));
+      1, std::min<std::uint64_t>(options.maxInFlight,
+                                 caps.maxInFlight ? caps.maxInFlight : options.maxInFlight));
   queue_ = std::make_unique<CommandQueue>(memory, options.queueCapacity, options.stagingBytes,
                                           heap.base);
   engine_ = std::make_unique<Engine>(transport, memory, *queue_, heap, rail, options_, staged_);

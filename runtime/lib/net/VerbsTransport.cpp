@@ -156,8 +156,8 @@ std::optional<long> configInteger(const TransportConfig &config, std::string_vie
   long value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || value < min || value > max)
-    throw NetworkError(fmt::format("verbs: config {}={:?} is not an integer from {} to {}", key,
-                                   text, min, max));
+    throw NetworkError(
+        fmt::format("verbs: config {}={:?} is not an integer from {} to {}", key, text, min, max));
   return value;
 }
 
@@ -237,8 +237,8 @@ OpenPort selectPort(std::span<ibv_device *const> devices, const Settings &settin
     }
     ibv_port_attr attributes{};
     if (const int error = ibv_query_port(context.get(), settings.port, &attributes)) {
-      problems.push_back(fmt::format("{}: ibv_query_port({}): {}", name, settings.port,
-                                     errorText(error)));
+      problems.push_back(
+          fmt::format("{}: ibv_query_port({}): {}", name, settings.port, errorText(error)));
       continue;
     }
     if (attributes.state != IBV_PORT_ACTIVE) {
@@ -375,9 +375,9 @@ Endpoint decode(std::span<const std::byte> bytes, int node) {
   const auto magic = reader.get<std::uint32_t>();
   const auto version = reader.get<std::uint16_t>();
   if (!reader.complete() || magic != kAddressMagic)
-    throw NetworkError(fmt::format(
-        "verbs: connect: node {}'s address ({} bytes) is not a verbs endpoint's", node,
-        bytes.size()));
+    throw NetworkError(
+        fmt::format("verbs: connect: node {}'s address ({} bytes) is not a verbs endpoint's", node,
+                    bytes.size()));
   if (version != kAddressVersion)
     throw NetworkError(fmt::format("verbs: connect: node {}'s address has version {}, this node's "
                                    "{}: every node must run the same mkc",
@@ -475,9 +475,9 @@ struct Peer {
   };
 
   QueuePair queuePair;
-  std::uint32_t psn = 0;             ///< the first packet sequence number this side sends
-  std::uint64_t posted = 0;          ///< send requests posted, ever
-  std::uint64_t retired = 0;         ///< of those, the ones whose slots are free again
+  std::uint32_t psn = 0;                  ///< the first packet sequence number this side sends
+  std::uint64_t posted = 0;               ///< send requests posted, ever
+  std::uint64_t retired = 0;              ///< of those, the ones whose slots are free again
   std::deque<std::uint64_t> signaledEnds; ///< `posted` after each pending signaled request
   std::optional<Waiting> waiting;
   std::string failure; ///< why the queue pair failed; empty while it works
@@ -574,8 +574,8 @@ VerbsTransport::VerbsTransport(OpenPort port, const Settings &settings)
     throw NetworkError(fmt::format("verbs: {}: gid_index {} is past the GID table's {} entries",
                                    where(), gidIndex_, portAttributes_.gid_tbl_len));
   if (ibv_query_gid(context_.get(), port_, gidIndex_, &gid_))
-    throw NetworkError(fmt::format("verbs: {}: ibv_query_gid({}): {}", where(), gidIndex_,
-                                   errorText(errno)));
+    throw NetworkError(
+        fmt::format("verbs: {}: ibv_query_gid({}): {}", where(), gidIndex_, errorText(errno)));
   if (portAttributes_.link_layer == IBV_LINK_LAYER_ETHERNET && isZero(gid_))
     throw NetworkError(fmt::format("verbs: {}: GID {} is empty; RoCE routes by GID (set "
                                    "gid_index, see show_gids)",
@@ -656,8 +656,9 @@ void VerbsTransport::modifyQueuePair(int node, ibv_qp_attr &attributes, int mask
                                      const char *state) {
   if (const int error =
           ibv_modify_qp(peers_[static_cast<std::size_t>(node)].queuePair.get(), &attributes, mask))
-    throw NetworkError(fmt::format("verbs: {}: moving node {}'s queue pair to {}: ibv_modify_qp: {}",
-                                   where(), node, state, errorText(error)));
+    throw NetworkError(
+        fmt::format("verbs: {}: moving node {}'s queue pair to {}: ibv_modify_qp: {}", where(),
+                    node, state, errorText(error)));
 }
 
 int VerbsTransport::postReceive(int node) {
@@ -698,13 +699,13 @@ ibv_mr *VerbsTransport::registerDeviceMemory(void *base, std::size_t bytes, int 
   const std::uint64_t first = address / page * page;
   const std::uint64_t end = (address + bytes + page - 1) / page * page;
   int fd = -1;
-  const CUresult result = cu.cuMemGetHandleForAddressRange(
-      &fd, first, end - first, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  const CUresult result = cu.cuMemGetHandleForAddressRange(&fd, first, end - first,
+                                                           CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   std::string dmaBufProblem;
   if (result == CUDA_SUCCESS) {
     const DmaBuf buffer(fd);
-    if (ibv_mr *region = ibv_reg_dmabuf_mr(pd_.get(), address - first, bytes, address,
-                                           buffer.get(), access))
+    if (ibv_mr *region =
+            ibv_reg_dmabuf_mr(pd_.get(), address - first, bytes, address, buffer.get(), access))
       return region;
     const int error = errno;
     if (error != EOPNOTSUPP)
@@ -763,8 +764,7 @@ void VerbsTransport::connectQueuePair(int node, const Endpoint &remote,
                                       const Endpoint::QueuePairName &target) {
   ibv_qp_attr attributes{};
   attributes.qp_state = IBV_QPS_RTR;
-  attributes.path_mtu =
-      static_cast<ibv_mtu>(std::min<int>(portAttributes_.active_mtu, remote.mtu));
+  attributes.path_mtu = static_cast<ibv_mtu>(std::min<int>(portAttributes_.active_mtu, remote.mtu));
   attributes.dest_qp_num = target.number;
   attributes.rq_psn = target.psn;
   attributes.max_dest_rd_atomic = 1;
@@ -858,8 +858,9 @@ std::optional<std::string> VerbsTransport::postWaiting(int node) {
   const int error = ibv_post_send(peer.queuePair.get(), &requests[waiting.next], &bad);
   last.next = following;
   // On failure, the requests before `bad` were posted.
-  const std::size_t postedEnd =
-      !error ? end : bad ? static_cast<std::size_t>(bad - requests.data()) : waiting.next;
+  const std::size_t postedEnd = !error ? end
+                                : bad  ? static_cast<std::size_t>(bad - requests.data())
+                                       : waiting.next;
   for (std::size_t index = waiting.next; index < postedEnd; ++index) {
     ++peer.posted;
     if (requests[index].send_flags & IBV_SEND_SIGNALED)
@@ -1011,8 +1012,8 @@ void VerbsTransport::handleReceive(const ibv_wc &completion, std::vector<Event> 
     events.push_back(std::move(event));
   }
   if (const int error = postReceive(node)) {
-    const std::string reason = fmt::format("verbs: {}: ibv_post_recv for node {}: {}", where(),
-                                           node, errorText(error));
+    const std::string reason =
+        fmt::format("verbs: {}: ibv_post_recv for node {}: {}", where(), node, errorText(error));
     log::error("{}", reason);
     failPeer(node, reason, events);
   }
@@ -1046,8 +1047,8 @@ std::unique_ptr<Transport> makeVerbsTransport(const TransportConfig &config) {
   // The device first: without one, nothing else matters.
   auto [list, count] = listDevices();
   const Settings settings = parseSettings(config);
-  OpenPort port = selectPort(std::span<ibv_device *const>(list.get(), static_cast<std::size_t>(count)),
-                             settings);
+  OpenPort port = selectPort(
+      std::span<ibv_device *const>(list.get(), static_cast<std::size_t>(count)), settings);
   // Opened devices stay usable once the list is freed.
   list.reset();
   return std::make_unique<VerbsTransport>(std::move(port), settings);

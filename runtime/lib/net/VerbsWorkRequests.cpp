@@ -81,14 +81,14 @@ WorkRequests translateWrite(const Write &write, const LocalRegion &local,
   const std::uint32_t rows = write.rowBytes == 0 ? 0 : write.rows;
   for (std::uint64_t row = 0; row < rows; ++row) {
     std::uint64_t localAddress = local.address + write.localOffset + row * write.localPitch;
-    std::uint64_t remoteAddress = write.remote.address + write.remoteOffset +
-                                  row * write.remotePitch;
+    std::uint64_t remoteAddress =
+        write.remote.address + write.remoteOffset + row * write.remotePitch;
     std::uint64_t left = write.rowBytes;
     while (left > 0) {
       // Bytes that continue the open request at the peer join it: in its last entry when they
       // also continue it locally, else in an entry of their own while the request has room.
-      bool joins = !chain.requests.empty() && remoteAddress == requestEnd &&
-                   requestBytes < maxRequestBytes;
+      bool joins =
+          !chain.requests.empty() && remoteAddress == requestEnd && requestBytes < maxRequestBytes;
       bool extendsEntry = false;
       if (joins) {
         const ibv_sge &last = chain.entries.back();
@@ -123,7 +123,7 @@ WorkRequests translateWrite(const Write &write, const LocalRegion &local,
     request.sg_list = request.num_sge > 0 ? &chain.entries[firstEntry[index]] : nullptr;
     request.next = index + 1 < count ? &chain.requests[index + 1] : nullptr;
 
-    const RequestKind kind = index + 1 == count                       ? RequestKind::Final
+    const RequestKind kind = index + 1 == count                         ? RequestKind::Final
                              : (index + 1) % limits.signalInterval == 0 ? RequestKind::Intermediate
                                                                         : RequestKind::Unsignaled;
     request.wr_id = requestId(ticket, kind);

@@ -14,7 +14,7 @@ extern "C" __constant__ int copy_region_bulk_smem = mk::copy_region_bulk_smem_by
                                  int rows, int cols) {                                             \
     mk::copy_region(src, src_ld, dst, dst_ld, rows, cols);                                         \
   }                                                                                                \
-  /* `call_rows` rows a call, so that the barriers' phases run on from call to call. */          \
+  /* `call_rows` rows a call, so that the barriers' phases run on from call to call. */            \
   MK_KERNEL copy_region_bulk_##suffix(const T *src, long long src_ld, T *dst, long long dst_ld,    \
                                       int rows, int cols, int call_rows) {                         \
     mk::BulkCopier copier;                                                                         \

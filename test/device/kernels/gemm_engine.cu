@@ -36,11 +36,10 @@ enum class TwinPath { kNone, kSenders, kTma };
 /// Tile (m0, n0) to C, and to the twin (peer 1 of `twin`, a tensor shaped like C) through the
 /// senders, as `mode` (0-4) says.
 template <typename Out, typename Config>
-__device__ __forceinline__ void store_through_senders(mk::GemmEngine<Config> &engine,
-                                                      const mk::GemmAccumulator<Config> &acc,
-                                                      const mk_tensor_map &c,
-                                                      const mk_tensor_ref *twin, int mode, int m0,
-                                                      int n0, int M, int N) {
+__device__ __forceinline__ void
+store_through_senders(mk::GemmEngine<Config> &engine, const mk::GemmAccumulator<Config> &acc,
+                      const mk_tensor_map &c, const mk_tensor_ref *twin, int mode, int m0, int n0,
+                      int M, int N) {
   const bool add = m0 >= M / 2 && mode != kTwinStores && mode != kTwinNoneStores;
   // "GPU" 0 is C, through its map; "GPU" 1 the twin.
   const bool resident = mode == kTwinResident;
@@ -58,10 +57,9 @@ __device__ __forceinline__ void store_through_senders(mk::GemmEngine<Config> &en
 
 /// Tile (m0, n0) to C through the consumers' TMA, as `mode` (5 or 6) says.
 template <typename Out, typename Config>
-__device__ __forceinline__ void store_through_tma(mk::GemmEngine<Config> &engine,
-                                                  const mk::GemmAccumulator<Config> &acc,
-                                                  const mk_tensor_map &c, int mode,
-                                                  mk_u32 *progress, int m0, int n0, int M) {
+__device__ __forceinline__ void
+store_through_tma(mk::GemmEngine<Config> &engine, const mk::GemmAccumulator<Config> &acc,
+                  const mk_tensor_map &c, int mode, mk_u32 *progress, int m0, int n0, int M) {
   if (mode == kTwinCopyEngine) {
     mk::gemm_store<Out>(engine, acc, &c, n0, m0);
     mk::gemm_signal(engine, progress + m0 / 128 / kBand);
@@ -73,10 +71,9 @@ __device__ __forceinline__ void store_through_tma(mk::GemmEngine<Config> &engine
 }
 
 template <typename Config, typename Out, TwinPath kPath = TwinPath::kNone>
-__device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map &b,
-                                     const mk_tensor_map &c, int M, int N, int K,
-                                     const mk_tensor_ref *twin = nullptr, int mode = 0,
-                                     mk_u32 *progress = nullptr) {
+__device__ __forceinline__ void
+gemm(const mk_tensor_map &a, const mk_tensor_map &b, const mk_tensor_map &c, int M, int N, int K,
+     const mk_tensor_ref *twin = nullptr, int mode = 0, mk_u32 *progress = nullptr) {
   // Clustered CTAs take tiles t and t + 1 of a band's column, rows 2i and 2i + 1: the row count
   // is rounded up to the cluster, the rows beyond M are computed on zeros and stored nowhere.
   const int tiles_m =
@@ -119,7 +116,7 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
 #define GEMM_KERNEL(name, T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER)                                \
   extern "C" __constant__ int name##_smem =                                                        \
       mk::gemm_smem_bytes<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>>();             \
-  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
+  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)  \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K) {                         \
     gemm<mk::GemmConfig<T, BN, STAGES, BKMAJOR, BUFFERS, CLUSTER>, T>(a, b, c, M, N, K);           \
@@ -128,7 +125,7 @@ __device__ __forceinline__ void gemm(const mk_tensor_map &a, const mk_tensor_map
 // The same with the twin (peer 1 of `twin`) written as `mode` says: `name` takes modes 0-4,
 // `name`_tma modes 5 and 6 (with the flags of kTwinCopyEngine).
 #define GEMM_TWIN_KERNEL_PATH(name, PATH, T, BN, STAGES, BUFFERS, CLUSTER)                         \
-  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1) \
+  extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)  \
       name(const __grid_constant__ mk_tensor_map a, const __grid_constant__ mk_tensor_map b,       \
            const __grid_constant__ mk_tensor_map c, int M, int N, int K,                           \
            const mk_tensor_ref *twin, int mode, mk_u32 *progress) {                                \

@@ -27,9 +27,8 @@ extern "C" __global__ void fill_bf16(__nv_bfloat16 *out, long long rows, long lo
 
 // C[M][N] = A[M][K] B[K][N], f32 accumulation; 64x64 tiles of C per 256-thread block, 4x4 per
 // thread. Any M, N, K.
-extern "C" __global__ void __launch_bounds__(256) gemm_f32(const __nv_bfloat16 *A,
-                                                           const __nv_bfloat16 *B, float *C,
-                                                           int M, int N, int K) {
+extern "C" __global__ void __launch_bounds__(256)
+    gemm_f32(const __nv_bfloat16 *A, const __nv_bfloat16 *B, float *C, int M, int N, int K) {
   __shared__ float a[16][64 + 1];
   __shared__ float b[16][64 + 1];
   const int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64;

@@ -109,7 +109,8 @@ MK_KERNEL accumulate_chunks_sum_bf16_128x256(const mk::bf16 *src, long long slot
                                              long long ld, mk::bf16 *out, int M, int N) {
   const long long m0 = blockIdx.y * 128, n0 = blockIdx.x * 256;
   const int rows = min(128, int(M - m0)), cols = min(256, int(N - n0));
-  const mk::ChunkTile<mk::bf16, 128, 256> t = mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
-      src + m0 * ld + n0, slot_stride, slots, ld, rows, cols);
+  const mk::ChunkTile<mk::bf16, 128, 256> t =
+      mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
+          src + m0 * ld + n0, slot_stride, slots, ld, rows, cols);
   mk::store_chunks(t, out + m0 * ld + n0, ld, rows, cols);
 }

@@ -144,8 +144,7 @@ TEST_CASE("bootstrap: MKC_ variables alone", "[bootstrap][environment]") {
   CHECK_FALSE(launch.rendezvous.jobToken.empty());
 }
 
-TEST_CASE("bootstrap: a process without a launcher is a world of one",
-          "[bootstrap][environment]") {
+TEST_CASE("bootstrap: a process without a launcher is a world of one", "[bootstrap][environment]") {
   const LaunchEnvironment launch = detectLaunchEnvironment(Environment{});
   CHECK(launch.launcher == Launcher::Standalone);
   CHECK(launch.rank == 0);
@@ -155,12 +154,14 @@ TEST_CASE("bootstrap: a process without a launcher is a world of one",
   // of one on a host do not take each other's node sockets.
   CHECK(launch.rendezvous.address.empty());
   CHECK(launch.rendezvous.port == 0);
-  CHECK_THAT(launch.rendezvous.jobToken,
-             Catch::EndsWith(fmt::format("|pid {}", ::getpid())));
+  CHECK_THAT(launch.rendezvous.jobToken, Catch::EndsWith(fmt::format("|pid {}", ::getpid())));
   // So is a launch of one rank, whatever says so.
-  const LaunchEnvironment one = detectLaunchEnvironment(
-      with(torchrunEnvironment(), {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"},
-                                   {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", ""}}));
+  const LaunchEnvironment one =
+      detectLaunchEnvironment(with(torchrunEnvironment(), {{"RANK", "0"},
+                                                           {"WORLD_SIZE", "1"},
+                                                           {"LOCAL_RANK", "0"},
+                                                           {"LOCAL_WORLD_SIZE", "1"},
+                                                           {"MASTER_ADDR", ""}}));
   CHECK(one.launcher == Launcher::Torchrun);
   CHECK(one.worldSize == 1);
   CHECK(one.rendezvous.address.empty());

@@ -344,6 +344,7 @@ TEST_CASE("jit: a kernel's argument types are read back, and malformed ones are 
   CHECK(types[1].element == "f32");
   CHECK(types[1].extents == std::vector<long long>{7});
   CHECK(mkc::parseArgumentTypes("").empty());
-  for (const char *malformed : {"bf16", "[3]", "bf16[]", "bf16[0]", "bf16[3,]", "bf16[3]x", "bf16[3] "})
+  for (const char *malformed :
+       {"bf16", "[3]", "bf16[]", "bf16[0]", "bf16[3,]", "bf16[3]x", "bf16[3] "})
     CHECK_THROWS_WITH(mkc::parseArgumentTypes(malformed), Catch::Contains("malformed argument"));
 }

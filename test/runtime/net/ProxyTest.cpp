@@ -32,9 +32,9 @@
 
 using namespace mkc::net;
 using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
 using mkc::test::exitStatus;
 using mkc::test::spawn;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -51,7 +51,6 @@ constexpr std::uint8_t kPoison = 0xa5;
 constexpr std::uint32_t kDoneWord = kWords - 1;
 
 [[noreturn]] void fail(const std::string &what) { throw std::runtime_error(what); }
-
 
 void sendAll(int fd, const void *data, std::size_t bytes) {
   const auto *at = static_cast<const char *>(data);
@@ -79,8 +78,7 @@ void receiveAll(int fd, void *data, std::size_t bytes) {
 }
 
 /// A two-node rail over a socket pair; `tamper` may change what arrives from the other node.
-Rail railOver(int fd, int node,
-              std::function<void(std::vector<std::byte> &)> tamper = nullptr) {
+Rail railOver(int fd, int node, std::function<void(std::vector<std::byte> &)> tamper = nullptr) {
   Rail rail;
   rail.node = node;
   rail.nodes = 2;
@@ -120,10 +118,10 @@ struct Node {
     ProxyOptions options = setup.options;
     options.protocol = setup.protocol;
     options.stagingBytes = kStagingBytes;
-    proxy = std::make_unique<Proxy>(*transport, *memory,
-                                    HeapBlock{reinterpret_cast<std::uint64_t>(heap), kHeapBytes,
-                                              MemoryKind::Host},
-                                    rail, options);
+    proxy = std::make_unique<Proxy>(
+        *transport, *memory,
+        HeapBlock{reinterpret_cast<std::uint64_t>(heap), kHeapBytes, MemoryKind::Host}, rail,
+        options);
   }
   ~Node() {
     proxy.reset();
@@ -181,7 +179,8 @@ std::vector<mk_command> putsOf(int sender, int count, std::size_t maxRowBytes,
     c.dst_pitch = static_cast<std::uint32_t>(c.row_bytes + uniform(0, 64));
     const std::uint64_t sourceExtent = (c.rows - 1ull) * c.src_pitch + c.row_bytes;
     const std::uint64_t area = c.view == MK_VIEW_STAGING ? kStagingBytes : kSourceBytes;
-    c.src_offset = (c.view == MK_VIEW_STAGING ? 0 : kSourceOffset) + uniform(0, area - sourceExtent);
+    c.src_offset =
+        (c.view == MK_VIEW_STAGING ? 0 : kSourceOffset) + uniform(0, area - sourceExtent);
     c.dst_offset = destination + uniform(0, 32);
     destination = c.dst_offset + (c.rows - 1ull) * c.dst_pitch + c.row_bytes;
     c.signal_offset = Node::signalOffset(sender, static_cast<std::uint32_t>(k));
@@ -303,7 +302,7 @@ Setup setupFor(const std::string &provider, ProxyOptions::Protocol protocol) {
   setup.provider = provider;
   setup.protocol = protocol;
   setup.options.queueCapacity = 8; // hundreds of laps
-  setup.options.slotBytes = 4096; // staged: puts split into several slots
+  setup.options.slotBytes = 4096;  // staged: puts split into several slots
   setup.options.slotsPerPeer = 4;
   setup.options.maxInFlight = 16;
   setup.options.timeout = 10s;
@@ -399,7 +398,7 @@ TEST_CASE("proxy: a write with a bad remote key is an error naming the node", "[
     // Node 0 gets node 1's heap key wrong (the first region of the endpoint it receives).
     std::function<void(std::vector<std::byte> &)> tamper = [](std::vector<std::byte> &blob) {
       constexpr std::size_t kHeapKey = 16; // EndpointBlob: staged, padding, heap {address, key}
-      if (blob.empty()) // the rail's barrier after connecting
+      if (blob.empty())                    // the rail's barrier after connecting
         return;
       for (std::size_t i = 0; i < 8; ++i)
         blob[kHeapKey + i] ^= std::byte(0x5a);

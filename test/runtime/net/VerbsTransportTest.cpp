@@ -145,8 +145,8 @@ TEST_CASE("verbs: rows with pitches are a request each, chained, only the last s
     REQUIRE(request.sg_list[0].length == 64);
     REQUIRE(request.sg_list[0].lkey == kLocal.lkey);
   }
-  REQUIRE(kinds(chain) == std::vector{RequestKind::Unsignaled, RequestKind::Unsignaled,
-                                      RequestKind::Final});
+  REQUIRE(kinds(chain) ==
+          std::vector{RequestKind::Unsignaled, RequestKind::Unsignaled, RequestKind::Final});
 }
 
 TEST_CASE("verbs: the immediate goes on the last request only, in network byte order") {
@@ -174,12 +174,12 @@ TEST_CASE("verbs: long chains are signaled every interval, the last request as t
   WorkRequests chain = translateWrite(write, kLocal, limits(1, 1 << 30, 4), kTicket);
   requireChained(chain);
   using K = RequestKind;
-  REQUIRE(kinds(chain) == std::vector{K::Unsignaled, K::Unsignaled, K::Unsignaled,
-                                      K::Intermediate, K::Unsignaled, K::Unsignaled,
-                                      K::Unsignaled, K::Intermediate, K::Unsignaled, K::Final});
+  REQUIRE(kinds(chain) == std::vector{K::Unsignaled, K::Unsignaled, K::Unsignaled, K::Intermediate,
+                                      K::Unsignaled, K::Unsignaled, K::Unsignaled, K::Intermediate,
+                                      K::Unsignaled, K::Final});
   // A chain of exactly the interval needs no intermediate.
-  WorkRequests four = translateWrite(rowsWrite(4, 64, 128, 256), kLocal, limits(1, 1 << 30, 4),
-                                     kTicket);
+  WorkRequests four =
+      translateWrite(rowsWrite(4, 64, 128, 256), kLocal, limits(1, 1 << 30, 4), kTicket);
   REQUIRE(kinds(four) == std::vector{K::Unsignaled, K::Unsignaled, K::Unsignaled, K::Final});
 }
 
@@ -297,8 +297,7 @@ TEST_CASE("verbs: writes outside their regions are refused, naming the write") {
 
   Write empty = rowsWrite(1, 0, 0, 0);
   empty.remoteOffset = kRemote.bytes + 1;
-  REQUIRE_THROWS_WITH(translateWrite(empty, kLocal, limits(), kTicket),
-                      Contains("remote region"));
+  REQUIRE_THROWS_WITH(translateWrite(empty, kLocal, limits(), kTicket), Contains("remote region"));
 
   Write wideKey = rowsWrite(1, 64, 0, 0);
   wideKey.remote.key = std::uint64_t{1} << 33;
@@ -312,8 +311,8 @@ using Clock = std::chrono::steady_clock;
 
 /// Polls both transports until `done` holds, for at most ten seconds; the events are kept.
 template <typename Done>
-void pollUntil(Transport &a, std::vector<Event> &eventsA, Transport &b,
-               std::vector<Event> &eventsB, Done done) {
+void pollUntil(Transport &a, std::vector<Event> &eventsA, Transport &b, std::vector<Event> &eventsB,
+               Done done) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (!done()) {
     REQUIRE(Clock::now() < deadline);

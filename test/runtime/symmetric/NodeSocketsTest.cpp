@@ -30,9 +30,9 @@
 
 using namespace mkc;
 using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
 using mkc::test::exitStatus;
 using mkc::test::spawn;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -44,7 +44,6 @@ std::string uniqueToken() {
   return "node-sockets-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
          std::to_string(Clock::now().time_since_epoch().count());
 }
-
 
 /// Runs `body`, which must throw an error whose message contains `expected`: for child processes,
 /// where Catch2's assertions do not reach the report.

@@ -16,8 +16,8 @@ namespace mlir::mk {
 /// "NAME=VALUE: RULE" where `value` lies outside [min, max], else nothing: the check of every
 /// bounded integer option, which the passes report on the program and checkPipelineOptions
 /// (mk/Pipeline.h) as a flag error.
-std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min,
-                                            int64_t max, const Twine &rule);
+std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min, int64_t max,
+                                            const Twine &rule);
 
 /// The most CTAs a persistent grid has: one per SM, with room to spare above every GPU so far
 /// (an H200 has 132 SMs, a B200 148).

@@ -109,10 +109,10 @@ public:
 private:
   /// Which shards of a sharded target the grid visits.
   enum class Shards {
-    none,       // the whole tensor
-    own,        // this rank's, along the placement's axis
-    held,       // the one `held_by` names
-    ofThisGpu,  // the shards of the ranks with this GPU index, one per node
+    none,      // the whole tensor
+    own,       // this rank's, along the placement's axis
+    held,      // the one `held_by` names
+    ofThisGpu, // the shards of the ranks with this GPU index, one per node
   };
 
   template <typename Ops>
@@ -170,10 +170,10 @@ tileOwner(Ops &ops, DistTensorType type, ArrayRef<typename Ops::Index> indices,
                        indices[d]);
     along = ops.rem(linear, ops.c(mesh.getWorldSize()));
   }
-  Index ownerNode = axis == MeshAxis::world ? ops.div(along, ops.c(mesh.getGpus()))
+  Index ownerNode = axis == MeshAxis::world   ? ops.div(along, ops.c(mesh.getGpus()))
                     : axis == MeshAxis::nodes ? along
                                               : node;
-  Index ownerGpu = axis == MeshAxis::world ? ops.rem(along, ops.c(mesh.getGpus()))
+  Index ownerGpu = axis == MeshAxis::world  ? ops.rem(along, ops.c(mesh.getGpus()))
                    : axis == MeshAxis::gpus ? along
                                             : gpu;
   return {ownerNode, ownerGpu};
@@ -194,8 +194,8 @@ typename Ops::Index TileWalk::indexAlong(Ops &ops, MeshAxis axis,
 }
 
 template <typename Ops>
-TileWalk::Bound<typename Ops::Index>
-TileWalk::bind(Ops &ops, const Place<typename Ops::Index> &place) const {
+TileWalk::Bound<typename Ops::Index> TileWalk::bind(Ops &ops,
+                                                    const Place<typename Ops::Index> &place) const {
   Bound<typename Ops::Index> bound;
   if (shards == Shards::held)
     bound.firstShard = *place.holder;
@@ -204,10 +204,10 @@ TileWalk::bind(Ops &ops, const Place<typename Ops::Index> &place) const {
   if (stride != 1)
     bound.strideOffset = indexAlong(ops, strideAxis, place);
   int64_t total = (shards == Shards::ofThisGpu ? mesh.getNodes() : 1) * perShard;
-  bound.positions = stride == 1 || ownedInOrder
-                        ? ops.c(total)
-                        : ops.div(ops.sub(ops.c(total + stride - 1), *bound.strideOffset),
-                                  ops.c(stride));
+  bound.positions =
+      stride == 1 || ownedInOrder
+          ? ops.c(total)
+          : ops.div(ops.sub(ops.c(total + stride - 1), *bound.strideOffset), ops.c(stride));
   return bound;
 }
 
@@ -236,8 +236,8 @@ TileWalk::tileAt(Ops &ops, const Bound<typename Ops::Index> &bound, typename Ops
   }
   // The round-robin owner of a tile is defined on the row-major index.
   Tile<Index, typename Ops::Bool> tile;
-  tile.coords = decode(ops, inShard, stride == 1 || ownedInOrder ? order : TileOrderAttr(),
-                       rotation);
+  tile.coords =
+      decode(ops, inShard, stride == 1 || ownedInOrder ? order : TileOrderAttr(), rotation);
   if (ownedInOrder) {
     Index linear = tile.coords[0];
     for (int64_t d = 1; d < rank; ++d)

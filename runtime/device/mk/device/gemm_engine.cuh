@@ -81,8 +81,10 @@ __device__ __forceinline__ bool gemm_is_producer();
 
 /// Hands registers from the producer warpgroup to the consumers; called first in each branch.
 /// In the producer's, warps 1-3 serve as the senders until the consumers' gemm_finish.
-template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e);
-template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
+template <typename Config>
+__device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e);
+template <typename Config>
+__device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
 
 /// Producer: streams A[m0 .. m0+128, 0 .. 64 k_blocks) and the matching B panel of columns
 /// n0 .. n0+BN into the ring.
@@ -104,10 +106,12 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 /// columns at a time through TMA stores issued by team thread 0. The stores are complete, and
 /// published, before that thread's next signal (mk::signal and gemm_signal wait for them).
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
+                                           const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1);
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
+                                           const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2);
 
 /// Consumers: as gemm_store into a 2-D tensor, but adds the tile to what it holds, element by
@@ -123,18 +127,17 @@ __device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
 /// element `offset` of their mappings of `tensor` (rows `ld` elements apart). A tile the
 /// tensor's edges cut goes through TMA and maps[gpu], which mask it.
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                                                const mk_tensor_map *maps, int me, int begin,
-                                                int end, int gpus, const mk_tensor_ref *tensor,
-                                                long long offset, int ld, int rows, int cols,
-                                                int c0, int c1);
+__device__ __forceinline__ void
+gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                const mk_tensor_map *maps, int me, int begin, int end, int gpus,
+                const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols, int c0,
+                int c1);
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
-                                                    const GemmAccumulator<Config> &acc,
-                                                    const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, const mk_tensor_ref *tensor,
-                                                    long long offset, int ld, int rows, int cols,
-                                                    int c0, int c1);
+__device__ __forceinline__ void
+gemm_store_add_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                    const mk_tensor_map *maps, int me, int begin, int end, int gpus,
+                    const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
+                    int c0, int c1);
 
 /// Consumers: an arrival on `flag` once the stores issued so far have completed, raised by the
 /// senders (after TMA stores of the consumers, only once those complete: at the next tile's
@@ -151,7 +154,8 @@ __device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_
                                                 mk_u32 target);
 
 /// Consumers: releases the flags gemm_signal holds back; call before waiting on any flag.
-template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);
+template <typename Config>
+__device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);
 
 /// Consumers, after their last tile: releases the flags held back, stops the senders once they
 /// are done, and waits for the outstanding stores, which read shared memory.

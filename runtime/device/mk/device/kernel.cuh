@@ -23,9 +23,7 @@ namespace mk {
 /// One tensor of the program as this kernel sees it: a reference into the kernel's parameters,
 /// which are __grid_constant__, so that indexing the peer table by a run-time GPU index reads it
 /// in place instead of copying it to local memory.
-template <typename T> struct Tensor {
-  const mk_tensor_ref *ref;
-};
+template <typename T> struct Tensor { const mk_tensor_ref *ref; };
 
 /// Tensor `index` of the launch (arguments first, then mk.buffer allocations).
 template <typename T>
@@ -42,7 +40,8 @@ template <typename T> __device__ __forceinline__ const mk_tensor_ref *tensor_ref
 template <typename T> __device__ __forceinline__ T *at(Tensor<T> t, int64_t offset) {
   return static_cast<T *>(t.ref->local) + offset;
 }
-template <typename T> __device__ __forceinline__ T *at_peer(Tensor<T> t, int64_t gpu, int64_t offset) {
+template <typename T>
+__device__ __forceinline__ T *at_peer(Tensor<T> t, int64_t gpu, int64_t offset) {
   return static_cast<T *>(t.ref->peer[gpu]) + offset;
 }
 
@@ -65,7 +64,7 @@ __device__ __forceinline__ mk_u32 *flag_local(const mk_kernel_args &args, int64_
   return args.flags + offset;
 }
 __device__ __forceinline__ mk_u32 *flag_gpu(const mk_kernel_args &args, int64_t gpu,
-                                             int64_t offset) {
+                                            int64_t offset) {
   return args.flags_peer[gpu] + offset;
 }
 
@@ -132,10 +131,10 @@ __device__ __forceinline__ mk_u64 net_flag_offset(const mk_kernel_args &args, in
 /// Asks the proxy to copy `rows` rows of `row_bytes` from tensor `src_tensor` to tensor
 /// `dst_tensor` of the same GPU index of node `node` (both symmetric), and then, with `flag` !=
 /// MK_NO_FLAG, to add an arrival to that flag there. Offsets and pitches in bytes.
-__device__ __forceinline__ void remote_put(const mk_kernel_args &args, int64_t node,
-                                           int src_tensor, int64_t src_offset, int dst_tensor,
-                                           int64_t dst_offset, int rows, int row_bytes,
-                                           int64_t src_pitch, int64_t dst_pitch, mk_u32 flag) {
+__device__ __forceinline__ void remote_put(const mk_kernel_args &args, int64_t node, int src_tensor,
+                                           int64_t src_offset, int dst_tensor, int64_t dst_offset,
+                                           int rows, int row_bytes, int64_t src_pitch,
+                                           int64_t dst_pitch, mk_u32 flag) {
   mk_command command = {};
   command.op = flag == MK_NO_FLAG ? MK_CMD_PUT : MK_CMD_PUT_SIGNAL;
   command.view = MK_VIEW_HEAP;
@@ -155,7 +154,7 @@ __device__ __forceinline__ void remote_put(const mk_kernel_args &args, int64_t n
 /// An arrival on flag `offset` of the same GPU index of node `node`, after this rank's earlier
 /// remote puts to it.
 __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t node,
-                                           int64_t offset) {
+                                            int64_t offset) {
   mk_command command = {};
   command.op = MK_CMD_SIGNAL;
   command.dst_node = static_cast<mk_u32>(node);

@@ -75,9 +75,8 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
 /// accumulate_tiles converted to Out (of T's size) and kept as this thread's chunks, for a result
 /// that is only stored: no shared memory, no barriers, and no register tile to hold.
 template <Reduce kOp, typename Out, typename T, int R, int C>
-__device__ __forceinline__ ChunkTile<Out, R, C> accumulate_chunks(const T *src,
-                                                                  long long slot_stride, int slots,
-                                                                  long long ld, int rows, int cols);
+__device__ __forceinline__ ChunkTile<Out, R, C>
+accumulate_chunks(const T *src, long long slot_stride, int slots, long long ld, int rows, int cols);
 
 /// Writes the `rows` x `cols` part of `t` to `dst`, each thread its own chunks.
 template <typename T, int R, int C>

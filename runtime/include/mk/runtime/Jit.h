@@ -38,9 +38,9 @@
 #ifndef MK_RUNTIME_JIT_H
 #define MK_RUNTIME_JIT_H
 
-#include "mk/abi.h"
 #include "mk/Pipeline.h"
 #include "mk/Target/Nvrtc.h"
+#include "mk/abi.h"
 #include "mk/runtime/CudaDriver.h"
 
 #include <atomic>
@@ -166,7 +166,8 @@ private:
   /// or as values of T.
   std::string readGlobal(const std::string &kernel, const char *field) const;
   std::string readText(const std::string &kernel, const char *field) const;
-  template <typename T> std::vector<T> readArray(const std::string &kernel, const char *field) const;
+  template <typename T>
+  std::vector<T> readArray(const std::string &kernel, const char *field) const;
   template <typename T> T readScalar(const std::string &kernel, const char *field) const;
 
   const cuda::Driver &driver_;

@@ -234,8 +234,8 @@ public:
   /// Every thread of the CTA: the team's threads reduce, the others publish (tma_publish).
   __device__ explicit TmaReduce(void *smem)
       : tiles_(0), batches_(0),
-        smem_(static_cast<unsigned char *>(smem) + (((ptx::smem_address(smem) + 1023) & ~1023u) -
-                                                    ptx::smem_address(smem))),
+        smem_(static_cast<unsigned char *>(smem) +
+              (((ptx::smem_address(smem) + 1023) & ~1023u) - ptx::smem_address(smem))),
         base_(ptx::smem_address(smem_)) {
     if (threadIdx.x == 0) {
       for (int b = 0; b < 6; ++b)

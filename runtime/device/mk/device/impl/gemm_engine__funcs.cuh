@@ -73,14 +73,12 @@ template <typename T, int BN, int kEpilogueBuffers>
 __host__ __device__ constexpr int gemm_max_stages() {
   using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1>;
   // Each stage takes its slice of A and B and two barriers.
-  const int stages = (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) /
-                     (Two::kStageBytes + 16);
+  const int stages =
+      (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) / (Two::kStageBytes + 16);
   return stages < 8 ? stages : 8;
 }
 
-template <typename Config> struct GemmAccumulator {
-  float d[Config::BN / 2];
-};
+template <typename Config> struct GemmAccumulator { float d[Config::BN / 2]; };
 
 template <typename Config> class GemmEngine {
 public:
@@ -154,9 +152,7 @@ public:
   __device__ mk_u32 send_ready(int job) const {
     return base_ + Config::kSendBarriersOffset + job % Config::kSendSlots * 8;
   }
-  __device__ mk_u32 send_done(int job) const {
-    return send_ready(job) + Config::kSendSlots * 8;
-  }
+  __device__ mk_u32 send_done(int job) const { return send_ready(job) + Config::kSendSlots * 8; }
   /// The count of the jobs posted (the same in every consumer thread: they post together), and
   /// where team thread 0 keeps the last job that reads each epilogue buffer (-1: none yet; an
   /// older job is done once kSendSlots more are posted).
@@ -191,11 +187,11 @@ enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSe
 
 /// A send job, as its slot in shared memory holds it.
 struct SendJob {
-  mk_u64 target;              // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal, kSendWait)
-  mk_u64 offset;              // elements from the start of each GPU's part to the chunk's first,
-                              // or the count the flag must reach (kSendWait)
-  const mk_tensor_map *map;   // this GPU's copy, through TMA at (c0, c1), or null
-  mk_u32 ld;                  // elements between rows
+  mk_u64 target; // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal, kSendWait)
+  mk_u64 offset; // elements from the start of each GPU's part to the chunk's first,
+                 // or the count the flag must reach (kSendWait)
+  const mk_tensor_map *map; // this GPU's copy, through TMA at (c0, c1), or null
+  mk_u32 ld;                // elements between rows
   mk_u32 c0, c1;
   unsigned char kind, buffer;
   unsigned char peers, unused; // a mask of the other GPUs to write
@@ -205,13 +201,15 @@ static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
 
 /// Waits until the senders are done with job `job` (one of the last kSendSlots posted, so that
 /// its slot's barrier has not moved on).
-template <typename Config> __device__ __forceinline__ void wait_sent(GemmEngine<Config> &e, int job) {
+template <typename Config>
+__device__ __forceinline__ void wait_sent(GemmEngine<Config> &e, int job) {
   ptx::mbarrier_wait(e.send_done(job), (job / Config::kSendSlots) & 1);
 }
 
 /// Team thread 0: waits until the senders are past the last wait job it posted, so that its own
 /// writes (TMA stores) follow that wait too.
-template <typename Config> __device__ __forceinline__ void await_deferred_waits(GemmEngine<Config> &e) {
+template <typename Config>
+__device__ __forceinline__ void await_deferred_waits(GemmEngine<Config> &e) {
   const int job = e.wait_job();
   if (job >= 0 && job >= e.sends() - Config::kSendSlots) {
     wait_sent(e, job);
@@ -274,7 +272,8 @@ __device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &
 /// (theirs, and the consumers' that have completed) is visible.
 template <typename Config>
 __device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag) {
-  post_send(e, SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
+  post_send(e,
+            SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
 }
 
 /// The senders' part of a chunk: its 128 rows of 128 bytes, read from the 128-byte swizzled
@@ -366,7 +365,8 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
 
 __device__ __forceinline__ bool gemm_is_producer() { return threadIdx.x < 128; }
 
-template <typename Config> __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e) {
+template <typename Config>
+__device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e) {
   ptx::setmaxnreg_dec<Config::kProducerRegisters>();
   // Warps 1-3 are the senders until gemm_finish; then, as the rest of warp 0, they pass through
   // the producer's loop.
@@ -374,7 +374,8 @@ template <typename Config> __device__ __forceinline__ void gemm_producer_begin(G
     detail::serve_sends(e);
 }
 
-template <typename Config> __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
+template <typename Config>
+__device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
   ptx::setmaxnreg_inc<Config::kConsumerRegisters>();
 }
 
@@ -420,7 +421,8 @@ __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *fl
 
 /// Hands the pending flags to the senders: the stores before them have completed by now (a
 /// tile's mainloop later), or are waited for here.
-template <typename Config> __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e) {
+template <typename Config>
+__device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e) {
   if (e.pending_signals() == 0)
     return;
   if (team_thread() == 0) {
@@ -485,7 +487,8 @@ __device__ __forceinline__ mk_u64 b_descriptor(const GemmEngine<Config> &e, int 
   return ptx::wgmma_descriptor(e.b(s) + kk * 16 * 128, Config::BK * 128, 1024);
 }
 
-template <typename Config> __device__ __forceinline__ void release(const GemmEngine<Config> &e, int s) {
+template <typename Config>
+__device__ __forceinline__ void release(const GemmEngine<Config> &e, int s) {
   const int lane = threadIdx.x % 32;
   if constexpr (Config::kCluster == 1) {
     if (lane == 0)
@@ -515,8 +518,8 @@ template <> struct PairOfOut<f16> {
 /// 128-byte swizzled, as the output map expects), then hands the buffer to `store`, which every
 /// consumer thread calls (TMA stores are team thread 0's; the senders' jobs everyone's).
 template <typename Out, typename Config, typename Store>
-__device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                                             Store store) {
+__device__ __forceinline__ void store_chunks(GemmEngine<Config> &e,
+                                             const GemmAccumulator<Config> &acc, Store store) {
   // The previous tile's flags wait no longer than this tile's mainloop.
   gemm_flush_signals(e);
   const int wg = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -537,7 +540,8 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmAc
       for (int half = 0; half < 2; ++half) {
         const int r = row + 8 * half;
         const mk_u32 offset = r * 128 + ((j ^ (r % 8)) << 4) + (lane % 4) * 4;
-        const mk_u32 packed = PairOfOut<Out>::pack(acc.d[4 * f + 2 * half], acc.d[4 * f + 2 * half + 1]);
+        const mk_u32 packed =
+            PairOfOut<Out>::pack(acc.d[4 * f + 2 * half], acc.d[4 * f + 2 * half + 1]);
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(buffer + offset), "r"(packed) : "memory");
       }
     }
@@ -580,7 +584,8 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 }
 
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
+                                           const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
@@ -590,7 +595,8 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
 }
 
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
+                                           const GemmAccumulator<Config> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
@@ -604,12 +610,11 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmAccu
 /// the senders, at element `offset` of each GPU's part of `tensor`, rows `ld` elements apart; a
 /// tile cut by the tensor's edges (or without `tensor`) through TMA and maps[gpu], which mask it.
 template <typename Out, bool kAdd, typename Config>
-__device__ __forceinline__ void gemm_store_to_gpus(GemmEngine<Config> &e,
-                                                   const GemmAccumulator<Config> &acc,
-                                                   const mk_tensor_map *maps, int me, int begin,
-                                                   int end, int gpus, const mk_tensor_ref *tensor,
-                                                   long long offset, int ld, int rows, int cols,
-                                                   int c0, int c1) {
+__device__ __forceinline__ void
+gemm_store_to_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                   const mk_tensor_map *maps, int me, int begin, int end, int gpus,
+                   const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
+                   int c0, int c1) {
   if (tensor && rows == Config::BM && cols == Config::BN) {
     unsigned char peers = 0;
     const mk_tensor_map *local = nullptr;
@@ -652,21 +657,20 @@ __device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
   gemm_store_to_gpus<Out, true>(e, acc, map, 0, 0, 1, 1, nullptr, 0, 0, 0, 0, c0, c1);
 }
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                                                const mk_tensor_map *maps, int me, int begin,
-                                                int end, int gpus, const mk_tensor_ref *tensor,
-                                                long long offset, int ld, int rows, int cols,
-                                                int c0, int c1) {
+__device__ __forceinline__ void
+gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                const mk_tensor_map *maps, int me, int begin, int end, int gpus,
+                const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols, int c0,
+                int c1) {
   gemm_store_to_gpus<Out, false>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
                                  c0, c1);
 }
 template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_add_gpus(GemmEngine<Config> &e,
-                                                    const GemmAccumulator<Config> &acc,
-                                                    const mk_tensor_map *maps, int me, int begin,
-                                                    int end, int gpus, const mk_tensor_ref *tensor,
-                                                    long long offset, int ld, int rows, int cols,
-                                                    int c0, int c1) {
+__device__ __forceinline__ void
+gemm_store_add_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
+                    const mk_tensor_map *maps, int me, int begin, int end, int gpus,
+                    const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
+                    int c0, int c1) {
   gemm_store_to_gpus<Out, true>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
                                 c0, c1);
 }

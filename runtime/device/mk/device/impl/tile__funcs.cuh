@@ -386,10 +386,9 @@ __device__ __forceinline__ Tile<float, R, C> accumulate_tiles(const T *src, long
 }
 
 template <Reduce kOp, typename Out, typename T, int R, int C>
-__device__ __forceinline__ ChunkTile<Out, R, C> accumulate_chunks(const T *src,
-                                                                  long long slot_stride, int slots,
-                                                                  long long ld, int rows,
-                                                                  int cols) {
+__device__ __forceinline__ ChunkTile<Out, R, C>
+accumulate_chunks(const T *src, long long slot_stride, int slots, long long ld, int rows,
+                  int cols) {
   static_assert(sizeof(T) == sizeof(Out), "chunks of the same elements in and out");
   using Vector = detail::Vector<Out>;
   ChunkTile<Out, R, C> t;

@@ -7,8 +7,9 @@
 // (a batch of copies, then a batch of stores ending with a counter the proxy reads): per
 // operation, a driver call costs more than a tile takes on the wire. Within a flush, copies run
 // in any order, but every store follows every copy; a copy overlapping the destination of one
-// already gathered flushes first, so copies to one place keep their order. Without a GPU (makeHostMemory: the proxy's tests,
-// where a host thread plays the kernel) the same operations happen at once.
+// already gathered flushes first, so copies to one place keep their order. Without a GPU
+// (makeHostMemory: the proxy's tests, where a host thread plays the kernel) the same operations
+// happen at once.
 //
 // Addresses are plain 64-bit addresses of this process: device pointers, or host pointers of
 // pinned memory (unified addressing lets one copy take either).

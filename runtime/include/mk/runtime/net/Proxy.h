@@ -1,4 +1,5 @@
-//===- mk/runtime/net/Proxy.h - the host thread that carries kernels' commands over the network ---*- C++ -*-===//
+//===- mk/runtime/net/Proxy.h - the host thread that carries kernels' commands over the network
+//---*- C++ -*-===//
 //
 // One proxy per rank: a busy-polling thread (pinned to CPUs near the GPU) that reads the rank's
 // command queue (mk/queue.h), turns commands into writes of a Transport, and delivers each flag
@@ -70,14 +71,14 @@ struct HeapBlock {
 };
 
 struct ProxyOptions {
-  std::uint32_t queueCapacity = 4096;   ///< commands in the ring (a power of two)
-  std::size_t stagingBytes = 1 << 20;   ///< the queue's staging area
+  std::uint32_t queueCapacity = 4096; ///< commands in the ring (a power of two)
+  std::size_t stagingBytes = 1 << 20; ///< the queue's staging area
   enum class Protocol { Automatic, Direct, Staged } protocol = Protocol::Automatic;
-  std::size_t slotBytes = 1 << 20;      ///< staged: a slot's headers (1 KiB) and payloads
-  std::uint32_t slotsPerPeer = 16;      ///< staged: slots each node keeps for each other node
-  std::uint32_t maxInFlight = 256;      ///< writes posted and not completed, at most
+  std::size_t slotBytes = 1 << 20; ///< staged: a slot's headers (1 KiB) and payloads
+  std::uint32_t slotsPerPeer = 16; ///< staged: slots each node keeps for each other node
+  std::uint32_t maxInFlight = 256; ///< writes posted and not completed, at most
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
-  std::vector<int> cpus;                ///< where the proxy thread runs; empty: anywhere
+  std::vector<int> cpus; ///< where the proxy thread runs; empty: anywhere
   /// Run by the proxy's thread every millisecond or so; what it throws stops the proxy like a
   /// network error. The runtime checks there that its launches keep finishing: a kernel waiting
   /// for a node that died without a write in flight would otherwise wait forever.

@@ -99,10 +99,10 @@ struct Event {
     Failed,    ///< a posted write failed
   };
   Kind kind = Kind::Completed;
-  std::uint64_t context = 0;  ///< Completed, Failed: the write's
-  int peer = -1;              ///< the peer written (Completed, Failed) or writing (Arrived), -1 if unknown
+  std::uint64_t context = 0; ///< Completed, Failed: the write's
+  int peer = -1; ///< the peer written (Completed, Failed) or writing (Arrived), -1 if unknown
   std::uint32_t immediate = 0; ///< Arrived
-  std::string error;          ///< Failed: what went wrong, naming the peer
+  std::string error;           ///< Failed: what went wrong, naming the peer
 };
 
 class Transport {
@@ -147,7 +147,8 @@ struct GpuPlace {
 };
 
 /// The backend called `name` ("fabric", "verbs", "emulated": that one needs `gpu`); throws
-/// NetworkError when it cannot be used here (e.g. "verbs: no RDMA device (ibv_get_device_list: Function not implemented)").
+/// NetworkError when it cannot be used here (e.g. "verbs: no RDMA device (ibv_get_device_list:
+/// Function not implemented)").
 std::unique_ptr<Transport> makeTransport(const std::string &name, const TransportConfig &config,
                                          const GpuPlace *gpu = nullptr);
 
