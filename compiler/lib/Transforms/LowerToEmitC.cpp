@@ -9,18 +9,18 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/Transforms/Passes.h"
 #include "mk/Transforms/GemmEngine.h"
+#include "mk/Transforms/Passes.h"
 #include "mk/Transforms/TileWalk.h"
 
 #include "mk/IR/MkOps.h"
 
 #include "mlir/Conversion/ArithToEmitC/ArithToEmitC.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToEmitC/SCFToEmitC.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/EmitC/Transforms/TypeConversions.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -93,11 +93,15 @@ struct KernelLayout {
     if (element.isBF16())
       return "MK_MAP_ELEMENT_BF16";
     if (isa<FloatType>(element) && bits >= 16)
-      return bits == 16 ? "MK_MAP_ELEMENT_F16" : bits == 32 ? "MK_MAP_ELEMENT_F32" : "MK_MAP_ELEMENT_F64";
+      return bits == 16   ? "MK_MAP_ELEMENT_F16"
+             : bits == 32 ? "MK_MAP_ELEMENT_F32"
+                          : "MK_MAP_ELEMENT_F64";
     if (element.isInteger(32))
       return "MK_MAP_ELEMENT_I32";
-    return bits == 8 ? "MK_MAP_ELEMENT_U8" : bits == 16 ? "MK_MAP_ELEMENT_U16"
-           : bits == 32 ? "MK_MAP_ELEMENT_U32" : "MK_MAP_ELEMENT_U64";
+    return bits == 8    ? "MK_MAP_ELEMENT_U8"
+           : bits == 16 ? "MK_MAP_ELEMENT_U16"
+           : bits == 32 ? "MK_MAP_ELEMENT_U32"
+                        : "MK_MAP_ELEMENT_U64";
   }
 
   /// The index of the map over tensor `index` (of `type`) held by this rank (no `gpu`) or by GPU
@@ -153,33 +157,39 @@ std::string elementName(Type type) {
 
 std::string tileName(TileType tile) {
   ArrayRef<int64_t> shape = tile.getShape();
-  return "mk::Tile<" + elementName(tile.getElementType()) + ", " + std::to_string(shape[0]) +
-         ", " + std::to_string(shape.size() > 1 ? shape[1] : 1) + ">";
+  return "mk::Tile<" + elementName(tile.getElementType()) + ", " + std::to_string(shape[0]) + ", " +
+         std::to_string(shape.size() > 1 ? shape[1] : 1) + ">";
 }
 
 /// Index arithmetic on size_t, in EmitC, folded where it is constant. Used inside conversion
 /// patterns, whose operands are already converted.
 class Arith {
 public:
-  Arith(OpBuilder &b, Location loc) : b(b), loc(loc), sizeT(emitc::SizeTType::get(b.getContext())) {}
+  Arith(OpBuilder &b, Location loc)
+      : b(b), loc(loc), sizeT(emitc::SizeTType::get(b.getContext())) {}
 
   Value constant(int64_t value) {
     return emitc::ConstantOp::create(b, loc, sizeT, b.getIndexAttr(value));
   }
   Value add(Value x, Value y) {
-    return fold(x, y, std::plus<int64_t>(), 0, 0, [&] { return emitc::AddOp::create(b, loc, sizeT, x, y).getResult(); });
+    return fold(x, y, std::plus<int64_t>(), 0, 0,
+                [&] { return emitc::AddOp::create(b, loc, sizeT, x, y).getResult(); });
   }
   Value sub(Value x, Value y) {
-    return fold(x, y, std::minus<int64_t>(), std::nullopt, 0, [&] { return emitc::SubOp::create(b, loc, sizeT, x, y).getResult(); });
+    return fold(x, y, std::minus<int64_t>(), std::nullopt, 0,
+                [&] { return emitc::SubOp::create(b, loc, sizeT, x, y).getResult(); });
   }
   Value mul(Value x, Value y) {
-    return fold(x, y, std::multiplies<int64_t>(), 1, 1, [&] { return emitc::MulOp::create(b, loc, sizeT, x, y).getResult(); });
+    return fold(x, y, std::multiplies<int64_t>(), 1, 1,
+                [&] { return emitc::MulOp::create(b, loc, sizeT, x, y).getResult(); });
   }
   Value div(Value x, Value y) {
-    return fold(x, y, std::divides<int64_t>(), std::nullopt, 1, [&] { return emitc::DivOp::create(b, loc, sizeT, x, y).getResult(); });
+    return fold(x, y, std::divides<int64_t>(), std::nullopt, 1,
+                [&] { return emitc::DivOp::create(b, loc, sizeT, x, y).getResult(); });
   }
   Value rem(Value x, Value y) {
-    return fold(x, y, std::modulus<int64_t>(), std::nullopt, std::nullopt, [&] { return emitc::RemOp::create(b, loc, sizeT, x, y).getResult(); });
+    return fold(x, y, std::modulus<int64_t>(), std::nullopt, std::nullopt,
+                [&] { return emitc::RemOp::create(b, loc, sizeT, x, y).getResult(); });
   }
   Value min(Value x, Value y) {
     auto smaller = [](int64_t p, int64_t q) { return std::min(p, q); };
@@ -254,13 +264,11 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
   for (const std::string &arg : templateArgs)
     templateAttrs.push_back(emitc::OpaqueAttr::get(b.getContext(), arg));
   return emitc::CallOpaqueOp::create(b, loc, results, callee, operands, b.getArrayAttr(argAttrs),
-                                     templateAttrs.empty() ? ArrayAttr() : b.getArrayAttr(templateAttrs));
+                                     templateAttrs.empty() ? ArrayAttr()
+                                                           : b.getArrayAttr(templateAttrs));
 }
 
-Value kernelArgs(Operation *op) {
-  return op->getParentOfType<emitc::FuncOp>().getArgument(0);
-}
-
+Value kernelArgs(Operation *op) { return op->getParentOfType<emitc::FuncOp>().getArgument(0); }
 
 /// A size_t as an index, for the structure lowered before the conversion.
 Value toIndex(OpBuilder &b, Location loc, Value v) {
@@ -271,13 +279,18 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
 // The GEMM engine
 //===----------------------------------------------------------------------===//
 
-/// How an op is lowered when it is not on its own: under the GEMM engine, "load" or "mma" (a
-/// matmul of the producer or the consumers), "store", "producer" (a producer's wait),
-/// "consumer" (a consumers' wait), "deferred" (a consumers' signal or wait the senders raise or
-/// wait on, in the order of the engine's writes); for a
-/// reduction that is only stored, "chunks" (the accumulate and its stores); "elide" (a
-/// conversion that the accumulate or the engine's store does).
+/// How an op is lowered when it is not on its own (mk::Lowering), carried on the op.
 constexpr StringLiteral kLoweringAttr = "mk.lowering";
+
+std::optional<Lowering> loweringOf(Operation *op) {
+  if (auto how = op->getAttrOfType<LoweringAttr>(kLoweringAttr))
+    return how.getValue();
+  return std::nullopt;
+}
+
+void setLowering(Operation *op, Lowering how) {
+  op->setAttr(kLoweringAttr, LoweringAttr::get(op->getContext(), how));
+}
 
 /// The engine's configuration (mk::GemmConfig's arguments) for `matmul`, if it can run there:
 /// 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256} tile
@@ -331,14 +344,14 @@ std::optional<std::string> engineConfig(MatmulOp matmul, int64_t stages) {
          ", " + buffers;
 }
 
-/// The mk::TmaReduce arguments for `accumulate` (marked "tma"): slots, source and result
+/// The mk::TmaReduce arguments for `accumulate` (marked Lowering::tma): slots, source and result
 /// elements, tile shape.
 std::string tmaReduceConfig(AccumulateOp accumulate) {
   TileType tile = accumulate.getResult().getType();
   DistTensorType source = accumulate.getSource().getType();
   auto convert = cast<ConvertOp>(*accumulate->user_begin());
-  return std::to_string(source.getShape()[0]) + ", " + elementName(source.getElementType()) +
-         ", " + elementName(convert.getResult().getType().getElementType()) + ", " +
+  return std::to_string(source.getShape()[0]) + ", " + elementName(source.getElementType()) + ", " +
+         elementName(convert.getResult().getType().getElementType()) + ", " +
          std::to_string(tile.getShape()[0]) + ", " + std::to_string(tile.getShape()[1]);
 }
 
@@ -376,31 +389,30 @@ void markReductions(Operation *root) {
     // The role's publisher raises flags on this node only, and serves one configuration.
     auto role = accumulate->getParentOfType<RoleOp>();
     if (tma && role) {
-      bool acrossNodes =
-          role.walk([](Operation *op) {
-                auto signal = dyn_cast<SignalOp>(op);
-                auto copy = dyn_cast<CopyOp>(op);
-                return (signal && signal.getScope() == PeerScope::node) ||
-                               (copy && copy.getScope() == PeerScope::node)
+      bool acrossNodes = role.walk([](Operation *op) {
+                               auto signal = dyn_cast<SignalOp>(op);
+                               auto copy = dyn_cast<CopyOp>(op);
+                               return (signal && signal.getScope() == PeerScope::node) ||
+                                              (copy && copy.getScope() == PeerScope::node)
+                                          ? WalkResult::interrupt()
+                                          : WalkResult::advance();
+                             })
+                             .wasInterrupted();
+      std::string config = tmaReduceConfig(accumulate);
+      bool other =
+          role.walk([&](AccumulateOp sibling) {
+                return loweringOf(sibling) == Lowering::tma && tmaReduceConfig(sibling) != config
                            ? WalkResult::interrupt()
                            : WalkResult::advance();
-              }).wasInterrupted();
-      std::string config = tmaReduceConfig(accumulate);
-      bool other = role.walk([&](AccumulateOp sibling) {
-                         auto how = sibling->getAttrOfType<StringAttr>(kLoweringAttr);
-                         return how && how.getValue() == "tma" &&
-                                        tmaReduceConfig(sibling) != config
-                                    ? WalkResult::interrupt()
-                                    : WalkResult::advance();
-                       }).wasInterrupted();
+              })
+              .wasInterrupted();
       tma = !acrossNodes && !other;
     }
-    MLIRContext *context = accumulate.getContext();
-    StringAttr how = StringAttr::get(context, tma ? "tma" : "chunks");
-    accumulate->setAttr(kLoweringAttr, how);
-    convert->setAttr(kLoweringAttr, StringAttr::get(context, "elide"));
+    Lowering how = tma ? Lowering::tma : Lowering::chunks;
+    setLowering(accumulate, how);
+    setLowering(convert, Lowering::elide);
     for (Operation *user : convert->getUsers())
-      user->setAttr(kLoweringAttr, how);
+      setLowering(user, how);
   });
 }
 
@@ -421,9 +433,9 @@ void signalAfterAllPuts(Operation *root) {
   SmallVector<scf::ForOp> loops;
   root->walk([&](scf::ForOp loop) {
     SmallVector<Operation *> effects = effectsOf(loop);
-    auto how = effects.empty() ? StringAttr() : effects[0]->getAttrOfType<StringAttr>(kLoweringAttr);
-    if (effects.size() == 2 && isa<PutOp>(effects[0]) && isa<SignalOp>(effects[1]) && how &&
-        (how.getValue() == "tma" || how.getValue() == "store"))
+    std::optional<Lowering> how = effects.empty() ? std::nullopt : loweringOf(effects[0]);
+    if (effects.size() == 2 && isa<PutOp>(effects[0]) && isa<SignalOp>(effects[1]) &&
+        (how == Lowering::tma || how == Lowering::store))
       loops.push_back(loop);
   });
   for (scf::ForOp loop : loops) {
@@ -451,9 +463,8 @@ void storeToGpusAtOnce(Operation *root, int64_t gpus) {
   root->walk([&](scf::ForOp loop) {
     SmallVector<Operation *> effects = effectsOf(loop);
     auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
-    auto how = put ? put->getAttrOfType<StringAttr>(kLoweringAttr) : StringAttr();
     DistTensorType dest = put ? put.getDest().getType() : DistTensorType();
-    if (!how || how.getValue() != "store" || put.getScope() != PeerScope::gpu ||
+    if (!put || loweringOf(put) != Lowering::store || put.getScope() != PeerScope::gpu ||
         dest.getPlacement().isSharded() || dest.getRank() != 2)
       return;
     auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
@@ -605,7 +616,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
       std::string element;
       llvm::raw_string_ostream(element) << type.getElementType();
       return emitError(tensor.getLoc())
-             << "a tensor with rows of " << rowElements << " " << element << " elements (" << bytes * rowElements
+             << "a tensor with rows of " << rowElements << " " << element << " elements ("
+             << bytes * rowElements
              << " bytes) on each rank: the device library moves rows in 16-byte pieces, so rows "
                 "must be a multiple of 16 bytes";
     }
@@ -624,8 +636,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
       return program.emitError() << "has a tensor of " << type.getElementType()
                                  << ", which has no CUDA lowering yet";
     auto opaque = emitc::OpaqueType::get(context, "mk::Tensor<" + element + ">");
-    Value ref = call(eb, loc, opaque, "mk::tensor", {args, std::to_string(index)}, {element})
-                    .getResult(0);
+    Value ref =
+        call(eb, loc, opaque, "mk::tensor", {args, std::to_string(index)}, {element}).getResult(0);
     auto cast = UnrealizedConversionCastOp::create(eb, loc, type, ref);
     tensor.replaceAllUsesWith(cast.getResult(0));
     layout.tensorIndex[cast.getResult(0)] = index;
@@ -650,13 +662,12 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     ArrayRef<int64_t> rows = copy.getRows(), cols = copy.getCols();
     layout.symmetricTensors |= 1u << tensor;
     layout.engineCopies.push_back(
-        llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}ull, {7}ull, {8}ull, {9}ull}",
-                      copy.getFrom(), copy.getTo(), tensor,
-                      layout.flagOffset.lookup(copy.getWait()) + copy.getWaitIndex(),
-                      copy.getCount(),
-                      layout.flagOffset.lookup(copy.getSignal()) + copy.getSignalIndex(),
-                      rows[0] * pitch + cols[0] * element, (cols[1] - cols[0]) * element,
-                      rows[1] - rows[0], pitch)
+        llvm::formatv(
+            "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}ull, {7}ull, {8}ull, {9}ull}", copy.getFrom(),
+            copy.getTo(), tensor, layout.flagOffset.lookup(copy.getWait()) + copy.getWaitIndex(),
+            copy.getCount(), layout.flagOffset.lookup(copy.getSignal()) + copy.getSignalIndex(),
+            rows[0] * pitch + cols[0] * element, (cols[1] - cols[0]) * element, rows[1] - rows[0],
+            pitch)
             .str());
     copy.erase();
   }
@@ -685,9 +696,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
          std::to_string(layout.cluster) + ", 1, 1)"}));
   // After the roles: they mark the engine's stores.
   WalkResult uncombinable = func.walk([](PutOp put) {
-    auto how = put->getAttrOfType<StringAttr>(kLoweringAttr);
     if (put.getCombine() &&
-        !(how && how.getValue() == "store" && put.getDest().getType().getRank() == 2)) {
+        !(loweringOf(put) == Lowering::store && put.getDest().getType().getRank() == 2)) {
       put.emitOpError() << "combines into its destination, which mkc lowers only from the GEMM "
                            "engine's epilogue into a rank-2 tensor";
       return WalkResult::interrupt();
@@ -754,8 +764,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     if (failed(cluster))
       return failure();
     layout.cluster = std::max(layout.cluster, *cluster);
-    return lowerEngineRole(branch, matmuls,
-                           *configs.begin() + ", " + std::to_string(*cluster));
+    return lowerEngineRole(branch, matmuls, *configs.begin() + ", " + std::to_string(*cluster));
   }
   for (MatmulOp matmul : matmuls)
     if (failed(checkTileLibraryMatmul(matmul)))
@@ -786,16 +795,15 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   // thread: the team reduces, the other warpgroup publishes.
   AccumulateOp reduction;
   team.getThenRegion().walk([&](AccumulateOp accumulate) {
-    auto how = accumulate->getAttrOfType<StringAttr>(kLoweringAttr);
-    if (!reduction && how && how.getValue() == "tma")
+    if (!reduction && loweringOf(accumulate) == Lowering::tma)
       reduction = accumulate;
   });
   if (reduction) {
     std::string type = "mk::TmaReduce<" + tmaReduceConfig(reduction) + ">";
     b.setInsertionPoint(member);
-    Value reducer =
-        call(b, loc, emitc::OpaqueType::get(branch.getContext(), type), type, {std::string("mk_smem")})
-            .getResult(0);
+    Value reducer = call(b, loc, emitc::OpaqueType::get(branch.getContext(), type), type,
+                         {std::string("mk_smem")})
+                        .getResult(0);
     layout.reducers.push_back(reducer);
     layout.smemNeeds.push_back(type + "::kBytes");
     call(idle, loc, {}, "mk::tma_publish", {reducer});
@@ -835,21 +843,20 @@ FailureOr<int64_t> StructureLowering::engineCluster(Location loc, ArrayRef<Matmu
 /// signals, waits and index arithmetic: ops that reach memory or flags through the engine's send
 /// ring, in order, or through TMA stores that wait for the ring.
 bool onlyEngineWritesFollow(WaitOp wait, ArrayRef<MatmulOp> matmuls) {
-  const MatmulOp *matmul = llvm::find_if(
-      matmuls, [&](MatmulOp m) { return m->getParentOp()->isAncestor(wait); });
+  const MatmulOp *matmul =
+      llvm::find_if(matmuls, [&](MatmulOp m) { return m->getParentOp()->isAncestor(wait); });
   if (matmul == matmuls.end())
     return false;
   auto throughEngine = [](Operation *op) {
     return !op->walk([](Operation *inner) {
-                auto how = inner->getAttrOfType<StringAttr>(kLoweringAttr);
-                bool engine = how && (how.getValue() == "store" || how.getValue() == "deferred");
+                std::optional<Lowering> how = loweringOf(inner);
+                bool engine = how == Lowering::store || how == Lowering::deferred;
                 return isMemoryEffectFree(inner) ||
                                isa<scf::IfOp, scf::ForOp, scf::YieldOp, WaitOp>(inner) ||
                                (isa<PutOp, StoreOp, SignalOp>(inner) && engine)
                            ? WalkResult::advance()
                            : WalkResult::interrupt();
-              })
-                .wasInterrupted();
+              }).wasInterrupted();
   };
   Operation *body = (*matmul)->getParentOp();
   for (Operation *op = wait; op != body; op = op->getParentOp())
@@ -879,17 +886,14 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
   Value isProducer = call(b, loc, b.getI1Type(), "mk::gemm_is_producer", {}).getResult(0);
   auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
   Block *producer = split.thenBlock(), *consumer = split.elseBlock();
-  for (Operation &op : llvm::make_early_inc_range(
-           llvm::make_range(std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
+  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+           std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
     op.moveBefore(consumer->getTerminator());
   OpBuilder pb(producer->getTerminator());
   IRMapping copies;
   for (Operation &op : consumer->without_terminator())
     pb.clone(op, copies);
 
-  auto mark = [&](Operation *op, StringRef what) {
-    op->setAttr(kLoweringAttr, StringAttr::get(context, what));
-  };
   // Producer: each tile loop keeps what leads to its matmul (index arithmetic, the waits for its
   // operands), which becomes the loads; everything else goes.
   SmallVector<Operation *> producerOps =
@@ -912,11 +916,11 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
       if (&before == matmul || isa<scf::YieldOp>(before) || isMemoryEffectFree(&before))
         continue;
       if (isa<WaitOp>(before) && before.getBlock() == body)
-        mark(&before, "producer");
+        setLowering(&before, Lowering::producer);
       else
         before.erase();
     }
-    mark(matmul, "load");
+    setLowering(matmul, Lowering::load);
   }
   // Consumers: their signals wait for the tile's stores to land only at the next tile (or wait),
   // unless the producer waits on flags too, which a held-back signal might hold up.
@@ -927,7 +931,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
       bool inTileLoop = llvm::any_of(
           matmuls, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
       if (signal.getScope() != PeerScope::node && inTileLoop)
-        mark(signal, "deferred");
+        setLowering(signal, Lowering::deferred);
     });
   }
   // Consumers: the waits before each matmul are the producer's; the matmul, its conversion and
@@ -939,11 +943,11 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
         op->erase();
       op = previous;
     }
-    mark(matmul, "mma");
+    setLowering(matmul, Lowering::mma);
     Operation *convert = *matmul->user_begin();
-    mark(convert, "elide");
+    setLowering(convert, Lowering::elide);
     for (Operation *store : convert->getUsers())
-      mark(store, "store");
+      setLowering(store, Lowering::store);
   }
   // Consumers: a wait in a tile loop that only the engine's stores and signals follow is left to
   // the senders, which serve those in order (on one node: across nodes, flags count what the
@@ -951,7 +955,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, ArrayRef<Matm
   if (!producerWaits)
     consumer->walk([&](WaitOp wait) {
       bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, matmuls);
-      mark(wait, defer ? "deferred" : "consumer");
+      setLowering(wait, defer ? Lowering::deferred : Lowering::consumer);
     });
   OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
   call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
@@ -1000,9 +1004,9 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
 
 /// Where an access lands in the memory of the rank it reaches.
 struct Address {
-  Value offset;       // elements from the start of that rank's part
-  int64_t ld = 1;     // elements between rows of the tile
-  Value rows, cols;   // the valid part of the tile
+  Value offset;     // elements from the start of that rank's part
+  int64_t ld = 1;   // elements between rows of the tile
+  Value rows, cols; // the valid part of the tile
   int64_t tileRows = 1, tileCols = 1;
   SmallVector<Value> start; // the first element along each dim
 };
@@ -1053,7 +1057,8 @@ protected:
       if (placement.shardsDim(d)) {
         Value along = placement.getAxis() == MeshAxis::world
                           ? a.add(a.mul(node, mesh.getGpus()), gpu)
-                          : placement.getAxis() == MeshAxis::nodes ? node : gpu;
+                      : placement.getAxis() == MeshAxis::nodes ? node
+                                                               : gpu;
         element = a.sub(element, a.mul(along, local[d]));
       }
       start[d] = element;
@@ -1106,7 +1111,8 @@ protected:
   }
   /// A pointer to tensor map `index` (a size_t) of the launch.
   Value tensorMapPointer(OpBuilder &b, Location loc, Operation *op, Value index) const {
-    auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
+    auto type =
+        emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
     return call(b, loc, type, "mk::tensor_map", {kernelArgs(op), index}).getResult(0);
   }
 
@@ -1128,7 +1134,8 @@ std::string tileTemplate(StringRef name, TileType tile) {
 
 struct PlaceLowering : LoweringPattern<PlaceOp> {
   using LoweringPattern::LoweringPattern;
-  LogicalResult matchAndRewrite(PlaceOp op, OpAdaptor, ConversionPatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(PlaceOp op, OpAdaptor,
+                                ConversionPatternRewriter &rewriter) const override {
     rewriter.replaceOp(op, {layout.node, layout.gpu});
     return success();
   }
@@ -1140,9 +1147,9 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     EmitCIndexOps ops{a};
-    auto [node, gpu] = tileOwner(ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()),
-                                 op.getTile(), op.getRowSlices(), layout.mesh, layout.node,
-                                 layout.gpu);
+    auto [node, gpu] =
+        tileOwner(ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()),
+                  op.getTile(), op.getRowSlices(), layout.mesh, layout.node, layout.gpu);
     rewriter.replaceOp(op, {node, gpu});
     return success();
   }
@@ -1163,10 +1170,11 @@ struct LoadLowering : LoweringPattern<LoadOp> {
     Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
     needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     Type result = getTypeConverter()->convertType(tile);
-    rewriter.replaceOp(op, call(rewriter, loc, result, "mk::load_tile",
-                                {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
-                                {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
-                                 std::to_string(tile.getShape()[1])}));
+    rewriter.replaceOp(op,
+                       call(rewriter, loc, result, "mk::load_tile",
+                            {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                            {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
+                             std::to_string(tile.getShape()[1])}));
     return success();
   }
 };
@@ -1181,7 +1189,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     TileType tile = op.getValue().getType();
     if (tile.getRank() != 2)
       return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
-    StringAttr how = op->template getAttrOfType<StringAttr>(kLoweringAttr);
+    std::optional<Lowering> how = loweringOf(op.getOperation());
     Value node = this->layout.node, gpu = this->layout.gpu;
     Value peer;
     if constexpr (std::is_same_v<OpT, PutOp>) {
@@ -1191,12 +1199,12 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
       }
     }
     DistTensorType type = op.getDest().getType();
-    Address at = this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(),
-                               node, gpu);
-    if (how && (how.getValue() == "store" || how.getValue() == "tma"))
+    Address at =
+        this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(), node, gpu);
+    if (how == Lowering::store || how == Lowering::tma)
       return tmaStore(op, adaptor, rewriter, at, peer);
     Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
-    if (how && how.getValue() == "chunks") {
+    if (how == Lowering::chunks) {
       call(rewriter, loc, {}, "mk::store_chunks",
            {lookThroughCasts(adaptor.getValue()), dst, std::to_string(at.ld), at.rows, at.cols});
       rewriter.eraseOp(op);
@@ -1221,10 +1229,10 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     box.append(rank - 2, 1);
     auto gpuOffsets = op->template getAttrOfType<DenseI64ArrayAttr>(kGpuOffsetsAttr);
     Value map = gpuOffsets ? a.constant(this->layout.tensorMapsOfNode(type, tensor, box))
-                : peer     ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
-                           : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
+                : peer ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
+                       : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
     Value tile = lookThroughCasts(adaptor.getValue());
-    bool engine = op->template getAttrOfType<StringAttr>(kLoweringAttr).getValue() == "store";
+    bool engine = loweringOf(op.getOperation()) == Lowering::store;
     Value owner = engine ? this->engineFor(op) : this->ofRole(this->layout.reducers, op);
     SmallVector<CallArg> args = {owner, tile, this->tensorMapPointer(rewriter, loc, op, map)};
     if (gpuOffsets) {
@@ -1247,7 +1255,8 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     if (gpuOffsets)
       callee += "_gpus";
     if (engine)
-      call(rewriter, loc, {}, callee, args, {elementName(op.getValue().getType().getElementType())});
+      call(rewriter, loc, {}, callee, args,
+           {elementName(op.getValue().getType().getElementType())});
     else
       call(rewriter, loc, {}, "mk::tma_store_reduced", args);
     rewriter.eraseOp(op);
@@ -1303,8 +1312,8 @@ struct CopyLowering : LoweringPattern<CopyOp> {
     Value src = pointer(rewriter, loc, sourceType, adaptor.getSource(), from.offset);
     Value dst = pointer(rewriter, loc, destType, adaptor.getDest(), to.offset,
                         op.getScope() == PeerScope::gpu ? adaptor.getPeer() : Value());
-    SmallVector<CallArg> callArgs = {src, std::to_string(from.ld), dst, std::to_string(to.ld),
-                                     from.rows, from.cols};
+    SmallVector<CallArg> callArgs = {
+        src, std::to_string(from.ld), dst, std::to_string(to.ld), from.rows, from.cols};
     StringRef callee = "mk::copy_region";
     if (op.getLink() == Link::nvlink_bulk) {
       Value copier = ofRole(layout.bulkCopiers, op);
@@ -1349,27 +1358,28 @@ struct AccumulateLowering : LoweringPattern<AccumulateOp> {
     TileType result = tile;
     std::string element = elementName(type.getElementType());
     std::string kind = "mk::Reduce::" + stringifyReduceKind(op.getKind()).str();
-    std::string rows = std::to_string(tile.getShape()[0]), cols = std::to_string(tile.getShape()[1]);
-    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
-    if (how && how.getValue() == "tma") {
+    std::string rows = std::to_string(tile.getShape()[0]),
+                cols = std::to_string(tile.getShape()[1]);
+    std::optional<Lowering> how = loweringOf(op);
+    if (how == Lowering::tma) {
       Value reducer = ofRole(layout.reducers, op);
       int64_t map = layout.tensorMap(type, tensorIndex(op.getSource()), std::nullopt,
                                      {64, tile.getShape()[0], 1});
-      rewriter.replaceOp(
-          op, call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "mk::ReducedTile"),
-                   "mk::tma_reduce",
-                   {reducer, tensorMapPointer(rewriter, loc, op, a.constant(map)), at.start[2],
-                    at.start[1], at.start[0]},
-                   {kind}));
+      rewriter.replaceOp(op, call(rewriter, loc,
+                                  emitc::OpaqueType::get(rewriter.getContext(), "mk::ReducedTile"),
+                                  "mk::tma_reduce",
+                                  {reducer, tensorMapPointer(rewriter, loc, op, a.constant(map)),
+                                   at.start[2], at.start[1], at.start[0]},
+                                  {kind}));
       return success();
     }
     Value src = pointer(rewriter, loc, type, adaptor.getSource(), at.offset);
-    if (how) {
+    if (how == Lowering::chunks) {
       // Chunks of what the one conversion of the result produces.
       auto convert = cast<ConvertOp>(*op->user_begin());
       std::string out = elementName(convert.getResult().getType().getElementType());
-      auto chunks = emitc::OpaqueType::get(rewriter.getContext(),
-                                           "mk::ChunkTile<" + out + ", " + rows + ", " + cols + ">");
+      auto chunks = emitc::OpaqueType::get(rewriter.getContext(), "mk::ChunkTile<" + out + ", " +
+                                                                      rows + ", " + cols + ">");
       rewriter.replaceOp(
           op, call(rewriter, loc, chunks, "mk::accumulate_chunks",
                    {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
@@ -1403,21 +1413,22 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     int64_t lhsRank = lhsType.getRank(), rhsRank = rhsType.getRank();
     bool aTransposed = lhsK == lhsRank - 2, bTransposed = rhsK == rhsRank - 1;
     // The panels: tm rows by the whole K, and the whole K by tn columns.
-    Address lhs = address(a, lhsType, adaptor.getLhsIndices(), op.getLhsWholeDims(),
-                          aTransposed ? ArrayRef<int64_t>{1, tm} : ArrayRef<int64_t>{tm, 1},
-                          node, gpu);
-    Address rhs = address(a, rhsType, adaptor.getRhsIndices(), op.getRhsWholeDims(),
-                          bTransposed ? ArrayRef<int64_t>{tn, 1} : ArrayRef<int64_t>{1, tn},
-                          node, gpu);
+    Address lhs =
+        address(a, lhsType, adaptor.getLhsIndices(), op.getLhsWholeDims(),
+                aTransposed ? ArrayRef<int64_t>{1, tm} : ArrayRef<int64_t>{tm, 1}, node, gpu);
+    Address rhs =
+        address(a, rhsType, adaptor.getRhsIndices(), op.getRhsWholeDims(),
+                bTransposed ? ArrayRef<int64_t>{tn, 1} : ArrayRef<int64_t>{1, tn}, node, gpu);
     Value rows = aTransposed ? lhs.cols : lhs.rows;
     Value cols = bTransposed ? rhs.rows : rhs.cols;
     int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
-    if (auto engine = op->getAttrOfType<StringAttr>(kLoweringAttr)) {
+    if (std::optional<Lowering> engine = loweringOf(op)) {
       Value e = engineFor(op);
       std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
-      if (engine.getValue() == "mma") {
-        auto accumulator = emitc::OpaqueType::get(
-            rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" + layout.engineConfigs.lookup(e) + ">>");
+      if (*engine == Lowering::mma) {
+        auto accumulator = emitc::OpaqueType::get(rewriter.getContext(),
+                                                  "mk::GemmAccumulator<mk::GemmConfig<" +
+                                                      layout.engineConfigs.lookup(e) + ">>");
         rewriter.replaceOp(op, call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks}));
         return success();
       }
@@ -1457,7 +1468,7 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
   LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     // The engine converts as it stores.
-    if (op->hasAttr(kLoweringAttr)) {
+    if (loweringOf(op.getOperation())) {
       rewriter.replaceOp(op, lookThroughCasts(adaptor.getOperands().front()));
       return success();
     }
@@ -1474,9 +1485,9 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
     if constexpr (std::is_same_v<OpT, SplatOp>)
       templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
                       std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1)};
-    rewriter.replaceOp(op, call(rewriter, op.getLoc(),
-                                this->getTypeConverter()->convertType(result), name, args,
-                                templateArgs));
+    rewriter.replaceOp(op,
+                       call(rewriter, op.getLoc(), this->getTypeConverter()->convertType(result),
+                            name, args, templateArgs));
     return success();
   }
 
@@ -1503,17 +1514,17 @@ struct SignalLowering : LoweringPattern<SignalOp> {
     // Under a TMA reduction, the publisher raises the flag after the stores before it.
     if (Value reducer = ofRole(layout.reducers, op)) {
       auto flag = emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
-      Value pointer = op.getScope() == PeerScope::gpu
-                          ? call(rewriter, loc, flag, "mk::flag_gpu", {args, adaptor.getPeer(), offset})
-                                .getResult(0)
-                          : call(rewriter, loc, flag, "mk::flag_local", {args, offset}).getResult(0);
+      Value pointer =
+          op.getScope() == PeerScope::gpu
+              ? call(rewriter, loc, flag, "mk::flag_gpu", {args, adaptor.getPeer(), offset})
+                    .getResult(0)
+              : call(rewriter, loc, flag, "mk::flag_local", {args, offset}).getResult(0);
       call(rewriter, loc, {}, "mk::tma_signal", {reducer, pointer});
       rewriter.eraseOp(op);
       return success();
     }
     // The engine's consumers raise it after the tile's stores land, without waiting for them.
-    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
-    bool deferred = how && how.getValue() == "deferred";
+    bool deferred = loweringOf(op) == Lowering::deferred;
     switch (op.getScope()) {
     case PeerScope::self:
       if (deferred)
@@ -1543,14 +1554,14 @@ struct WaitLowering : LoweringPattern<WaitOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
-    auto how = op->getAttrOfType<StringAttr>(kLoweringAttr);
-    if (how && how.getValue() == "producer")
+    std::optional<Lowering> how = loweringOf(op);
+    if (how == Lowering::producer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
-    else if (how && how.getValue() == "consumer")
+    else if (how == Lowering::consumer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
-    else if (how && how.getValue() == "deferred")
+    else if (how == Lowering::deferred)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_defer_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else
@@ -1580,8 +1591,9 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
 
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
     Location loc = module.getLoc();
-    emitc::VerbatimOp::create(b, loc, "// Generated by mkc: one persistent kernel per program. "
-                                      "Launch with MK_CTA_THREADS threads per CTA.");
+    emitc::VerbatimOp::create(b, loc,
+                              "// Generated by mkc: one persistent kernel per program. "
+                              "Launch with MK_CTA_THREADS threads per CTA.");
     emitc::IncludeOp::create(b, loc, "mk/device/kernel.cuh", /*is_standard_include=*/false);
     emitc::VerbatimOp::create(b, loc, "extern __shared__ __align__(128) unsigned char mk_smem[];");
 

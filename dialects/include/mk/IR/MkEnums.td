@@ -70,6 +70,24 @@ def Mk_Link : I32EnumAttr<"Link", "the mechanism that carries a transfer", [
   let cppNamespace = "::mlir::mk";
 }
 
+def Mk_Lowering : I32EnumAttr<"Lowering",
+    "how mk-lower-to-emitc lowers an op that is not lowered on its own, decided before it rewrites "
+    "and carried on the op as `mk.lowering`", [
+    I32EnumAttrCase<"load", 0>,      // a matmul of the GEMM engine's producer: its TMA loads
+    I32EnumAttrCase<"mma", 1>,       // a matmul of the GEMM engine's consumers: their wgmma
+    I32EnumAttrCase<"store", 2>,     // a store or put of the engine's tile, by its senders
+    I32EnumAttrCase<"producer", 3>,  // a wait of the engine's producer
+    I32EnumAttrCase<"consumer", 4>,  // a wait of the engine's consumers
+    I32EnumAttrCase<"deferred", 5>,  // a consumers' signal or wait the senders raise or wait on,
+                                     // in the order of the engine's writes
+    I32EnumAttrCase<"tma", 6>,       // a reduction through the bulk tensor copy engine, and the
+                                     // stores and puts of its result
+    I32EnumAttrCase<"chunks", 7>,    // a reduction that is only stored, and its stores
+    I32EnumAttrCase<"elide", 8>,     // a conversion the accumulate or the engine's store does
+  ]> {
+  let cppNamespace = "::mlir::mk";
+}
+
 def Mk_PeerScope : I32EnumAttr<"PeerScope", "which rank a transfer or signal reaches", [
     I32EnumAttrCase<"self", 0>,   // this rank
     I32EnumAttrCase<"gpu", 1>,    // GPU g of this node
