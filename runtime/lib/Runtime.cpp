@@ -464,7 +464,6 @@ int Runtime::rank() const { return state_->group.rank(); }
 int Runtime::worldSize() const { return state_->group.worldSize(); }
 int Runtime::device() const { return state_->device; }
 CUcontext Runtime::context() const { return state_->context.context(); }
-Jit &Runtime::jit() { return state_->jit; }
 net::ProxyStatistics Runtime::networkStatistics() const {
   return state_->proxy ? state_->proxy->statistics() : net::ProxyStatistics{};
 }

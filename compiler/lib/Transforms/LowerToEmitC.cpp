@@ -12,6 +12,7 @@
 #include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/Passes.h"
 #include "mk/Transforms/TileWalk.h"
+#include "mk/abi.h"
 
 #include "mk/IR/MkOps.h"
 
@@ -42,8 +43,8 @@ using namespace mlir::mk;
 
 namespace {
 
-/// The tile library's team (MK_TEAM_THREADS of mk/abi.h), whose threads share chunked tiles.
-constexpr int64_t kTeamThreads = 256;
+/// The tile library's team, whose threads share chunked tiles.
+constexpr int64_t kTeamThreads = MK_TEAM_THREADS;
 
 /// What the lowering of one program decided, shared by its patterns.
 struct KernelLayout {
@@ -603,9 +604,10 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   SmallVector<Value> tensors(body.getArguments());
   for (BufferOp buffer : body.getOps<BufferOp>())
     tensors.push_back(buffer.getResult());
-  if (tensors.size() > 16)
+  if (tensors.size() > MK_MAX_TENSORS)
     return program.emitError() << "uses " << tensors.size()
-                               << " tensors, more than a kernel can take (16, MK_MAX_TENSORS)";
+                               << " tensors, more than a kernel can take (" << MK_MAX_TENSORS
+                               << ", MK_MAX_TENSORS)";
   layout.arguments = body.getNumArguments();
   for (auto [index, tensor] : llvm::enumerate(tensors)) {
     auto type = cast<DistTensorType>(tensor.getType());

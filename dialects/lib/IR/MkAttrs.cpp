@@ -2,6 +2,7 @@
 
 #include "mk/IR/MkAttrs.h"
 #include "mk/IR/MkDialect.h"
+#include "mk/abi.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -61,9 +62,9 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int
   if (!valid(nodes) || !valid(gpus))
     return emitError() << "a mesh needs at least one node and one GPU per node, got " << nodes
                        << "x" << gpus;
-  // The ABI's bounds (runtime/device/mk/abi.h): a kernel maps the memory of at most
-  // MK_MAX_GPUS_PER_NODE GPUs of its node, and numbers ranks in 32 bits.
-  constexpr int64_t kMaxGpusPerNode = 8;
+  // The ABI's bounds: a kernel maps the memory of at most MK_MAX_GPUS_PER_NODE GPUs of its node,
+  // and numbers ranks in 32 bits.
+  constexpr int64_t kMaxGpusPerNode = MK_MAX_GPUS_PER_NODE;
   bool tooMany = !ShapedType::isDynamic(gpus) && gpus > kMaxGpusPerNode;
   if (!tooMany && !ShapedType::isDynamic(nodes) && !ShapedType::isDynamic(gpus))
     tooMany = nodes > int64_t(UINT32_MAX) / gpus;

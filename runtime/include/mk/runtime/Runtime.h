@@ -138,8 +138,6 @@ public:
   /// wrong. No driver call: after synchronising a launch's stream, it vouches for its results.
   void check() const;
 
-  Jit &jit();
-
   /// What this rank's network proxy carried to other nodes since the runtime started: writes,
   /// and their payload bytes, flags left out. Zeros on one node, where there is no proxy.
   net::ProxyStatistics networkStatistics() const;

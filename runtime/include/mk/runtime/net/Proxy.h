@@ -106,7 +106,6 @@ public:
 
   /// The queue kernels write into.
   CommandQueue &queue() { return *queue_; }
-  bool staged() const { return staged_; }
   std::string describe() const;
 
   void start();
