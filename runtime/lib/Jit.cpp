@@ -5,6 +5,7 @@
 #include "mk/IR/MkOps.h"
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/runtime/Log.h"
+#include "mk/runtime/UniqueFd.h"
 
 #include "mk/abi.h"
 
@@ -126,33 +127,21 @@ std::system_error systemError(const std::string &what) {
   return std::system_error(errno, std::generic_category(), what);
 }
 
-/// Closes a file descriptor however the scope is left.
-struct FileDescriptor {
-  int fd;
-  explicit FileDescriptor(int fd) : fd(fd) {}
-  ~FileDescriptor() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-  FileDescriptor(const FileDescriptor &) = delete;
-  FileDescriptor &operator=(const FileDescriptor &) = delete;
-};
-
 /// The contents of `path`, or nothing if it does not exist.
 std::optional<std::string> readFile(const fs::path &path) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.fd < 0) {
+  UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file) {
     if (errno == ENOENT)
       return std::nullopt;
     throw systemError("open " + path.string());
   }
   struct stat status;
-  if (::fstat(file.fd, &status) != 0)
+  if (::fstat(file.get(), &status) != 0)
     throw systemError("fstat " + path.string());
   std::string contents(static_cast<size_t>(status.st_size), '\0');
   size_t done = 0;
   while (done < contents.size()) {
-    ssize_t n = ::read(file.fd, contents.data() + done, contents.size() - done);
+    ssize_t n = ::read(file.get(), contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
@@ -167,28 +156,27 @@ std::optional<std::string> readFile(const fs::path &path) {
 
 /// Creates `path` with `contents` and flushes both to the disk.
 void writeFileDurably(const fs::path &path, std::string_view contents) {
-  FileDescriptor file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (file.fd < 0)
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!file)
     throw systemError("create " + path.string());
   while (!contents.empty()) {
-    ssize_t n = ::write(file.fd, contents.data(), contents.size());
+    ssize_t n = ::write(file.get(), contents.data(), contents.size());
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
       throw systemError("write " + path.string());
     contents.remove_prefix(static_cast<size_t>(n));
   }
-  if (::fsync(file.fd) != 0)
+  if (::fsync(file.get()) != 0)
     throw systemError("fsync " + path.string());
-  int fd = std::exchange(file.fd, -1);
-  if (::close(fd) != 0)
+  if (::close(file.release()) != 0)
     throw systemError("close " + path.string());
 }
 
 /// Flushes `directory`'s entries (files created or renamed in it) to the disk.
 void syncDirectory(const fs::path &directory) {
-  FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.fd < 0 || ::fsync(dir.fd) != 0)
+  UniqueFd dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir || ::fsync(dir.get()) != 0)
     throw systemError("fsync " + directory.string());
 }
 

@@ -32,6 +32,8 @@ public:
 
   int get() const { return fd_; }
   explicit operator bool() const { return fd_ >= 0; }
+  /// Gives the descriptor up, to a caller that closes it itself (and checks what close says).
+  int release() { return std::exchange(fd_, -1); }
 
 private:
   void reset() {
