@@ -1,4 +1,4 @@
-//===- mk/runtime/net/VerbsWorkRequests.h - a Write as verbs work requests ---*- C++ -*-===//
+//===- mk/runtime/net/transport/verbs/VerbsWorkRequests.h - a Write as requests -*- C++ -*-===//
 //
 // The verbs backend's translation of a Write (Transport.h) into the chain of RDMA-write work
 // requests that one ibv_post_send carries, kept apart from the device so that it can be tested
@@ -21,8 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_NET_VERBSWORKREQUESTS_H
-#define MK_RUNTIME_NET_VERBSWORKREQUESTS_H
+#ifndef MK_RUNTIME_NET_TRANSPORT_VERBS_VERBSWORKREQUESTS_H
+#define MK_RUNTIME_NET_TRANSPORT_VERBS_VERBSWORKREQUESTS_H
 
 #include "mk/runtime/net/Transport.h"
 
@@ -89,4 +89,4 @@ WorkRequests translateWrite(const Write &write, const LocalRegion &local,
 
 } // namespace mkc::net::verbs
 
-#endif // MK_RUNTIME_NET_VERBSWORKREQUESTS_H
+#endif // MK_RUNTIME_NET_TRANSPORT_VERBS_VERBSWORKREQUESTS_H

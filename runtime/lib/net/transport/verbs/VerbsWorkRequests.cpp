@@ -1,6 +1,6 @@
 //===- VerbsWorkRequests.cpp - a Write as verbs work requests ---------------===//
 
-#include "mk/runtime/net/VerbsWorkRequests.h"
+#include "mk/runtime/net/transport/verbs/VerbsWorkRequests.h"
 
 #include <endian.h>
 
