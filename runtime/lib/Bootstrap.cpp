@@ -4,6 +4,8 @@
 
 #include "mk/runtime/Log.h"
 #include "mk/runtime/UniqueFd.h"
+#include "mk/support/BoundedInt.h"
+#include "mk/support/ByteCodec.h"
 
 #include <fmt/format.h>
 
@@ -86,13 +88,11 @@ public:
   }
 
   static int parseInteger(const Variable &variable) {
-    int value = 0;
-    const char *end = variable.value.data() + variable.value.size();
-    auto [stop, error] = std::from_chars(variable.value.data(), end, value);
-    if (error != std::errc() || stop != end || value < 0)
+    const std::optional<std::int64_t> value = parseBoundedInt(variable.value, 0, INT_MAX);
+    if (!value)
       throw BootstrapError(
           fmt::format("{}='{}' is not a non-negative integer", variable.name, variable.value));
-    return value;
+    return static_cast<int>(*value);
   }
 
 private:
@@ -135,21 +135,24 @@ int slurmTasksOnNode(const VariableReader::Variable &list, int node) {
   for (std::string_view rest = list.value; !rest.empty();) {
     const std::string_view entry = rest.substr(0, rest.find(','));
     rest.remove_prefix(std::min(rest.size(), entry.size() + 1));
-    int tasks = 0, repeat = 1;
-    const char *end = entry.data() + entry.size();
-    auto [stop, error] = std::from_chars(entry.data(), end, tasks);
-    if (error != std::errc())
+    const std::size_t paren = entry.find('(');
+    const std::optional<std::int64_t> tasks =
+        parseBoundedInt(entry.substr(0, paren), INT_MIN, INT_MAX);
+    if (!tasks)
       throw malformed();
-    if (stop != end) {
-      const std::string_view suffix(stop, end);
+    int repeat = 1;
+    if (paren != std::string_view::npos) {
+      const std::string_view suffix = entry.substr(paren);
       if (!suffix.starts_with("(x") || !suffix.ends_with(')'))
         throw malformed();
-      auto [repeatStop, repeatError] = std::from_chars(stop + 2, end - 1, repeat);
-      if (repeatError != std::errc() || repeatStop != end - 1 || repeat < 1)
+      const std::optional<std::int64_t> times =
+          parseBoundedInt(suffix.substr(2, suffix.size() - 3), 1, INT_MAX);
+      if (!times)
         throw malformed();
+      repeat = static_cast<int>(*times);
     }
     if (node < first + repeat)
-      return tasks;
+      return static_cast<int>(*tasks);
     first += repeat;
   }
   throw BootstrapError(
@@ -436,69 +439,21 @@ std::string errorText(int error) { return std::system_category().message(error);
   throw BootstrapError(fmt::format("{}: {}", what, errorText(errno)));
 }
 
-class Encoder {
-public:
-  Encoder &u32(std::uint32_t value) { return little(value, 4); }
-  Encoder &u64(std::uint64_t value) { return little(value, 8); }
-  Encoder &bytes(std::span<const std::byte> data) {
-    bytes_.insert(bytes_.end(), data.begin(), data.end());
-    return *this;
-  }
-  Encoder &text(std::string_view text) { return bytes(std::as_bytes(std::span(text))); }
-  Bytes take() { return std::move(bytes_); }
-
-private:
-  Encoder &little(std::uint64_t value, int width) {
-    for (int byte = 0; byte < width; ++byte)
-      bytes_.push_back(static_cast<std::byte>(value >> (8 * byte)));
-    return *this;
-  }
-  Bytes bytes_;
-};
-
-class Decoder {
-public:
-  explicit Decoder(std::span<const std::byte> data) : data_(data) {}
-  std::uint32_t u32() { return static_cast<std::uint32_t>(little(4)); }
-  std::uint64_t u64() { return little(8); }
-  std::span<const std::byte> bytes(std::size_t count) {
-    if (count > data_.size())
-      throw BootstrapError(
-          fmt::format("a truncated message ({} bytes short)", count - data_.size()));
-    std::span<const std::byte> taken = data_.first(count);
-    data_ = data_.subspan(count);
-    return taken;
-  }
-  std::string text(std::size_t count) {
-    std::span<const std::byte> taken = bytes(count);
-    return std::string(reinterpret_cast<const char *>(taken.data()), taken.size());
-  }
-  std::size_t remaining() const { return data_.size(); }
-
-private:
-  std::uint64_t little(int width) {
-    std::uint64_t value = 0;
-    std::span<const std::byte> taken = bytes(width);
-    for (int byte = 0; byte < width; ++byte)
-      value |= std::to_integer<std::uint64_t>(taken[byte]) << (8 * byte);
-    return value;
-  }
-  std::span<const std::byte> data_;
-};
-
-Encoder frameHeader(FrameType type, std::uint64_t sequence, std::uint64_t payloadBytes) {
-  Encoder encoder;
-  encoder.u32(static_cast<std::uint32_t>(type)).u64(sequence).u64(payloadBytes);
+ByteWriter frameHeader(FrameType type, std::uint64_t sequence, std::uint64_t payloadBytes) {
+  ByteWriter encoder;
+  encoder.put<std::uint32_t>(static_cast<std::uint32_t>(type))
+      .put<std::uint64_t>(sequence)
+      .put<std::uint64_t>(payloadBytes);
   return encoder;
 }
 
 Bytes reply(Admission admission, std::string_view reason) {
   reason = reason.substr(0, kMaxReasonBytes);
-  return Encoder()
+  return ByteWriter()
       .text(kMagic)
-      .u32(kProtocolVersion)
-      .u32(static_cast<std::uint32_t>(admission))
-      .u32(static_cast<std::uint32_t>(reason.size()))
+      .put<std::uint32_t>(kProtocolVersion)
+      .put<std::uint32_t>(static_cast<std::uint32_t>(admission))
+      .put<std::uint32_t>(static_cast<std::uint32_t>(reason.size()))
       .text(reason)
       .take();
 }
@@ -834,12 +789,12 @@ private:
     }
     if (connection.input.size() < kHelloBytes)
       return;
-    Decoder hello(connection.input);
+    ByteReader<BootstrapError> hello(connection.input);
     hello.bytes(magic.size());
-    const std::uint32_t version = hello.u32();
-    const std::uint32_t rank = hello.u32();
-    const std::uint32_t worldSize = hello.u32();
-    const std::uint64_t tokenHash = hello.u64();
+    const std::uint32_t version = hello.get<std::uint32_t>();
+    const std::uint32_t rank = hello.get<std::uint32_t>();
+    const std::uint32_t worldSize = hello.get<std::uint32_t>();
+    const std::uint64_t tokenHash = hello.get<std::uint64_t>();
     connection.input.clear();
     if (std::string problem = admissionProblem(version, rank, worldSize, tokenHash);
         !problem.empty()) {
@@ -888,15 +843,17 @@ private:
     std::size_t used = 0;
     try {
       while (!connection.closed && connection.input.size() - used >= kFrameHeaderBytes) {
-        Decoder header(std::span(connection.input).subspan(used, kFrameHeaderBytes));
-        const std::uint32_t type = header.u32();
-        const std::uint64_t sequence = header.u64();
-        const std::uint64_t length = header.u64();
+        ByteReader<BootstrapError> header(
+            std::span(connection.input).subspan(used, kFrameHeaderBytes));
+        const std::uint32_t type = header.get<std::uint32_t>();
+        const std::uint64_t sequence = header.get<std::uint64_t>();
+        const std::uint64_t length = header.get<std::uint64_t>();
         if (length > kMaxFramePayloadBytes)
           return violation(connection, fmt::format("a frame of {} bytes", length));
         if (connection.input.size() - used - kFrameHeaderBytes < length)
           break;
-        Decoder payload(std::span(connection.input).subspan(used + kFrameHeaderBytes, length));
+        ByteReader<BootstrapError> payload(
+            std::span(connection.input).subspan(used + kFrameHeaderBytes, length));
         used += kFrameHeaderBytes + length;
         switch (static_cast<FrameType>(type)) {
         case FrameType::Contribute:
@@ -916,11 +873,12 @@ private:
                            connection.input.begin() + static_cast<std::ptrdiff_t>(used));
   }
 
-  void contribute(Connection &connection, std::uint64_t sequence, Decoder &payload) {
+  void contribute(Connection &connection, std::uint64_t sequence,
+                  ByteReader<BootstrapError> &payload) {
     const int rank = *connection.rank;
-    const auto kind = static_cast<Operation>(payload.u32());
-    const Timeout timeout(
-        static_cast<Timeout::rep>(std::min<std::uint64_t>(payload.u64(), kLongestTimeout.count())));
+    const auto kind = static_cast<Operation>(payload.get<std::uint32_t>());
+    const Timeout timeout(static_cast<Timeout::rep>(
+        std::min<std::uint64_t>(payload.get<std::uint64_t>(), kLongestTimeout.count())));
     PendingOperation &operation = operation_;
     if (!failure_.empty())
       return queue(connection, failureFrame());
@@ -954,9 +912,9 @@ private:
     std::uint64_t payloadBytes = 0;
     for (const auto &contribution : operation_.contributions)
       payloadBytes += 8 + contribution->size();
-    Encoder result = frameHeader(FrameType::Result, operation_.sequence, payloadBytes);
+    ByteWriter result = frameHeader(FrameType::Result, operation_.sequence, payloadBytes);
     for (const auto &contribution : operation_.contributions)
-      result.u64(contribution->size()).bytes(*contribution);
+      result.put<std::uint64_t>(contribution->size()).bytes(*contribution);
     // Every rank is connected: one that left or died would have failed the store first.
     auto message = std::make_shared<const Bytes>(result.take());
     for (Connection *connection : rankConnections_)
@@ -1137,24 +1095,24 @@ public:
     const Deadline deadline = deadlineAfter(timeout + kVerdictGrace);
     const Bytes request =
         frameHeader(FrameType::Contribute, sequence, kContributionHeaderBytes + blob.size())
-            .u32(static_cast<std::uint32_t>(operation))
-            .u64(static_cast<std::uint64_t>(timeout.count()))
+            .put<std::uint32_t>(static_cast<std::uint32_t>(operation))
+            .put<std::uint64_t>(static_cast<std::uint64_t>(timeout.count()))
             .bytes(blob)
             .take();
     check(operation, sendAll(socket_.get(), request, deadline), timeout);
 
     std::array<std::byte, kFrameHeaderBytes> headerBytes;
     check(operation, receiveExact(socket_.get(), headerBytes, deadline), timeout);
-    Decoder header(headerBytes);
-    const auto type = static_cast<FrameType>(header.u32());
-    const std::uint64_t answered = header.u64();
-    const std::uint64_t length = header.u64();
+    ByteReader<BootstrapError> header(headerBytes);
+    const auto type = static_cast<FrameType>(header.get<std::uint32_t>());
+    const std::uint64_t answered = header.get<std::uint64_t>();
+    const std::uint64_t length = header.get<std::uint64_t>();
     if (length > kMaxFramePayloadBytes)
       fail(operation,
            fmt::format("the store at {} announced a frame of {} bytes", endpoint_, length));
     Bytes payload(length);
     check(operation, receiveExact(socket_.get(), payload, deadline), timeout);
-    Decoder message(payload);
+    ByteReader<BootstrapError> message(payload);
     if (type == FrameType::Failure)
       fail(operation, message.text(message.remaining()));
     if (type != FrameType::Result || answered != sequence)
@@ -1164,7 +1122,7 @@ public:
     std::vector<Bytes> blobs;
     try {
       while (message.remaining()) {
-        std::span<const std::byte> contribution = message.bytes(message.u64());
+        std::span<const std::byte> contribution = message.bytes(message.get<std::uint64_t>());
         blobs.emplace_back(contribution.begin(), contribution.end());
       }
     } catch (const BootstrapError &error) {
@@ -1179,12 +1137,12 @@ public:
 
 private:
   void introduce(std::uint64_t tokenHash, Deadline deadline) {
-    const Bytes hello = Encoder()
+    const Bytes hello = ByteWriter()
                             .text(kMagic)
-                            .u32(kProtocolVersion)
-                            .u32(static_cast<std::uint32_t>(rank_))
-                            .u32(static_cast<std::uint32_t>(worldSize_))
-                            .u64(tokenHash)
+                            .put<std::uint32_t>(kProtocolVersion)
+                            .put<std::uint32_t>(static_cast<std::uint32_t>(rank_))
+                            .put<std::uint32_t>(static_cast<std::uint32_t>(worldSize_))
+                            .put<std::uint64_t>(tokenHash)
                             .take();
     std::array<std::byte, kReplyHeaderBytes> headerBytes;
     Io io = sendAll(socket_.get(), hello, deadline);
@@ -1200,12 +1158,12 @@ private:
       throw notAStore("did not answer the store's hello in time");
     if (io == Io::Closed)
       throw notAStore("closed the connection during the store's hello");
-    Decoder header(headerBytes);
+    ByteReader<BootstrapError> header(headerBytes);
     const bool magicMatches =
         std::ranges::equal(header.bytes(kMagic.size()), std::as_bytes(std::span(kMagic)));
-    header.u32(); // the store's version: a rejection for a mismatch says it
-    const auto admission = static_cast<Admission>(header.u32());
-    const std::uint32_t reasonBytes = header.u32();
+    header.get<std::uint32_t>(); // the store's version: a rejection for a mismatch says it
+    const auto admission = static_cast<Admission>(header.get<std::uint32_t>());
+    const std::uint32_t reasonBytes = header.get<std::uint32_t>();
     if (!magicMatches || reasonBytes > kMaxReasonBytes)
       throw notAStore("answered something else than the store's reply");
     std::string reason(reasonBytes, '\0');
@@ -1317,25 +1275,25 @@ HostRecord thisHost(const LaunchEnvironment &launch) {
 }
 
 Bytes encode(const HostRecord &host) {
-  return Encoder()
-      .u32(static_cast<std::uint32_t>(host.nodeId))
-      .u32(static_cast<std::uint32_t>(host.gpusPerNode))
-      .u32(static_cast<std::uint32_t>(host.launcherLocalRank))
-      .u32(static_cast<std::uint32_t>(host.launcherLocalWorldSize))
-      .u32(static_cast<std::uint32_t>(host.hostname.size()))
+  return ByteWriter()
+      .put<std::uint32_t>(static_cast<std::uint32_t>(host.nodeId))
+      .put<std::uint32_t>(static_cast<std::uint32_t>(host.gpusPerNode))
+      .put<std::uint32_t>(static_cast<std::uint32_t>(host.launcherLocalRank))
+      .put<std::uint32_t>(static_cast<std::uint32_t>(host.launcherLocalWorldSize))
+      .put<std::uint32_t>(static_cast<std::uint32_t>(host.hostname.size()))
       .text(host.hostname)
       .text(host.bootId)
       .take();
 }
 
 HostRecord decode(std::span<const std::byte> bytes) {
-  Decoder decoder(bytes);
+  ByteReader<BootstrapError> decoder(bytes);
   HostRecord host;
-  host.nodeId = static_cast<std::int32_t>(decoder.u32());
-  host.gpusPerNode = static_cast<std::int32_t>(decoder.u32());
-  host.launcherLocalRank = static_cast<std::int32_t>(decoder.u32());
-  host.launcherLocalWorldSize = static_cast<std::int32_t>(decoder.u32());
-  host.hostname = decoder.text(decoder.u32());
+  host.nodeId = static_cast<std::int32_t>(decoder.get<std::uint32_t>());
+  host.gpusPerNode = static_cast<std::int32_t>(decoder.get<std::uint32_t>());
+  host.launcherLocalRank = static_cast<std::int32_t>(decoder.get<std::uint32_t>());
+  host.launcherLocalWorldSize = static_cast<std::int32_t>(decoder.get<std::uint32_t>());
+  host.hostname = decoder.text(decoder.get<std::uint32_t>());
   host.bootId = decoder.text(decoder.remaining());
   return host;
 }

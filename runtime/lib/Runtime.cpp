@@ -5,6 +5,8 @@
 #include "mk/runtime/net/Proxy.h"
 
 #include "mk/runtime/Log.h"
+#include "mk/support/BoundedInt.h"
+#include "mk/support/ByteCodec.h"
 
 #include "mk/abi.h"
 
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -25,20 +28,21 @@ namespace mkc {
 namespace {
 
 std::size_t parseSize(const std::string &variable, const std::string &text) {
-  std::size_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  std::string_view suffix(end, text.data() + text.size() - end);
+  const std::string_view digits(text.data(),
+                                std::min(text.find_first_not_of("0123456789"), text.size()));
+  const std::string_view suffix = std::string_view(text).substr(digits.size());
   int shift = suffix.empty()  ? 0
               : suffix == "K" ? 10
               : suffix == "M" ? 20
               : suffix == "G" ? 30
                               : -1;
-  if (error != std::errc() || end == text.data() || shift < 0 || value == 0 ||
-      value > (~std::size_t(0) >> shift))
+  const std::optional<std::int64_t> value =
+      shift < 0 ? std::nullopt : parseBoundedInt(digits, 1, INT64_MAX >> shift);
+  if (!value)
     throw RuntimeError(fmt::format("{}={} is not a positive count (digits, optionally followed by "
                                    "K, M or G)",
                                    variable, text));
-  return value << shift;
+  return static_cast<std::size_t>(*value) << shift;
 }
 
 /// `blob` split at its NUL bytes.
@@ -183,11 +187,10 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
   for (auto [name, timeout] : {std::pair{"MKC_NET_TIMEOUT", &options.networkTimeout},
                                std::pair{"MKC_WAIT_TIMEOUT", &options.waitTimeout}})
     if (const std::string *value = variable(name)) {
-      int seconds = 0;
-      auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), seconds);
-      if (error != std::errc() || end != value->data() + value->size() || seconds <= 0)
+      const std::optional<std::int64_t> seconds = parseBoundedInt(*value, 1, INT_MAX);
+      if (!seconds)
         throw RuntimeError(fmt::format("{}={} is not a positive number of seconds", name, *value));
-      *timeout = std::chrono::seconds(seconds);
+      *timeout = std::chrono::seconds(*seconds);
     }
   for (auto [name, key] :
        {std::pair{"MKC_NET_PROVIDER", "provider"}, std::pair{"MKC_NET_ADDRESS", "address"},
@@ -198,11 +201,10 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
     if (const std::string *value = variable(name))
       options.networkConfig[key] = *value;
   if (const std::string *value = variable("MKC_DEVICE")) {
-    int device = -1;
-    auto [end, error] = std::from_chars(value->data(), value->data() + value->size(), device);
-    if (error != std::errc() || end != value->data() + value->size() || device < 0)
+    const std::optional<std::int64_t> device = parseBoundedInt(*value, 0, INT_MAX);
+    if (!device)
       throw RuntimeError("MKC_DEVICE=" + *value + " is not a device ordinal");
-    options.device = device;
+    options.device = static_cast<int>(*device);
   }
   if (const std::string *value = variable("MKC_SHARE_GPU")) {
     if (*value != "0" && *value != "1")
@@ -362,16 +364,19 @@ void Runtime::State::connectRail(const RuntimeOptions &options) {
   rail.nodes = group.nodeCount();
   // The store gathers from every rank; the rail is the ranks of this local rank, by node.
   rail.allGather = [this](std::span<const std::byte> blob) {
-    std::vector<std::byte> tagged(2 * sizeof(int));
-    const int place[2] = {group.nodeIndex(), group.localRank()};
-    std::memcpy(tagged.data(), place, sizeof place);
-    tagged.insert(tagged.end(), blob.begin(), blob.end());
+    const std::vector<std::byte> tagged = ByteWriter()
+                                              .put<std::int32_t>(group.nodeIndex())
+                                              .put<std::int32_t>(group.localRank())
+                                              .bytes(blob)
+                                              .take();
     std::vector<std::vector<std::byte>> rail(group.nodeCount());
     for (const std::vector<std::byte> &theirs : group.store().allGather(tagged)) {
-      int their[2];
-      std::memcpy(their, theirs.data(), sizeof their);
-      if (their[1] == group.localRank())
-        rail[their[0]].assign(theirs.begin() + sizeof their, theirs.end());
+      ByteReader<RuntimeError> reader(theirs, "a rank's rail blob");
+      const auto node = reader.get<std::int32_t>();
+      const auto localRank = reader.get<std::int32_t>();
+      const std::span<const std::byte> rest = reader.rest();
+      if (localRank == group.localRank())
+        rail.at(node).assign(rest.begin(), rest.end());
     }
     return rail;
   };
