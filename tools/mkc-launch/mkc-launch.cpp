@@ -2,8 +2,8 @@
 //
 // The project's own local launcher, for GPU tests and for users without torch: starts N ranks of a
 // program as `torchrun --standalone --nproc-per-node N` does, with the MKC_* variables that
-// mkc::detectLaunchEnvironment() reads (runtime/include/mk/runtime/Bootstrap.h) and MKC_DEVICE,
-// the CUDA device of the rank. Needs no GPU and no LLVM.
+// mkc::detectLaunchEnvironment() reads (runtime/include/mk/runtime/bootstrap/Bootstrap.h) and
+// MKC_DEVICE, the CUDA device of the rank. Needs no GPU and no LLVM.
 //
 // Ranks see this launch only: the variables by which torchrun, mpirun and srun name a rank are
 // removed from their environment (Bootstrap prefers an enclosing launcher's to MKC_*, and other
@@ -24,7 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/runtime/Bootstrap.h"
+#include "mk/runtime/bootstrap/Bootstrap.h"
 #include "mk/support/BoundedInt.h"
 
 #include <fmt/format.h>

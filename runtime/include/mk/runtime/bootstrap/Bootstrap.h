@@ -1,4 +1,4 @@
-//===- mk/runtime/Bootstrap.h - process groups from existing launchers ---*- C++ -*-===//
+//===- mk/runtime/bootstrap/Bootstrap.h - process groups from existing launchers ---*- C++ -*-===//
 //
 // Where a rank comes from: detectLaunchEnvironment() reads what torchrun, srun or mpirun set
 // (RANK..., SLURM_*, OMPI_COMM_WORLD_*); MKC_RANK, MKC_WORLD_SIZE, MKC_LOCAL_RANK,
@@ -27,8 +27,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_BOOTSTRAP_H
-#define MK_RUNTIME_BOOTSTRAP_H
+#ifndef MK_RUNTIME_BOOTSTRAP_BOOTSTRAP_H
+#define MK_RUNTIME_BOOTSTRAP_BOOTSTRAP_H
 
 #include <chrono>
 #include <cstddef>
@@ -106,6 +106,11 @@ LaunchEnvironment detectLaunchEnvironment(const Environment &environment);
 /// The same, from this process's environment.
 LaunchEnvironment detectLaunchEnvironment();
 
+namespace bootstrap {
+class StoreServer; // rank 0's service (lib/bootstrap/StoreServer.cpp)
+class StoreClient; // a rank's connection to it (lib/bootstrap/TcpStore.cpp)
+} // namespace bootstrap
+
 /// The rendezvous of `worldSize` ranks, rank 0 serving it (see the top of this file). Operations
 /// are collective: every rank calls the same ones in the same order. Not thread-safe.
 class TcpStore {
@@ -134,15 +139,13 @@ public:
   int worldSize() const { return worldSize_; }
 
 private:
-  class Server;
-  class Client;
-
   int rank_;
   int worldSize_;
   Timeout timeout_;
-  pid_t owner_;                    // the process of the rank
-  std::unique_ptr<Server> server_; // rank 0 only; declared first so that it outlives the client
-  std::unique_ptr<Client> client_;
+  pid_t owner_; // the process of the rank
+  // Rank 0 only; declared first so that it outlives the client.
+  std::unique_ptr<bootstrap::StoreServer> server_;
+  std::unique_ptr<bootstrap::StoreClient> client_;
 };
 
 /// The ranks of a job and how they share nodes: joins the store, then every rank shares its host
@@ -177,4 +180,4 @@ private:
 
 } // namespace mkc
 
-#endif // MK_RUNTIME_BOOTSTRAP_H
+#endif // MK_RUNTIME_BOOTSTRAP_BOOTSTRAP_H
