@@ -29,8 +29,8 @@
 #include "TestKernels.h"
 
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/TensorMap.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/driver/TensorMap.h"
 #include "mk/support/BoundedInt.h"
 
 #include <cublasLt.h>

@@ -10,7 +10,7 @@
 #include "mk/runtime/bootstrap/Bootstrap.h"
 
 #include "bootstrap/StoreProtocol.h"
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 
 #include <fmt/format.h>
 

@@ -14,8 +14,8 @@
 #ifndef MK_RUNTIME_LIB_BOOTSTRAP_STOREPROTOCOL_H
 #define MK_RUNTIME_LIB_BOOTSTRAP_STOREPROTOCOL_H
 
-#include "mk/runtime/UniqueFd.h"
 #include "mk/runtime/bootstrap/Bootstrap.h"
+#include "mk/runtime/support/UniqueFd.h"
 #include "mk/support/ByteCodec.h"
 
 #include <sys/socket.h>

@@ -8,7 +8,7 @@
 
 #include "mk/runtime/net/Proxy.h"
 
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 #include "net/proxy/Engine.h"
 
 #include <fmt/format.h>

@@ -9,8 +9,8 @@
 
 #include "runtime/RuntimeState.h"
 
-#include "mk/runtime/Log.h"
-#include "mk/runtime/TensorMap.h"
+#include "mk/runtime/driver/TensorMap.h"
+#include "mk/runtime/support/Log.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -23,9 +23,9 @@
 #ifndef MK_RUNTIME_RUNTIME_H
 #define MK_RUNTIME_RUNTIME_H
 
-#include "mk/runtime/Jit.h"
-#include "mk/runtime/SymmetricMemory.h"
 #include "mk/runtime/bootstrap/Bootstrap.h"
+#include "mk/runtime/jit/Jit.h"
+#include "mk/runtime/memory/SymmetricMemory.h"
 #include "mk/runtime/net/Proxy.h"
 
 #include <cuda.h>

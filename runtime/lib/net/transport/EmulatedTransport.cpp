@@ -23,9 +23,9 @@
 
 #include "mk/runtime/net/Transport.h"
 
-#include "mk/runtime/Log.h"
-#include "mk/runtime/NodeSockets.h"
-#include "mk/runtime/VirtualMemory.h"
+#include "mk/runtime/memory/NodeSockets.h"
+#include "mk/runtime/memory/VirtualMemory.h"
+#include "mk/runtime/support/Log.h"
 
 #include <fmt/format.h>
 

@@ -25,7 +25,7 @@
 
 #include "mk/runtime/net/Transport.h"
 
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>

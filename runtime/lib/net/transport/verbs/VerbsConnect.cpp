@@ -9,7 +9,7 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 #include "mk/support/ByteCodec.h"
 
 #include <algorithm>

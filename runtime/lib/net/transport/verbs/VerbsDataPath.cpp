@@ -10,7 +10,7 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 
 #include <endian.h>
 

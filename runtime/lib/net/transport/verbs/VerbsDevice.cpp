@@ -9,8 +9,8 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/Log.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/support/Log.h"
 #include "mk/support/BoundedInt.h"
 
 #include <infiniband/efadv.h>

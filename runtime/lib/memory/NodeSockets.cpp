@@ -1,6 +1,6 @@
 //===- NodeSockets.cpp - Unix sockets between the ranks of a node ------------===//
 
-#include "mk/runtime/NodeSockets.h"
+#include "mk/runtime/memory/NodeSockets.h"
 
 #include <poll.h>
 #include <sys/socket.h>

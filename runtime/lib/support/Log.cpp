@@ -1,6 +1,6 @@
 //===- Log.cpp - leveled messages on standard error -----------------------===//
 
-#include "mk/runtime/Log.h"
+#include "mk/runtime/support/Log.h"
 
 #include <unistd.h>
 

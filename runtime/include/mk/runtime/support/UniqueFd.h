@@ -1,12 +1,12 @@
-//===- mk/runtime/UniqueFd.h - a file descriptor that closes itself ---*- C++ -*-===//
+//===- mk/runtime/support/UniqueFd.h - a file descriptor that closes itself ---*- C++ -*-===//
 //
 // Sockets and the descriptors of exported GPU memory are owned the same way everywhere in the
 // runtime: moved, never copied, closed when their owner goes.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_UNIQUEFD_H
-#define MK_RUNTIME_UNIQUEFD_H
+#ifndef MK_RUNTIME_SUPPORT_UNIQUEFD_H
+#define MK_RUNTIME_SUPPORT_UNIQUEFD_H
 
 #include <unistd.h>
 
@@ -47,4 +47,4 @@ private:
 
 } // namespace mkc
 
-#endif // MK_RUNTIME_UNIQUEFD_H
+#endif // MK_RUNTIME_SUPPORT_UNIQUEFD_H

@@ -1,4 +1,4 @@
-//===- mk/runtime/Log.h - leveled messages on standard error -------*- C++ -*-===//
+//===- mk/runtime/support/Log.h - leveled messages on standard error -------*- C++ -*-===//
 //
 // One line per message, "mkc[PID] LEVEL: message", written to standard error with a single
 // write(2) so that the lines of ranks sharing a terminal do not interleave. MKC_LOG_LEVEL (error,
@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_LOG_H
-#define MK_RUNTIME_LOG_H
+#ifndef MK_RUNTIME_SUPPORT_LOG_H
+#define MK_RUNTIME_SUPPORT_LOG_H
 
 #include <fmt/format.h>
 
@@ -49,4 +49,4 @@ template <typename... Args> void debug(fmt::format_string<Args...> format, Args 
 
 } // namespace mkc::log
 
-#endif // MK_RUNTIME_LOG_H
+#endif // MK_RUNTIME_SUPPORT_LOG_H

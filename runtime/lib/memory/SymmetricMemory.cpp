@@ -1,10 +1,10 @@
 //===- SymmetricMemory.cpp - memory every GPU of a node addresses -----------===//
 
-#include "mk/runtime/SymmetricMemory.h"
+#include "mk/runtime/memory/SymmetricMemory.h"
 
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/NodeSockets.h"
-#include "mk/runtime/VirtualMemory.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/memory/NodeSockets.h"
+#include "mk/runtime/memory/VirtualMemory.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -41,7 +41,7 @@
 #include "mk/Pipeline.h"
 #include "mk/Target/Nvrtc.h"
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 #include <atomic>
 #include <cstdint>

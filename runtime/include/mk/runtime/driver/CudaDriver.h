@@ -1,4 +1,4 @@
-//===- mk/runtime/CudaDriver.h - the CUDA driver API, loaded at run time ---*- C++ -*-===//
+//===- mk/runtime/driver/CudaDriver.h - the CUDA driver API, loaded at run time ---*- C++ -*-===//
 //
 // The driver (libcuda.so.1) comes with the GPU's kernel module, not with the toolkit: a binary
 // linked against it does not even start on a machine without a GPU. So it is opened with dlopen
@@ -12,8 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_CUDADRIVER_H
-#define MK_RUNTIME_CUDADRIVER_H
+#ifndef MK_RUNTIME_DRIVER_CUDADRIVER_H
+#define MK_RUNTIME_DRIVER_CUDADRIVER_H
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -291,4 +291,4 @@ inline CUDA_MEMCPY3D_BATCH_OP pitchedCopy(CUdeviceptr dst, std::size_t dstPitch,
 /// mkc::cuda::Error naming the call on failure.
 #define MK_CU_CHECK(driver, call) (driver).check((driver).call, #call)
 
-#endif // MK_RUNTIME_CUDADRIVER_H
+#endif // MK_RUNTIME_DRIVER_CUDADRIVER_H

@@ -1,6 +1,6 @@
 //===- CudaDriver.cpp - the CUDA driver API, loaded at run time ------------===//
 
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 #include <dlfcn.h>
 

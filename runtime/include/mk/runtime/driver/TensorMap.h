@@ -1,4 +1,4 @@
-//===- mk/runtime/TensorMap.h - TMA tensor maps for generated kernels -*- C++ -*-===//
+//===- mk/runtime/driver/TensorMap.h - TMA tensor maps for generated kernels -*- C++ -*-===//
 //
 // Kernels that use the GEMM engine read and write tiles through TMA, which needs a tensor map
 // (CUtensorMap) per tensor, box shape and GPU. The kernel lists what it needs
@@ -7,11 +7,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_TENSORMAP_H
-#define MK_RUNTIME_TENSORMAP_H
+#ifndef MK_RUNTIME_DRIVER_TENSORMAP_H
+#define MK_RUNTIME_DRIVER_TENSORMAP_H
 
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 namespace mkc {
 
@@ -22,4 +22,4 @@ mk_tensor_map encodeTensorMap(const cuda::Driver &driver, const mk_tensor_map_sp
 
 } // namespace mkc
 
-#endif // MK_RUNTIME_TENSORMAP_H
+#endif // MK_RUNTIME_DRIVER_TENSORMAP_H

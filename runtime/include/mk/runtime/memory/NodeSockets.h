@@ -1,4 +1,4 @@
-//===- mk/runtime/NodeSockets.h - Unix sockets between the ranks of a node ---*- C++ -*-===//
+//===- mk/runtime/memory/NodeSockets.h - Unix sockets between the ranks of a node ---*- C++ -*-===//
 //
 // The ranks of a node hand each other file descriptors (the POSIX handles of their symmetric
 // memory), which only a Unix domain socket can carry (SCM_RIGHTS). Each rank listens on an
@@ -17,10 +17,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_NODESOCKETS_H
-#define MK_RUNTIME_NODESOCKETS_H
+#ifndef MK_RUNTIME_MEMORY_NODESOCKETS_H
+#define MK_RUNTIME_MEMORY_NODESOCKETS_H
 
-#include "mk/runtime/UniqueFd.h"
+#include "mk/runtime/support/UniqueFd.h"
 
 #include <chrono>
 #include <cstdint>
@@ -71,4 +71,4 @@ private:
 
 } // namespace mkc
 
-#endif // MK_RUNTIME_NODESOCKETS_H
+#endif // MK_RUNTIME_MEMORY_NODESOCKETS_H

@@ -1,6 +1,6 @@
 //===- TensorMap.cpp - TMA tensor maps for generated kernels ---------------===//
 
-#include "mk/runtime/TensorMap.h"
+#include "mk/runtime/driver/TensorMap.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-//===- mk/runtime/SymmetricMemory.h - memory every GPU of a node addresses ---*- C++ -*-===//
+//===- mk/runtime/memory/SymmetricMemory.h - memory every GPU of a node addresses ---*- C++ -*-===//
 //
 // A symmetric heap. Each rank of a node allocates one block of its GPU's memory (cuMemCreate),
 // all of one size, hands it to the node's other ranks as a file descriptor (NodeSockets) and maps
@@ -19,8 +19,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_SYMMETRICMEMORY_H
-#define MK_RUNTIME_SYMMETRICMEMORY_H
+#ifndef MK_RUNTIME_MEMORY_SYMMETRICMEMORY_H
+#define MK_RUNTIME_MEMORY_SYMMETRICMEMORY_H
 
 #include "mk/abi.h"
 
@@ -109,4 +109,4 @@ void bindFlags(mk_kernel_args &args, const SymmetricBuffer &flags);
 
 } // namespace mkc
 
-#endif // MK_RUNTIME_SYMMETRICMEMORY_H
+#endif // MK_RUNTIME_MEMORY_SYMMETRICMEMORY_H

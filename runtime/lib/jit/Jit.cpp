@@ -1,11 +1,11 @@
 //===- Jit.cpp - tile programs compiled and loaded at run time ------------===//
 
-#include "mk/runtime/Jit.h"
+#include "mk/runtime/jit/Jit.h"
 
 #include "mk/IR/MkOps.h"
 #include "mk/Target/DeviceHeaders.h"
-#include "mk/runtime/Log.h"
-#include "mk/runtime/UniqueFd.h"
+#include "mk/runtime/support/Log.h"
+#include "mk/runtime/support/UniqueFd.h"
 
 #include "mk/abi.h"
 

@@ -1,4 +1,4 @@
-//===- mk/runtime/VirtualMemory.h - GPU memory through the driver's VMM API ---*- C++ -*-===//
+//===- mk/runtime/memory/VirtualMemory.h - GPU memory through the driver VMM API -*- C++ -*-===//
 //
 // RAII for the three steps that make physical GPU memory addressable (cuMemCreate or an import,
 // cuMemAddressReserve, cuMemMap): the symmetric heap maps the blocks of a node's GPUs with them,
@@ -7,11 +7,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_RUNTIME_VIRTUALMEMORY_H
-#define MK_RUNTIME_VIRTUALMEMORY_H
+#ifndef MK_RUNTIME_MEMORY_VIRTUALMEMORY_H
+#define MK_RUNTIME_MEMORY_VIRTUALMEMORY_H
 
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/UniqueFd.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/support/UniqueFd.h"
 
 #include <cstddef>
 
@@ -80,4 +80,4 @@ void grantAccess(const Driver &cu, CUdeviceptr address, std::size_t bytes, CUdev
 
 } // namespace mkc::cuda
 
-#endif // MK_RUNTIME_VIRTUALMEMORY_H
+#endif // MK_RUNTIME_MEMORY_VIRTUALMEMORY_H

@@ -1,6 +1,6 @@
 //===- VirtualMemory.cpp - GPU memory through the driver's VMM API -----------===//
 
-#include "mk/runtime/VirtualMemory.h"
+#include "mk/runtime/memory/VirtualMemory.h"
 
 #include <cstdint>
 #include <cstdio>
