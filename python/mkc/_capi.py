@@ -113,7 +113,10 @@ PROTOTYPES = {
     "mkc_op_name": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_char_p)]),
     "mkc_op_num_arguments": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_int)]),
     "mkc_op_get_argument": (mkc_status, [_op_p, ctypes.c_int, ctypes.POINTER(mkc_argument)]),
-    "mkc_op_sm_split": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_char_p)]),
+    "mkc_op_num_roles": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_int)]),
+    "mkc_op_get_role": (
+        mkc_status,
+        [_op_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
     "mkc_op_launch": (
         mkc_status, [_op_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]),
     "mkc_generate_cuda": (

@@ -209,10 +209,13 @@ class FusedOp:
         count = ctypes.c_int()
         lib.mkc_op_num_arguments(handle, ctypes.byref(count))
         self.arguments = [self._argument(lib, index) for index in range(count.value)]
-        split = ctypes.c_char_p()
-        lib.mkc_op_sm_split(handle, ctypes.byref(split))
-        self.sm_split = {role: int(ctas) for role, ctas in
-                         (entry.split("=") for entry in split.value.decode().split(",") if entry)}
+        lib.mkc_op_num_roles(handle, ctypes.byref(count))
+        self.sm_split = dict(self._role(lib, index) for index in range(count.value))
+
+    def _role(self, lib, index):
+        kind, ctas = ctypes.c_char_p(), ctypes.c_int()
+        lib.mkc_op_get_role(self._handle, index, ctypes.byref(kind), ctypes.byref(ctas))
+        return kind.value.decode(), ctas.value
 
     def _argument(self, lib, index):
         argument = _capi.mkc_argument()

@@ -125,9 +125,11 @@ typedef struct mkc_argument {
 mkc_status mkc_op_name(const mkc_op *op, const char **name);
 mkc_status mkc_op_num_arguments(const mkc_op *op, int *count);
 mkc_status mkc_op_get_argument(const mkc_op *op, int index, mkc_argument *argument);
-/* The grid's CTAs per role as the compiler chose them, in the syntax of the sm-split option
- * ("compute=102,intra_reduce=10,inter_reduce=20"); valid while the op lives. */
-mkc_status mkc_op_sm_split(const mkc_op *op, const char **split);
+/* The grid's split into roles as the compiler chose it: `count` roles; role `index`'s kind
+ * ("compute", "intra_reduce", ...: what the sm-split option names; valid while the op lives) and
+ * its CTAs. */
+mkc_status mkc_op_num_roles(const mkc_op *op, int *count);
+mkc_status mkc_op_get_role(const mkc_op *op, int index, const char **kind, int *ctas);
 
 /* Enqueues the op on `stream` (a CUstream of this rank's device; NULL: the legacy default
  * stream) with `count` device addresses, one per argument. */

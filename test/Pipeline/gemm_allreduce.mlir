@@ -70,7 +70,9 @@
 // CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
 // CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
 // CUDA: mk::tma_store_reduced([[REDUCE]],
-// CUDA: extern "C" __device__ const int gemm_allreduce_grid = 129;
+// CUDA: extern "C" __device__ const mk_kernel_manifest gemm_allreduce_manifest = {
+// CUDA-NEXT: /* abi_version */ MK_ABI_VERSION,
+// CUDA-NEXT: /* grid */ 129,
 
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
@@ -95,10 +97,13 @@
 // COPIES: mk::gemm_consumer_defer_arrivals(
 // COPIES: mk::gemm_store_add<mk::bf16>(
 // COPIES: mk::gemm_consumer_wait_arrivals(
-// COPIES: gemm_allreduce_flag_words = 129;
-// COPIES: gemm_allreduce_engine_copy_count = 64;
-// COPIES: gemm_allreduce_engine_copies[] = {{[{][{]}}0, 1, 2, 1, 64, 33, 0ull, 4096ull, 1024ull, 16384ull}, {0, 1, 2, 2, 64, 34, 4096ull, 4096ull, 1024ull, 16384ull},
-// COPIES-SAME: {0, 1, 2, 96, 64, 128, 117452800ull, 4096ull, 1024ull, 16384ull}};
+// The manifest, followed by its 64 copies.
+// COPIES: struct gemm_allreduce_manifest_with_copies {
+// COPIES: mk_engine_copy engine_copies[64];
+// COPIES: /* flag_words */ 129,
+// COPIES: /* engine_copy_count */ 64,
+// COPIES: /* engine_copies */ {{[{][{]}}0, 1, 2, 1, 64, 33, 0ull, 4096ull, 1024ull, 16384ull}, {0, 1, 2, 2, 64, 34, 4096ull, 4096ull, 1024ull, 16384ull},
+// COPIES-SAME: {0, 1, 2, 96, 64, 128, 117452800ull, 4096ull, 1024ull, 16384ull}}};
 
 // ROLES: mk.role compute ctas 119
 // ROLES: mk.role intra_reduce ctas 13

@@ -53,7 +53,8 @@
 // CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
 // CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
 // CUDA: mk::tma_store_reduced([[REDUCE]],
-// CUDA: extern "C" __device__ const int gemm_reducescatter_dynamic_smem_bytes =
+// CUDA: extern "C" __device__ const mk_kernel_manifest gemm_reducescatter_manifest = {
+// CUDA: /* dynamic_smem_bytes */
 
 // CUBIN: mkc: gemm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 

@@ -1,12 +1,7 @@
-// RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc="gemm-cluster=2"
-// RUN: not mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-stages=99" 2>&1 | FileCheck %s --check-prefix=STAGES
-// RUN: not mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-cluster=3" 2>&1 | FileCheck %s --check-prefix=CLUSTER
+// RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-lower-to-emitc
 
-// What mk-lower-to-emitc rejects.
-
-// GEMM engine options out of bounds, on the first program of every module.
-// STAGES: mk-lower-to-emitc-invalid.mlir:[[# @LINE + 5]]:1: error: gemm-stages=99: the GEMM engine's ring has 2 to 8 stages (the deepest fits shared memory only beside 128 x 64 tiles)
-// CLUSTER: mk-lower-to-emitc-invalid.mlir:[[# @LINE + 4]]:1: error: gemm-cluster=3: the GEMM engine runs in clusters of 1 or 2 CTAs
+// What mk-lower-to-emitc rejects (what mk-plan-lowering decides is refused in
+// mk-plan-lowering-invalid.mlir).
 
 // A program that was not scheduled.
 // expected-error @+1 {{@flat is not scheduled (run the mkc pipeline up to mk-insert-signals first)}}
@@ -133,36 +128,6 @@ mk.program @combine_splat [] mesh <1x2> (%s: !S) grid 132 {
 
 // -----
 
-// Clusters of 2 asked for, but the roles' CTAs do not pair up: a cluster would span both roles.
-mk.program @odd_roles [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[1024, 1024], bf16, replicated>, %b: !mk.tensor<[1024, 1024], bf16, replicated>, %c: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
-  // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: a role has an odd number of CTAs}}
-  mk.role compute ctas 131 {
-    mk.tile_grid (%m, %n) over %c tiles [128, 256] order <swizzle 8> : !mk.tensor<[1024, 1024], bf16, replicated> {
-      %p = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, replicated>, !mk.tensor<[1024, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
-      %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
-      mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
-    }
-  }
-  mk.role intra_transfer ctas 1 {
-  }
-}
-
-// -----
-
-// Clusters of 2 asked for, but bands of odd rows put CTAs 2c and 2c + 1 in different columns.
-mk.program @odd_band [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[1024, 1024], bf16, replicated>, %b: !mk.tensor<[1024, 1024], bf16, replicated>, %c: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
-  // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles}}
-  mk.role compute ctas 132 {
-    mk.tile_grid (%m, %n) over %c tiles [128, 256] order <swizzle 3> : !mk.tensor<[1024, 1024], bf16, replicated> {
-      %p = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[1024, 1024], bf16, replicated>, !mk.tensor<[1024, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
-      %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
-      mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
-    }
-  }
-}
-
-// -----
-
 // A matmul on the tile library whose k slices its copies cannot move: B's [16 x 64] f16 slice is
 // 2 KiB, and 16 is the only slice of 16 or more that divides a contracted dim of 48.
 !A = !mk.tensor<[128, 48], f16, replicated>
@@ -175,5 +140,14 @@ mk.program @small_slices [] mesh <1x1> (%a: !A, %b: !B, %c: !C) grid 1 {
       %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 16 : i64} : !A, !B -> !mk.tile<[128, 64], f32>
       mk.store %acc, %c[%m, %n] : !mk.tile<[128, 64], f32>, !C
     }
+  }
+}
+
+// -----
+
+// An argument of more dims than the kernel's manifest describes to the runtime.
+// expected-error @+1 {{an argument of rank 9, more than a kernel's manifest describes (8, MK_MAX_TENSOR_RANK)}}
+mk.program @deep [] mesh <1x1> (%t: !mk.tensor<[1, 1, 1, 1, 1, 1, 1, 1, 8], bf16, replicated>) grid 1 {
+  mk.role compute ctas 1 {
   }
 }

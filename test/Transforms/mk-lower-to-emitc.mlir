@@ -1,6 +1,6 @@
-// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc | FileCheck %s
-// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-stages=3" | FileCheck %s --check-prefix=STAGES
-// RUN: mk-opt %s -split-input-file -mk-lower-to-emitc="gemm-cluster=1" | FileCheck %s --check-prefix=SINGLE
+// RUN: mk-opt %s -split-input-file -mk-plan-lowering -mk-lower-to-emitc | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-plan-lowering="gemm-stages=3" -mk-lower-to-emitc | FileCheck %s --check-prefix=STAGES
+// RUN: mk-opt %s -split-input-file -mk-plan-lowering="gemm-cluster=1" -mk-lower-to-emitc | FileCheck %s --check-prefix=SINGLE
 
 // mk-lower-to-emitc turns a scheduled program into one EmitC function: an extern "C" __global__
 // kernel taking the launch's mk_kernel_args, whose CTAs branch on their role, loop over their
@@ -69,23 +69,26 @@
 // CHECK: call_opaque "mk::team_idle"
 // CHECK: call_opaque "mk::tma_publish"(%[[REDUCE]])
 // CHECK: {{^ +}}return
-// CHECK: emitc.verbatim "extern \22C\22 __device__ const int gemm_allreduce_abi_version = MK_ABI_VERSION;
-// CHECK-SAME: gemm_allreduce_grid = 132;
-// CHECK-SAME: gemm_allreduce_dynamic_smem_bytes = mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes);
-// CHECK-SAME: gemm_allreduce_flag_words = 65;
-// CHECK-SAME: gemm_allreduce_arguments = 3;
-// CHECK-SAME: gemm_allreduce_tensors = 4;
+// The manifest, one mk_kernel_manifest (mk/abi.h) for the runtime.
+// CHECK: emitc.verbatim "extern \22C\22 __device__ const mk_kernel_manifest gemm_allreduce_manifest = {\0A    /* abi_version */ MK_ABI_VERSION,
+// CHECK-SAME: /* grid */ 132,
+// CHECK-SAME: /* dynamic_smem_bytes */ mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes),
+// CHECK-SAME: /* flag_words */ 65,
+// CHECK-SAME: /* arguments */ 3,
+// CHECK-SAME: /* tensors */ 4,
 // The output, which peers write, and the staging slots must be in symmetric memory.
-// CHECK-SAME: gemm_allreduce_symmetric_tensors = 12u;
-// CHECK-SAME: gemm_allreduce_tensor_bytes[] = {1048576, 1048576, 2097152, 4194304};
+// CHECK-SAME: /* symmetric_tensors */ 12u,
+// CHECK-SAME: /* roles */ 2,
+// CHECK-SAME: /* tensor_map_count */ 7,
+// CHECK-SAME: /* engine_copy_count */ 0,
+// CHECK-SAME: /* tensor_bytes */ {1048576ull, 1048576ull, 2097152ull, 4194304ull},
 // Each rank holds half of K.
-// CHECK-SAME: gemm_allreduce_argument_types[] = \22bf16[1024,512] bf16[512,1024] bf16[1024,1024]\22;
-// The roles' CTAs, in sm-split's syntax.
-// CHECK-SAME: gemm_allreduce_sm_split[] = \22compute=104,intra_reduce=28\22;
+// CHECK-SAME: /* argument_types */ {{[{][{]}}\22bf16\22, 2, 0, {1024ull, 512ull}}, {\22bf16\22, 2, 0, {512ull, 1024ull}}, {\22bf16\22, 2, 0, {1024ull, 1024ull}}},
+// The roles' CTAs.
+// CHECK-SAME: /* sm_split */ {{[{][{]}}\22compute\22, 104, 0}, {\22intra_reduce\22, 28, 0}},
 // TMA maps: A and B, the slots on each GPU (the partials' owner) and here (the reduction), the
 // output on each GPU.
-// CHECK-SAME: gemm_allreduce_tensor_map_count = 7;
-// CHECK-SAME: gemm_allreduce_tensor_maps[] = {{[{][{]}}0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}};
+// CHECK-SAME: /* tensor_maps */ {{[{][{]}}0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}}};
 // CHECK-NOT: mk.
 // The ring depth, overridden.
 // STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4, 2>>
@@ -148,8 +151,9 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
 // CHECK: call_opaque "mk::accumulate_chunks"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::sum">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"mk::bf16">, #emitc.opaque<"128">, #emitc.opaque<"128">]
 // CHECK: call_opaque "mk::store_chunks"
 // CHECK: call_opaque "mk::team_idle"
-// CHECK: fallback_tensor_map_count = 0;
-// CHECK-NOT: fallback_tensor_maps
+// CHECK: fallback_manifest = {
+// CHECK-SAME: /* tensor_map_count */ 0,
+// CHECK-SAME: /* tensor_maps */ {}};
 mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>, %b: !mk.tensor<[256, 512], bf16, replicated>, %c: !mk.tensor<[512, 512], bf16, replicated>) grid 132 {
     %s = mk.buffer : !mk.tensor<[4, 512, 512], bf16, symmetric>
     mk.role compute ctas 132 {

@@ -56,13 +56,17 @@ std::string compile(const Case &c) {
   return result.cubin;
 }
 
-int readGlobal(const mkc::cuda::Driver &cu, CUmodule module, const std::string &name) {
+/// The manifest (mk/abi.h) of kernel `name` in `module`, without its engine copies.
+mk_kernel_manifest readManifest(const mkc::cuda::Driver &cu, CUmodule module,
+                                const std::string &name) {
+  std::string symbol = name + "_manifest";
   CUdeviceptr address;
   size_t bytes;
-  cu.check(cu.cuModuleGetGlobal(&address, &bytes, module, name.c_str()), name.c_str());
-  int value = 0;
-  cu.check(cu.cuMemcpyDtoH(&value, address, sizeof value), "cuMemcpyDtoH");
-  return value;
+  cu.check(cu.cuModuleGetGlobal(&address, &bytes, module, symbol.c_str()), symbol.c_str());
+  mk_kernel_manifest manifest{};
+  if (bytes >= sizeof manifest)
+    cu.check(cu.cuMemcpyDtoH(&manifest, address, sizeof manifest), "cuMemcpyDtoH");
+  return manifest;
 }
 
 } // namespace
@@ -96,11 +100,11 @@ int main() {
       cu.check(cu.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
       CUfunction kernel;
       cu.check(cu.cuModuleGetFunction(&kernel, module, c.program), "cuModuleGetFunction");
-      std::string prefix = c.program;
-      int grid = readGlobal(cu, module, prefix + "_grid");
-      int flags = readGlobal(cu, module, prefix + "_flag_words");
-      int smem = readGlobal(cu, module, prefix + "_dynamic_smem_bytes");
-      int abi = readGlobal(cu, module, prefix + "_abi_version");
+      mk_kernel_manifest manifest = readManifest(cu, module, c.program);
+      int grid = static_cast<int>(manifest.grid);
+      int flags = static_cast<int>(manifest.flag_words);
+      int smem = static_cast<int>(manifest.dynamic_smem_bytes);
+      int abi = static_cast<int>(manifest.abi_version);
       cu.check(cu.cuFuncSetAttribute(kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
                "cuFuncSetAttribute");
       int registers = 0, localBytes = 0;

@@ -19,8 +19,8 @@ class GenerateCuda(unittest.TestCase):
     def test_a_library_program(self):
         cuda = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES)
         self.assertIn('extern "C" __global__', cuda)
-        self.assertIn('gemm_allreduce_argument_types[] = "bf16[1024,2048] bf16[2048,2048] '
-                      'bf16[1024,2048]"', cuda)
+        self.assertIn('/* argument_types */ {{"bf16", 2, 0, {1024ull, 2048ull}}, '
+                      '{"bf16", 2, 0, {2048ull, 2048ull}}, {"bf16", 2, 0, {1024ull, 2048ull}}}', cuda)
 
     def test_text_a_str_path_and_a_dict_of_shapes(self):
         from_path = mkc.generate_cuda(support.GEMM_ALLREDUCE, "1x2", **SHAPES)
@@ -31,7 +31,8 @@ class GenerateCuda(unittest.TestCase):
 
     def test_the_topology_shapes_the_kernel(self):
         four = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x4", rank=3, **SHAPES)
-        self.assertIn('"bf16[1024,1024] bf16[1024,2048] bf16[1024,2048]"', four)
+        self.assertIn('{{"bf16", 2, 0, {1024ull, 1024ull}}, {"bf16", 2, 0, {1024ull, 2048ull}}, '
+                      '{"bf16", 2, 0, {1024ull, 2048ull}}}', four)
 
     def test_compiler_options(self):
         default = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES)
@@ -46,19 +47,19 @@ class GenerateCuda(unittest.TestCase):
         # A reduce role of 16 CTAs instead of the all-reduce in place, whose 128 tiles (128 x 128)
         # take one round on 128 CTAs.
         self.assertIn("< (ptrdiff_t) 128) {", default)
-        self.assertIn('gemm_allreduce_sm_split[] = "compute=128";', default)
+        self.assertIn('/* sm_split */ {{"compute", 128, 0}}', default)
         roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                   sm_split={"compute": 116, "intra_reduce": 16})
         self.assertIn("< (ptrdiff_t) 116) {", roles)
         # The split the runtime reads back (FusedOp.sm_split).
-        self.assertIn('gemm_allreduce_sm_split[] = "compute=116,intra_reduce=16";', roles)
+        self.assertIn('/* sm_split */ {{"compute", 116, 0}, {"intra_reduce", 16, 0}}', roles)
         # Copies by copy engines, which the module lists for the runtime; none by default.
-        self.assertIn("gemm_allreduce_engine_copy_count = 0;", default)
+        self.assertIn("/* engine_copy_count */ 0,", default)
         engines = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                     options={"all-reduce-copy-engine": True})
         # 8 tile rows of 16 (128 x 128 tiles): a band of 4 x 8 tiles at a time, each GPU's 2 there
         # and 2 back.
-        self.assertIn("gemm_allreduce_engine_copy_count = 8;", engines)
+        self.assertIn("/* engine_copy_count */ 8,", engines)
         self.assertNotIn("gemm_store_gpus", engines)
 
     def test_bad_compiler_options(self):

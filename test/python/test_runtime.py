@@ -13,6 +13,7 @@ import support
 import mkc
 from mkc import _capi
 
+ROLES = [(b"compute", 102), (b"intra_reduce", 10), (b"inter_reduce", 20)]
 ARGUMENTS = [("bf16", (1024, 2048)), ("bf16", (2048, 2048)), ("bf16", (1024, 2048))]
 
 
@@ -81,8 +82,11 @@ class FakeLibrary:
     def mkc_op_name(self, op, name):
         name._obj.value = b"gemm_allreduce"
 
-    def mkc_op_sm_split(self, op, split):
-        split._obj.value = b"compute=102,intra_reduce=10,inter_reduce=20"
+    def mkc_op_num_roles(self, op, count):
+        count._obj.value = len(ROLES)
+
+    def mkc_op_get_role(self, op, index, kind, ctas):
+        kind._obj.value, ctas._obj.value = ROLES[index]
 
     def mkc_op_num_arguments(self, op, count):
         count._obj.value = len(ARGUMENTS)

@@ -70,7 +70,10 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   options.topology = topology;
   options.rank = rank;
   options.shapes.assign(shapes.begin(), shapes.end());
-  options.smSplit = smSplit;
+  if (std::optional<std::string> error = mlir::mk::SmSplit::parse(smSplit, options.smSplit)) {
+    llvm::errs() << tool << ": error: --sm-split=" << smSplit << ": " << *error << "\n";
+    return std::nullopt;
+  }
   options.smCount = smCount;
   options.gemmTileN = gemmTileN;
   options.explainSplit = explainSplit;

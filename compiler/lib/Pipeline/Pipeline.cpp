@@ -31,13 +31,12 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   OpPassManager &programs = pm.nest<ProgramOp>();
   addTiling(programs, options);
   MkExpandCollectivesOptions expand;
-  expand.inPlaceAllReduce =
-      options.inPlaceAllReduce && !llvm::StringRef(options.smSplit).contains("intra_reduce");
+  expand.inPlaceAllReduce = options.inPlaceAllReduce && !options.smSplit.ctasOf("intra_reduce");
   expand.copyEngineAllReduce = options.allReduceCopyEngine;
   programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
   partition.smCount = options.smCount;
-  partition.smSplit = options.smSplit;
+  partition.smSplit = options.smSplit.str();
   partition.explain = options.explainSplit;
   programs.addPass(createMkPartitionRoles(partition));
   programs.addPass(createMkInsertSignals());
@@ -46,48 +45,12 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   programs.addPass(createCanonicalizerPass());
 }
 
-std::optional<std::string> checkPipelineOptions(const PipelineOptions &options) {
-  if (std::optional<std::string> error = checkSmCount(options.smCount))
-    return error;
-  return checkGemmOptions(options.gemmStages, options.gemmCluster);
-}
-
-std::optional<std::string> parsePipelineOptions(StringRef text, PipelineOptions &options) {
-  SmallVector<StringRef> items;
-  text.split(items, ';', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
-  for (StringRef item : items) {
-    auto [name, value] = item.trim().split('=');
-    const auto malformed = [&](StringRef want) {
-      return (name + "=" + value + ": not " + want).str();
-    };
-    if (name == "sm-split") {
-      options.smSplit = value.str();
-    } else if (name == "gemm-tile-n" || name == "gemm-stages" || name == "gemm-cluster") {
-      int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
-                       : name == "gemm-stages" ? options.gemmStages
-                                               : options.gemmCluster;
-      if (value.getAsInteger(10, field))
-        return malformed("an integer");
-    } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine") {
-      if (value != "0" && value != "1")
-        return malformed("0 or 1");
-      (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
-          value == "1";
-    } else {
-      return ("unknown compiler option '" + name +
-              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
-              "all-reduce-copy-engine)")
-          .str();
-    }
-  }
-  return checkPipelineOptions(options);
-}
-
 void buildEmitCPipeline(OpPassManager &pm, const PipelineOptions &options) {
-  MkLowerToEmitCOptions lowering;
-  lowering.gemmStages = options.gemmStages;
-  lowering.gemmCluster = options.gemmCluster;
-  pm.addPass(createMkLowerToEmitC(lowering));
+  MkPlanLoweringOptions plan;
+  plan.gemmStages = options.gemmStages;
+  plan.gemmCluster = options.gemmCluster;
+  pm.nest<ProgramOp>().addPass(createMkPlanLowering(plan));
+  pm.addPass(createMkLowerToEmitC());
   // Folds single-use arithmetic into the expressions that use it: fewer temporaries in the C++.
   pm.addPass(emitc::createFormExpressionsPass());
 }

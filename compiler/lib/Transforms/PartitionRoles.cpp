@@ -306,19 +306,21 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
   /// can use go to compute, as far as they take rounds of tiles off it.
   LogicalResult split(ProgramOp program, Partitioner &partitioner, SmallVector<RoleWork> &works,
                       const CostModel &model, std::string &source) {
-    std::string text = smSplit;
-    if (auto dict = program->getAttrOfType<DictionaryAttr>("mk.sm_split"); text.empty() && dict) {
-      SmallVector<std::string> entries;
-      for (NamedAttribute entry : dict)
-        if (auto count = dyn_cast<IntegerAttr>(entry.getValue()))
-          entries.push_back((entry.getName().getValue() + "=" + Twine(count.getInt())).str());
-      text = llvm::join(entries, ",");
+    SmSplit override;
+    if (auto dict = program->getAttrOfType<DictionaryAttr>("mk.sm_split");
+        smSplit.empty() && dict) {
+      for (NamedAttribute entry : dict) {
+        auto count = dyn_cast<IntegerAttr>(entry.getValue());
+        override.roles.push_back({entry.getName().str(), count ? count.getInt() : 0});
+      }
       source = "the program's mk.sm_split";
-    } else if (!text.empty()) {
+    } else if (!smSplit.empty()) {
+      if (std::optional<std::string> error = SmSplit::parse(smSplit, override))
+        return program.emitError() << *error;
       source = "sm-split";
     }
-    if (!text.empty())
-      return applyOverride(program, works, text);
+    if (!override.empty())
+      return applyOverride(program, works, override);
 
     source = "the cost model";
     int64_t spare = give(works, model, smCount - static_cast<int64_t>(works.size()), 1);
@@ -359,25 +361,17 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     return spare;
   }
 
-  LogicalResult applyOverride(ProgramOp program, SmallVector<RoleWork> &works, StringRef text) {
-    SmallVector<StringRef> entries;
-    text.split(entries, ',', -1, /*KeepEmpty=*/false);
-    llvm::StringMap<int64_t> counts;
-    for (StringRef entry : entries) {
-      auto [name, value] = entry.split('=');
-      int64_t count;
-      if (!symbolizeRoleKind(name.trim()) || value.trim().getAsInteger(10, count) || count < 1)
-        return program.emitError() << "sm split entry '" << entry
-                                   << "' is not ROLE=CTAS with a known role and CTAS >= 1";
-      counts[name.trim()] = count;
-    }
+  LogicalResult applyOverride(ProgramOp program, SmallVector<RoleWork> &works,
+                              const SmSplit &split) {
+    if (std::optional<std::string> error = split.check())
+      return program.emitError() << *error;
     int64_t total = 0;
     for (RoleWork &work : works) {
       StringRef kind = stringifyRoleKind(work.kind);
-      auto it = counts.find(kind);
-      if (it == counts.end())
+      std::optional<int64_t> ctas = split.ctasOf(kind);
+      if (!ctas)
         return program.emitError() << "the sm split gives no CTAs to role " << kind;
-      work.ctas = it->second;
+      work.ctas = *ctas;
       total += work.ctas;
     }
     if (total > smCount)

@@ -1,11 +1,20 @@
-//===- PassOptions.cpp - checks of the passes' options --------------------===//
+//===- PassOptions.cpp - checks of the passes' options; the SM split ------===//
 
-#include "mk/Transforms/Passes.h"
+#include "mk/Transforms/PassOptions.h"
+
+#include "mk/IR/MkOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/Twine.h"
 
 namespace mlir::mk {
 
-std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min, int64_t max,
-                                            const Twine &rule) {
+/// "NAME=VALUE: RULE" where `value` lies outside [min, max], else nothing: the check of every
+/// bounded integer option, which the passes report on the program and checkPipelineOptions
+/// (mk/PipelineOptions.h) as a flag error.
+static std::optional<std::string> checkOptionRange(StringRef name, int64_t value, int64_t min,
+                                                   int64_t max, const Twine &rule) {
   if (value >= min && value <= max)
     return std::nullopt;
   return (name + "=" + Twine(value) + ": " + rule).str();
@@ -26,6 +35,54 @@ std::optional<std::string> checkGemmOptions(int64_t stages, int64_t cluster) {
       return error;
   return checkOptionRange("gemm-cluster", cluster, 0, 2,
                           "the GEMM engine runs in clusters of 1 or 2 CTAs");
+}
+
+std::optional<int64_t> SmSplit::ctasOf(std::string_view kind) const {
+  for (const Role &role : roles)
+    if (role.kind == kind)
+      return role.ctas;
+  return std::nullopt;
+}
+
+/// The message of an entry that is not a known role with CTAs, as `entry` was written.
+static std::string malformedEntry(const Twine &entry) {
+  return ("sm split entry '" + entry + "' is not ROLE=CTAS with a known role and CTAS >= 1").str();
+}
+
+std::optional<std::string> SmSplit::check() const {
+  for (auto [index, role] : llvm::enumerate(roles)) {
+    if (!symbolizeRoleKind(role.kind) || role.ctas < 1)
+      return malformedEntry(role.kind + "=" + Twine(role.ctas));
+    auto earlier = roles.begin() + index;
+    if (std::find_if(roles.begin(), earlier,
+                     [&](const Role &other) { return other.kind == role.kind; }) != earlier)
+      return "the sm split names role " + role.kind + " twice";
+  }
+  return std::nullopt;
+}
+
+std::string SmSplit::str() const {
+  return llvm::join(
+      llvm::map_range(roles,
+                      [](const Role &role) { return role.kind + "=" + std::to_string(role.ctas); }),
+      ",");
+}
+
+std::optional<std::string> SmSplit::parse(std::string_view text, SmSplit &split) {
+  SmallVector<StringRef> entries;
+  StringRef(text.data(), text.size()).split(entries, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  SmSplit parsed;
+  for (StringRef entry : entries) {
+    auto [kind, value] = entry.split('=');
+    int64_t ctas;
+    if (value.trim().getAsInteger(10, ctas))
+      return malformedEntry(entry);
+    parsed.roles.push_back({kind.trim().str(), ctas});
+  }
+  if (std::optional<std::string> error = parsed.check())
+    return error;
+  split = std::move(parsed);
+  return std::nullopt;
 }
 
 } // namespace mlir::mk

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 8
+#define MK_ABI_VERSION 9
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -26,6 +26,12 @@
 #define MK_MAX_TENSORS 16
 /* TMA tensor maps one kernel can take. */
 #define MK_MAX_TENSOR_MAPS 12
+/* Roles of one kernel's persistent grid, and the bytes of a role kind's name with its NUL. */
+#define MK_MAX_ROLES 8
+#define MK_ROLE_KIND_BYTES 16
+/* Dims of an argument the manifest describes, and the bytes of an element type's name. */
+#define MK_MAX_TENSOR_RANK 8
+#define MK_ELEMENT_NAME_BYTES 8
 
 /* One tensor, as seen from one rank. `peer[g]` is the same (symmetric) allocation mapped from GPU g
  * of this node; it is null for tensors that are not in symmetric memory. */
@@ -91,6 +97,48 @@ typedef struct mk_engine_copy {
   mk_u64 pitch;
 } mk_engine_copy;
 
+/* What an argument of a kernel must be on one rank: its element type as MLIR spells it ("bf16",
+ * "f16", "f32", NUL-padded) and its `rank` extents, row-major and dense. */
+typedef struct mk_argument_type {
+  char element[MK_ELEMENT_NAME_BYTES];
+  mk_u32 rank;
+  mk_u32 reserved;
+  mk_u64 extents[MK_MAX_TENSOR_RANK];
+} mk_argument_type;
+
+/* The CTAs of one role of the grid: its kind as mk.role spells it ("compute", "intra_reduce",
+ * NUL-padded). */
+typedef struct mk_role_ctas {
+  char kind[MK_ROLE_KIND_BYTES];
+  mk_u32 ctas;
+  mk_u32 reserved;
+} mk_role_ctas;
+
+/* How a generated kernel is launched: the global `<kernel>_manifest` of its module, which the
+ * runtime reads (cuModuleGetGlobal) once it has loaded it. `abi_version` comes first, so that a
+ * runtime can tell a kernel of another version. The global is this struct followed by
+ * `engine_copy_count` mk_engine_copy, the copies copy engines make beside the kernel in the order
+ * each GPU issues its own (their number grows with the problem's size). `dynamic_smem_bytes` is
+ * per CTA; `tensor_bytes[i]` what tensor i (arguments first, then the buffers the runtime
+ * allocates) takes on one rank; bit i of `symmetric_tensors` that peers write tensor i or the
+ * network reads it, so it must be in symmetric memory. */
+typedef struct mk_kernel_manifest {
+  mk_u32 abi_version;
+  mk_u32 grid;
+  mk_u32 dynamic_smem_bytes;
+  mk_u32 flag_words;
+  mk_u32 arguments;
+  mk_u32 tensors;
+  mk_u32 symmetric_tensors;
+  mk_u32 roles;
+  mk_u32 tensor_map_count;
+  mk_u32 engine_copy_count;
+  mk_u64 tensor_bytes[MK_MAX_TENSORS];
+  mk_argument_type argument_types[MK_MAX_TENSORS];
+  mk_role_ctas sm_split[MK_MAX_ROLES];
+  mk_tensor_map_spec tensor_maps[MK_MAX_TENSOR_MAPS];
+} mk_kernel_manifest;
+
 /* How long a kernel's waits for flags may take: `mk_watch`, a __constant__ of every generated
  * module, which the runtime sets once it has loaded it. A wait that has waited `timeout_ns` (0:
  * forever) gives up and raises `*gave_up` (device memory, which the GPU's other waits poll, so
@@ -139,6 +187,14 @@ static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
 static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
 static_assert(sizeof(mk_engine_copy) == 56, "mk_engine_copy layout");
+static_assert(sizeof(mk_argument_type) == 16 + 8 * MK_MAX_TENSOR_RANK, "mk_argument_type layout");
+static_assert(sizeof(mk_role_ctas) == MK_ROLE_KIND_BYTES + 8, "mk_role_ctas layout");
+static_assert(sizeof(mk_kernel_manifest) ==
+                  40 + 8 * MK_MAX_TENSORS + sizeof(mk_argument_type) * MK_MAX_TENSORS +
+                      sizeof(mk_role_ctas) * MK_MAX_ROLES + 80 * MK_MAX_TENSOR_MAPS,
+              "mk_kernel_manifest layout");
+static_assert(sizeof(mk_kernel_manifest) % alignof(mk_engine_copy) == 0,
+              "the engine copies follow the manifest unpadded");
 static_assert(sizeof(mk_wait_failure) == 24, "mk_wait_failure layout");
 static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
 static_assert(sizeof(mk_kernel_args) ==

@@ -231,9 +231,23 @@ mkc_status mkc_op_name(const mkc_op *op, const char **name) {
   return guarded(__func__, [&] { required(name, "name") = required(op, "op").op.name().c_str(); });
 }
 
-mkc_status mkc_op_sm_split(const mkc_op *op, const char **split) {
+mkc_status mkc_op_num_roles(const mkc_op *op, int *count) {
   return guarded(__func__, [&] {
-    required(split, "split") = required(op, "op").op.kernel().launch().smSplit.c_str();
+    required(count, "count") =
+        static_cast<int>(required(op, "op").op.kernel().launch().smSplit.roles.size());
+  });
+}
+
+mkc_status mkc_op_get_role(const mkc_op *op, int index, const char **kind, int *ctas) {
+  return guarded(__func__, [&] {
+    const auto &roles = required(op, "op").op.kernel().launch().smSplit.roles;
+    const char *&kindOut = required(kind, "kind");
+    int &ctasOut = required(ctas, "ctas");
+    if (index < 0 || index >= static_cast<int>(roles.size()))
+      throw mkc::RuntimeError(
+          fmt::format("{} has {} roles; there is no role {}", op->op.name(), roles.size(), index));
+    kindOut = roles[index].kind.c_str();
+    ctasOut = static_cast<int>(roles[index].ctas);
   });
 }
 

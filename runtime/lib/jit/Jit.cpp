@@ -25,11 +25,12 @@
 #include <array>
 #include <bit>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
+#include <span>
 #include <system_error>
 #include <utility>
 
@@ -393,46 +394,19 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
   try {
     driver_.check(driver_.cuModuleGetFunction(&function_, module_, kernel.c_str()),
                   ("cuModuleGetFunction(" + kernel + ")").c_str());
-    if (int abi = readScalar<int>(kernel, "abi_version"); abi != MK_ABI_VERSION)
-      throw JitError(kernel + " was generated for ABI version " + std::to_string(abi) +
-                     ", this runtime implements version " + std::to_string(MK_ABI_VERSION) +
+    std::string manifest = kernel + "_manifest";
+    CUdeviceptr address;
+    size_t size = 0;
+    CUresult found = driver_.cuModuleGetGlobal(&address, &size, module_, manifest.c_str());
+    if (found == CUDA_ERROR_NOT_FOUND)
+      throw JitError(kernel + " has no " + manifest +
+                     ": it was generated for an ABI version before " + "this runtime's " +
+                     std::to_string(MK_ABI_VERSION) +
                      " (mk/abi.h): recompile it with this runtime's mkc");
-    launch_.grid = readScalar<int>(kernel, "grid");
-    launch_.flagWords = readScalar<int>(kernel, "flag_words");
-    launch_.dynamicSmemBytes = readScalar<int>(kernel, "dynamic_smem_bytes");
-    launch_.arguments = readScalar<int>(kernel, "arguments");
-    launch_.tensorBytes = readArray<long long>(kernel, "tensor_bytes");
-    if (launch_.tensorBytes.size() != static_cast<size_t>(readScalar<int>(kernel, "tensors")))
-      throw JitError(kernel + "_tensor_bytes does not list every tensor");
-    launch_.symmetricTensors = readScalar<unsigned>(kernel, "symmetric_tensors");
-    launch_.argumentTypes = parseArgumentTypes(readText(kernel, "argument_types"));
-    if (launch_.argumentTypes.size() != static_cast<size_t>(launch_.arguments))
-      throw JitError(kernel + "_argument_types does not describe every argument");
-    launch_.smSplit = readText(kernel, "sm_split");
-    const int maps = readScalar<int>(kernel, "tensor_map_count");
-    if (maps > MK_MAX_TENSOR_MAPS)
-      throw JitError(kernel + " takes " + std::to_string(maps) + " tensor maps, more than " +
-                     std::to_string(MK_MAX_TENSOR_MAPS) + " (MK_MAX_TENSOR_MAPS)");
-    if (maps > 0)
-      launch_.tensorMaps = readArray<mk_tensor_map_spec>(kernel, "tensor_maps");
-    if (launch_.tensorMaps.size() != static_cast<size_t>(maps))
-      throw JitError(kernel + "_tensor_maps does not list every tensor map");
-    for (const mk_tensor_map_spec &spec : launch_.tensorMaps)
-      if (spec.tensor >= launch_.tensorBytes.size() ||
-          (spec.gpu != MK_MAP_LOCAL && spec.gpu >= MK_MAX_GPUS_PER_NODE))
-        throw JitError(kernel + "_tensor_maps names a tensor or GPU the kernel does not have");
-    if (readScalar<int>(kernel, "engine_copy_count") > 0)
-      launch_.engineCopies = readArray<mk_engine_copy>(kernel, "engine_copies");
-    for (const mk_engine_copy &copy : launch_.engineCopies)
-      if (copy.tensor >= launch_.tensorBytes.size() || copy.from_gpu >= MK_MAX_GPUS_PER_NODE ||
-          copy.to_gpu >= MK_MAX_GPUS_PER_NODE || copy.from_gpu == copy.to_gpu ||
-          copy.wait_flag >= static_cast<unsigned>(launch_.flagWords) ||
-          copy.signal_flag >= static_cast<unsigned>(launch_.flagWords) || copy.width == 0 ||
-          copy.height == 0 || copy.width > copy.pitch ||
-          copy.offset + (copy.height - 1) * copy.pitch + copy.width >
-              static_cast<unsigned long long>(launch_.tensorBytes[copy.tensor]))
-        throw JitError(kernel + "_engine_copies names a tensor, GPU, flag or range the kernel "
-                                "does not have");
+    driver_.check(found, ("cuModuleGetGlobal(" + manifest + ")").c_str());
+    std::string bytes(size, '\0');
+    MK_CU_CHECK(driver_, cuMemcpyDtoH(bytes.data(), address, size));
+    launch_ = decodeManifest(kernel, bytes);
     std::string advance = kernel + "_advance_epoch";
     driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
                   ("cuModuleGetFunction(" + advance + ")").c_str());
@@ -470,70 +444,78 @@ LoadedKernel::~LoadedKernel() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
-std::string LoadedKernel::readGlobal(const std::string &kernel, const char *field) const {
-  std::string symbol = kernel + "_" + field;
-  CUdeviceptr address;
-  size_t size = 0;
-  driver_.check(driver_.cuModuleGetGlobal(&address, &size, module_, symbol.c_str()),
-                ("cuModuleGetGlobal(" + symbol + ")").c_str());
-  std::string bytes(size, '\0');
-  MK_CU_CHECK(driver_, cuMemcpyDtoH(bytes.data(), address, size));
-  return bytes;
+namespace {
+/// The NUL-padded name in `field`; empty if it has no NUL.
+template <std::size_t N> std::string paddedName(const char (&field)[N]) {
+  std::size_t length = ::strnlen(field, N);
+  return length < N ? std::string(field, length) : std::string();
 }
+} // namespace
 
-std::string LoadedKernel::readText(const std::string &kernel, const char *field) const {
-  std::string text = readGlobal(kernel, field);
-  return text.substr(0, text.find('\0'));
-}
-
-template <typename T>
-std::vector<T> LoadedKernel::readArray(const std::string &kernel, const char *field) const {
-  std::string bytes = readGlobal(kernel, field);
-  if (bytes.size() % sizeof(T))
-    throw JitError(kernel + "_" + field + " has " + std::to_string(bytes.size()) +
-                   " bytes, not a whole number of the " + std::to_string(sizeof(T)) +
-                   "-byte values this runtime reads");
-  std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
-
-template <typename T>
-T LoadedKernel::readScalar(const std::string &kernel, const char *field) const {
-  std::vector<T> values = readArray<T>(kernel, field);
-  if (values.size() != 1)
-    throw JitError(kernel + "_" + field + " holds " + std::to_string(values.size()) +
-                   " values, not the one this runtime reads");
-  return values.front();
-}
-
-std::vector<TensorType> parseArgumentTypes(std::string_view text) {
-  auto malformed = [&] {
-    return JitError("malformed argument types \"" + std::string(text) +
-                    "\": expected ELEMENT[EXTENT,...] separated by spaces");
+LaunchParameters decodeManifest(const std::string &kernel, std::string_view bytes) {
+  auto malformed = [&](const std::string &what) {
+    return JitError(kernel + "_manifest " + what + " (mk/abi.h's mk_kernel_manifest)");
   };
-  std::vector<TensorType> types;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    std::size_t open = text.find('[', at), close = text.find(']', at);
-    if (open == std::string_view::npos || close == std::string_view::npos || close < open ||
-        open == at)
-      throw malformed();
-    TensorType type{std::string(text.substr(at, open - at)), {}};
-    for (std::size_t from = open + 1, end = open; end != close; from = end + 1) {
-      end = std::min(text.find(',', from), close);
-      long long extent = 0;
-      auto [next, error] = std::from_chars(text.data() + from, text.data() + end, extent);
-      if (error != std::errc() || next != text.data() + end || extent <= 0)
-        throw malformed();
-      type.extents.push_back(extent);
+  mk_u32 abi = 0;
+  if (bytes.size() >= sizeof abi)
+    std::memcpy(&abi, bytes.data(), sizeof abi);
+  if (abi != MK_ABI_VERSION)
+    throw JitError(kernel + " was generated for ABI version " + std::to_string(abi) +
+                   ", this runtime implements version " + std::to_string(MK_ABI_VERSION) +
+                   " (mk/abi.h): recompile it with this runtime's mkc");
+  mk_kernel_manifest m;
+  if (bytes.size() < sizeof m)
+    throw malformed("has " + std::to_string(bytes.size()) + " bytes, fewer than its " +
+                    std::to_string(sizeof m));
+  std::memcpy(&m, bytes.data(), sizeof m);
+  if (m.tensors > MK_MAX_TENSORS || m.arguments > m.tensors || m.roles > MK_MAX_ROLES ||
+      m.tensor_map_count > MK_MAX_TENSOR_MAPS)
+    throw malformed("counts more tensors, arguments, roles or tensor maps than a kernel has");
+  if (bytes.size() != sizeof m + std::size_t{m.engine_copy_count} * sizeof(mk_engine_copy))
+    throw malformed("does not hold its " + std::to_string(m.engine_copy_count) + " engine copies");
+
+  LaunchParameters launch;
+  launch.grid = static_cast<int>(m.grid);
+  launch.flagWords = static_cast<int>(m.flag_words);
+  launch.dynamicSmemBytes = static_cast<int>(m.dynamic_smem_bytes);
+  launch.arguments = static_cast<int>(m.arguments);
+  launch.tensorBytes.assign(m.tensor_bytes, m.tensor_bytes + m.tensors);
+  launch.symmetricTensors = m.symmetric_tensors;
+  for (const mk_argument_type &argument : std::span(m.argument_types, m.arguments)) {
+    TensorType type{paddedName(argument.element), {}};
+    if (type.element.empty() || argument.rank < 1 || argument.rank > MK_MAX_TENSOR_RANK)
+      throw malformed("describes an argument without an element type or with no or too many dims");
+    for (mk_u64 extent : std::span(argument.extents, argument.rank)) {
+      if (extent == 0 || extent > static_cast<mk_u64>(std::numeric_limits<long long>::max()))
+        throw malformed("describes an argument with an empty or too large dim");
+      type.extents.push_back(static_cast<long long>(extent));
     }
-    types.push_back(std::move(type));
-    at = close + 1;
-    if (at < text.size() && (text[at++] != ' ' || at == text.size()))
-      throw malformed();
+    launch.argumentTypes.push_back(std::move(type));
   }
-  return types;
+  for (const mk_role_ctas &role : std::span(m.sm_split, m.roles))
+    launch.smSplit.roles.push_back({paddedName(role.kind), role.ctas});
+  if (std::optional<std::string> error = launch.smSplit.check())
+    throw malformed("has an SM split mkc would not make: " + *error);
+  launch.tensorMaps.assign(m.tensor_maps, m.tensor_maps + m.tensor_map_count);
+  for (const mk_tensor_map_spec &spec : launch.tensorMaps)
+    if (spec.tensor >= launch.tensorBytes.size() ||
+        (spec.gpu != MK_MAP_LOCAL && spec.gpu >= MK_MAX_GPUS_PER_NODE))
+      throw malformed("has a tensor map of a tensor or GPU the kernel does not have");
+  launch.engineCopies.resize(m.engine_copy_count);
+  if (m.engine_copy_count)
+    std::memcpy(launch.engineCopies.data(), bytes.data() + sizeof m,
+                launch.engineCopies.size() * sizeof(mk_engine_copy));
+  for (const mk_engine_copy &copy : launch.engineCopies)
+    if (copy.tensor >= launch.tensorBytes.size() || copy.from_gpu >= MK_MAX_GPUS_PER_NODE ||
+        copy.to_gpu >= MK_MAX_GPUS_PER_NODE || copy.from_gpu == copy.to_gpu ||
+        copy.wait_flag >= static_cast<unsigned>(launch.flagWords) ||
+        copy.signal_flag >= static_cast<unsigned>(launch.flagWords) || copy.width == 0 ||
+        copy.height == 0 || copy.width > copy.pitch ||
+        copy.offset + (copy.height - 1) * copy.pitch + copy.width >
+            static_cast<unsigned long long>(launch.tensorBytes[copy.tensor]))
+      throw malformed("has an engine copy of a tensor, GPU, flag or range the kernel does not "
+                      "have");
+  return launch;
 }
 
 //===----------------------------------------------------------------------===//

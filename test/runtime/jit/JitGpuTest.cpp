@@ -69,11 +69,12 @@ int main() {
     const mkc::LaunchParameters &launch = kernel->launch();
     std::printf("gemm_allreduce 1x2: grid %d (%s), %d flag words, %d bytes of shared memory "
                 "(of %d)\n",
-                launch.grid, launch.smSplit.c_str(), launch.flagWords, launch.dynamicSmemBytes,
-                optin);
+                launch.grid, launch.smSplit.str().c_str(), launch.flagWords,
+                launch.dynamicSmemBytes, optin);
     // 2048 tiles take 16 rounds on the 132 SMs compiled for, and on 128 CTAs.
     expect(launch.grid == 128, "grid is the fewest CTAs that take the tiles in as many rounds");
-    expect(launch.smSplit == "compute=128", "the split is the all-reduce in place's, read back");
+    expect(launch.smSplit.str() == "compute=128",
+           "the split is the all-reduce in place's, read back");
     expect(launch.flagWords > 1, "flag words");
     expect(launch.dynamicSmemBytes > 0 && launch.dynamicSmemBytes <= optin,
            "shared memory within the device's opt-in limit");

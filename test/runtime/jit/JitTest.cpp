@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -336,15 +337,95 @@ TEST_CASE("jit: programs and options that cannot compile say why, and nothing is
   CHECK_FALSE(fs::exists(scratch.cache()));
 }
 
-TEST_CASE("jit: a kernel's argument types are read back, and malformed ones are refused") {
-  std::vector<mkc::TensorType> types = mkc::parseArgumentTypes("bf16[3000,2304] f32[7]");
-  REQUIRE(types.size() == 2);
-  CHECK(types[0].element == "bf16");
-  CHECK(types[0].extents == std::vector<long long>{3000, 2304});
-  CHECK(types[1].element == "f32");
-  CHECK(types[1].extents == std::vector<long long>{7});
-  CHECK(mkc::parseArgumentTypes("").empty());
-  for (const char *malformed :
-       {"bf16", "[3]", "bf16[]", "bf16[0]", "bf16[3,]", "bf16[3]x", "bf16[3] "})
-    CHECK_THROWS_WITH(mkc::parseArgumentTypes(malformed), Catch::Contains("malformed argument"));
+namespace {
+/// A manifest of two arguments (bf16[3000,2304], f32[7]), one buffer and two roles, followed by
+/// `copies` engine copies, as a kernel's module holds it.
+std::string manifestBytes(const mk_kernel_manifest &manifest, int copies = 0) {
+  std::string bytes(reinterpret_cast<const char *>(&manifest), sizeof manifest);
+  mk_engine_copy copy{0, 1, 2, 0, 1, 1, 0, 64, 2, 128};
+  for (int i = 0; i < copies; ++i)
+    bytes.append(reinterpret_cast<const char *>(&copy), sizeof copy);
+  return bytes;
+}
+
+mk_kernel_manifest sampleManifest() {
+  mk_kernel_manifest m{};
+  m.abi_version = MK_ABI_VERSION;
+  m.grid = 132;
+  m.dynamic_smem_bytes = 4096;
+  m.flag_words = 8;
+  m.arguments = 2;
+  m.tensors = 3;
+  m.symmetric_tensors = 4;
+  m.roles = 2;
+  m.tensor_bytes[0] = 3000 * 2304 * 2;
+  m.tensor_bytes[1] = 28;
+  m.tensor_bytes[2] = 4096;
+  m.argument_types[0] = {"bf16", 2, 0, {3000, 2304}};
+  m.argument_types[1] = {"f32", 1, 0, {7}};
+  m.sm_split[0] = {"compute", 120, 0};
+  m.sm_split[1] = {"intra_reduce", 12, 0};
+  return m;
+}
+} // namespace
+
+TEST_CASE("jit: a kernel's manifest is read back, and malformed ones are refused") {
+  mkc::LaunchParameters launch = mkc::decodeManifest("k", manifestBytes(sampleManifest()));
+  CHECK(launch.grid == 132);
+  CHECK(launch.dynamicSmemBytes == 4096);
+  CHECK(launch.flagWords == 8);
+  CHECK(launch.arguments == 2);
+  CHECK(launch.tensorBytes == std::vector<long long>{3000 * 2304 * 2, 28, 4096});
+  CHECK(launch.symmetricTensors == 4);
+  REQUIRE(launch.argumentTypes.size() == 2);
+  CHECK(launch.argumentTypes[0].element == "bf16");
+  CHECK(launch.argumentTypes[0].extents == std::vector<long long>{3000, 2304});
+  CHECK(launch.argumentTypes[1].element == "f32");
+  CHECK(launch.argumentTypes[1].extents == std::vector<long long>{7});
+  CHECK(launch.smSplit.str() == "compute=120,intra_reduce=12");
+  CHECK(launch.engineCopies.size() == 0);
+
+  mk_kernel_manifest withCopy = sampleManifest();
+  withCopy.engine_copy_count = 1;
+  CHECK(mkc::decodeManifest("k", manifestBytes(withCopy, 1)).engineCopies.size() == 1);
+
+  auto refusedBytes = [](const std::string &bytes) {
+    try {
+      mkc::decodeManifest("k", bytes);
+    } catch (const mkc::JitError &error) {
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  auto refused = [&](const mk_kernel_manifest &m, int copies = 0) {
+    return refusedBytes(manifestBytes(m, copies));
+  };
+  mk_kernel_manifest m = sampleManifest();
+  m.abi_version = MK_ABI_VERSION - 1;
+  CHECK_THAT(refused(m), Catch::Contains("was generated for ABI version"));
+  CHECK_THAT(refusedBytes(""), Catch::Contains("generated for ABI version 0"));
+  CHECK_THAT(refusedBytes(manifestBytes(sampleManifest()).substr(0, 64)),
+             Catch::Contains("has 64 bytes, fewer than"));
+  m = sampleManifest();
+  m.argument_types[0].rank = 0;
+  CHECK_THAT(refused(m), Catch::Contains("k_manifest describes an argument"));
+  m = sampleManifest();
+  m.argument_types[1].extents[0] = 0;
+  CHECK_THAT(refused(m), Catch::Contains("empty or too large dim"));
+  m = sampleManifest();
+  std::memset(m.argument_types[0].element, 'x', sizeof m.argument_types[0].element);
+  CHECK_THAT(refused(m), Catch::Contains("without an element type"));
+  m = sampleManifest();
+  m.arguments = 4;
+  CHECK_THAT(refused(m), Catch::Contains("counts more tensors, arguments"));
+  m = sampleManifest();
+  m.sm_split[1] = {"prefetch", 4, 0};
+  CHECK_THAT(refused(m), Catch::Contains("sm split entry 'prefetch=4'"));
+  m = sampleManifest();
+  m.engine_copy_count = 2;
+  CHECK_THAT(refused(m, 1), Catch::Contains("does not hold its 2 engine copies"));
+  m = sampleManifest();
+  m.engine_copy_count = 1;
+  m.flag_words = 1;
+  CHECK_THAT(refused(m, 1), Catch::Contains("engine copy of a tensor, GPU, flag or range"));
 }

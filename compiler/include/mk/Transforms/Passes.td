@@ -182,23 +182,30 @@ def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
   }];
 }
 
-def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
-  let summary = "Lower scheduled programs to EmitC: one persistent __global__ kernel each";
+def MkPlanLowering : Pass<"mk-plan-lowering", "::mlir::mk::ProgramOp"> {
+  let summary = "Decide how a scheduled program becomes CUDA, as typed attributes";
   let description = [{
-    Each scheduled mk.program becomes an `extern "C" __global__` function taking the
-    mk_kernel_args of mk/abi.h. Its CTAs dispatch on their role by block index; tile grids become
-    loops over their tiles in the chosen order, strided over the role's CTAs; compute, transfers
-    and signals become calls into the device library (runtime/device/mk/device.cuh). The C++ is
-    then printed by MLIR's EmitC emitter.
+    Decides, before any code is generated, everything mk-lower-to-emitc needs that is not the code
+    itself, and records it on the program as typed discardable attributes, which the conversion
+    only reads (mk/Transforms/LoweringPlan.h):
 
-    Tile loops whose matmul feeds only stores (through a conversion to bf16 or f16) run on the GEMM
-    engine of mk/device/gemm_engine.cuh: the role's CTAs split into a TMA producer warpgroup, which
-    walks the loop's tiles loading operands (after the waits that precede the matmul), and two
-    wgmma consumer warpgroups, which walk the same tiles, multiply, store each tile through TMA and
-    run the rest of the loop body (signals, waits). The tensor maps that TMA needs are listed in
-    the module for the runtime to build. Where every role has an even number of CTAs and the
-    loop's order gives CTAs 2c and 2c + 1 the two rows of a column band's pair of tiles, the
-    kernel runs in clusters of 2 CTAs that load each B panel once for both.
+    - `mk.gemm_engine` on a role whose every matmul can run on the GEMM engine of
+      mk/device/gemm_engine.cuh with one configuration: a matmul directly in a tile grid of the
+      role that visits each of its tiles, whose result is only converted to bf16 or f16 and
+      stored. The role's CTAs then split into a TMA producer warpgroup, which walks the grid's
+      tiles loading operands after the waits that precede the matmul (`#mk.lowering<producer>`),
+      and two wgmma consumer warpgroups (`mma`), which walk the same tiles, multiply, store each
+      tile through TMA (`store`) and run the rest of the body; their signals and the waits that
+      only engine stores follow are raised and waited on by the engine's senders (`deferred`).
+      Where every role has an even number of CTAs and the grid's order gives CTAs 2c and 2c + 1
+      the two rows of a column band's pair of tiles, the engine runs in clusters of 2 CTAs that
+      load each B panel once for both.
+    - `mk.lowering` on the reductions that are only converted to 16 bits and stored: through the
+      bulk tensor copy engine (`tma`) or chunk by chunk (`chunks`), with their conversions
+      (`elide`) and stores.
+    - Loops that put a staged tile to each GPU and signal each become every put, then every
+      signal; a loop whose only effect is an engine store to each GPU of the node becomes one
+      store with `mk.gpu_offsets`, which stages the tile once.
   }];
   let options = [
     Option<"gemmStages", "gemm-stages", "int64_t", /*default=*/"0",
@@ -208,6 +215,25 @@ def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
            "CTAs per thread-block cluster of the GEMM engine, which share each B panel through "
            "TMA multicast: 1 or 2 (0: 2 where the tile order and roles pair CTAs, else 1)">,
   ];
+}
+
+def MkLowerToEmitC : Pass<"mk-lower-to-emitc", "::mlir::ModuleOp"> {
+  let summary = "Lower scheduled programs to EmitC: one persistent __global__ kernel each";
+  let description = [{
+    Each scheduled mk.program becomes an `extern "C" __global__` function taking the
+    mk_kernel_args of mk/abi.h, and a manifest of its launch parameters (mk_kernel_manifest). Its
+    CTAs dispatch on their role by block index; tile grids become loops over their tiles in the
+    chosen order, strided over the role's CTAs; compute, transfers and signals become calls into
+    the device library (runtime/device/mk/device.cuh). The C++ is then printed by MLIR's EmitC
+    emitter.
+
+    How is decided by mk-plan-lowering, which runs first: a role it gives the GEMM engine runs
+    it (its producer and consumers on the warpgroups of each CTA, the tensor maps TMA needs listed
+    in the manifest for the runtime to build); every other role runs the tile library on a team of
+    MK_TEAM_THREADS threads. The code lives in compiler/lib/Conversion/MkToEmitC, a file per
+    concern: the kernel's structure (roles, tile grids), the memory, compute and synchronisation
+    ops' patterns, the type converter and the manifest.
+  }];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
 }
 

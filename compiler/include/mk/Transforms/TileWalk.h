@@ -106,6 +106,10 @@ public:
   /// Tiles per dim of the grid, within one shard where the grid visits shards.
   ArrayRef<int64_t> counts() const { return counts_; }
 
+  /// Whether some positions name a tile this rank skips (Tile::visits): round-robin tiles walked
+  /// in their producer's order.
+  bool skipsTiles() const { return ownedInOrder; }
+
 private:
   /// Which shards of a sharded target the grid visits.
   enum class Shards {

@@ -5,6 +5,7 @@
 
 include "mk/IR/MkDialect.td"
 include "mk/IR/MkEnums.td"
+include "mlir/IR/EnumAttr.td"
 
 def Mk_MeshAttr : Mk_Attr<"Mesh", "mesh"> {
   let summary = "The topology a program runs on: nodes x GPUs per node";
@@ -84,6 +85,40 @@ def Mk_TileOrderAttr : Mk_Attr<"TileOrder", "order"> {
                         DefaultValuedParameter<"bool", "false">:$localFirst);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// What mk-plan-lowering decides, for mk-lower-to-emitc to read
+//===----------------------------------------------------------------------===//
+
+def Mk_LoweringAttr : EnumAttr<Mk_Dialect, Mk_Lowering, "lowering"> {
+  let summary = "How the conversion lowers an op that is not lowered on its own";
+  let description = [{
+    Set by mk-plan-lowering as the discardable attribute `mk.lowering` on the matmuls, waits and
+    signals of a role that runs the GEMM engine, on the reductions that are only stored, and on the
+    conversions and stores that go with them: `#mk.lowering<mma>`, `#mk.lowering<tma>`, ...
+  }];
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Mk_GemmEngineAttr : Mk_Attr<"GemmEngine", "gemm_engine"> {
+  let summary = "How a role runs its matmuls on the GEMM engine";
+  let description = [{
+    Set by mk-plan-lowering as the discardable attribute `mk.gemm_engine` on a role whose every
+    matmul runs on the GEMM engine (runtime/device/mk/device/gemm_engine.cuh) with one
+    configuration: its 16-bit `element` type, tiles of 128 x `tile_n`, a ring of `stages` K slices
+    (0: the deepest that fits), B given as [N x K] (`b_k_major`) or [K x N], `staging_buffers`
+    halves of the epilogue's staging area, and `cluster` CTAs sharing B through TMA multicast.
+
+    ```mlir
+    mk.role compute ctas 128 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16,
+        tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 2>} { ... }
+    ```
+  }];
+  let parameters = (ins "::mlir::Type":$element, "int64_t":$tile_n, "int64_t":$stages,
+                        "::mlir::BoolAttr":$b_k_major, "int64_t":$staging_buffers,
+                        "int64_t":$cluster);
+  let assemblyFormat = "`<` struct(params) `>`";
 }
 
 #endif // MK_ATTRS_TD

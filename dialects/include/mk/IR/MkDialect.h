@@ -7,6 +7,9 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Dialect.h"
 
+// The dialect's discardable attributes are of its own attribute types.
+#include "mk/IR/MkAttrs.h"
+
 #include "mk/IR/MkDialect.h.inc"
 
 #endif // MK_IR_MKDIALECT_H

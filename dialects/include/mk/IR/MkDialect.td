@@ -28,6 +28,12 @@ def Mk_Dialect : Dialect {
     global tile indices of the tensor they index.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
+  // What mk-plan-lowering decides and mk-lower-to-emitc reads (mk/Transforms/LoweringPlan.h).
+  let discardableAttrs = (ins
+    "::mlir::mk::LoweringAttr":$lowering,
+    "::mlir::mk::GemmEngineAttr":$gemm_engine,
+    "::mlir::DenseI64ArrayAttr":$gpu_offsets
+  );
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
   let extraClassDeclaration = [{

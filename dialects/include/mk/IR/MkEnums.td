@@ -71,8 +71,8 @@ def Mk_Link : I32EnumAttr<"Link", "the mechanism that carries a transfer", [
 }
 
 def Mk_Lowering : I32EnumAttr<"Lowering",
-    "how mk-lower-to-emitc lowers an op that is not lowered on its own, decided before it rewrites "
-    "and carried on the op as `mk.lowering`", [
+    "how mk-lower-to-emitc lowers an op that is not lowered on its own, as mk-plan-lowering decided "
+    "(carried on the op as `mk.lowering`)", [
     I32EnumAttrCase<"load", 0>,      // a matmul of the GEMM engine's producer: its TMA loads
     I32EnumAttrCase<"mma", 1>,       // a matmul of the GEMM engine's consumers: their wgmma
     I32EnumAttrCase<"store", 2>,     // a store or put of the engine's tile, by its senders
@@ -86,6 +86,8 @@ def Mk_Lowering : I32EnumAttr<"Lowering",
     I32EnumAttrCase<"elide", 8>,     // a conversion the accumulate or the engine's store does
   ]> {
   let cppNamespace = "::mlir::mk";
+  // Mk_LoweringAttr (MkAttrs.td) prints it as #mk.lowering<...>.
+  let genSpecializedAttr = 0;
 }
 
 def Mk_PeerScope : I32EnumAttr<"PeerScope", "which rank a transfer or signal reaches", [

@@ -3,7 +3,7 @@
 // The layer between the mk_kernel_args of mk/abi.h and the device library: this CTA's place in
 // the grid and this rank's in the topology, the tensors with their peer mappings, flags and their
 // epochs, and network transfers through the host proxy. Generated kernels include this header;
-// mkc's lowering (compiler/lib/Transforms/LowerToEmitC.cpp) is its only other user.
+// mkc's lowering (compiler/lib/Conversion/MkToEmitC) is its only other user.
 //
 //===----------------------------------------------------------------------------------===//
 

@@ -111,10 +111,6 @@ struct TensorType {
   std::vector<long long> extents;
 };
 
-/// Parses a kernel's `<kernel>_argument_types` ("bf16[3000,2304] bf16[2304,5000]"); throws
-/// JitError when it is malformed.
-std::vector<TensorType> parseArgumentTypes(std::string_view text);
-
 /// How a kernel is launched, as its module says.
 struct LaunchParameters {
   /// CTAs of the persistent grid; each has MK_CTA_THREADS threads.
@@ -134,12 +130,16 @@ struct LaunchParameters {
   std::vector<TensorType> argumentTypes;
   /// The TMA tensor maps the kernel takes (mk_kernel_args::maps), built at launch.
   std::vector<mk_tensor_map_spec> tensorMaps;
-  /// The grid's CTAs per role, as the compiler chose them, in sm-split's syntax
-  /// ("compute=102,intra_reduce=10,inter_reduce=20").
-  std::string smSplit;
+  /// The grid's CTAs per role, as the compiler chose them.
+  mlir::mk::SmSplit smSplit;
   /// The copies copy engines make beside the kernel, in the order each GPU issues its own.
   std::vector<mk_engine_copy> engineCopies;
 };
+
+/// The launch parameters of `kernel` from the bytes of its module's `<kernel>_manifest` (mk/abi.h's
+/// mk_kernel_manifest and its engine copies), checked against mk/abi.h's bounds; throws JitError
+/// when the kernel was generated for another MK_ABI_VERSION or the manifest is malformed.
+LaunchParameters decodeManifest(const std::string &kernel, std::string_view bytes);
 
 /// A cubin loaded into a context as a module, with its kernel and launch parameters; unloaded
 /// when destroyed.
@@ -162,14 +162,6 @@ public:
   const LaunchParameters &launch() const { return launch_; }
 
 private:
-  /// The bytes of the module's `<kernel>_<field>`, read as they are, as a string up to its NUL
-  /// or as values of T.
-  std::string readGlobal(const std::string &kernel, const char *field) const;
-  std::string readText(const std::string &kernel, const char *field) const;
-  template <typename T>
-  std::vector<T> readArray(const std::string &kernel, const char *field) const;
-  template <typename T> T readScalar(const std::string &kernel, const char *field) const;
-
   const cuda::Driver &driver_;
   std::string name_;
   CUcontext context_ = nullptr;

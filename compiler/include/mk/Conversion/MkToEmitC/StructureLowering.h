@@ -1,0 +1,47 @@
+//===- StructureLowering.h - a program's structure as one kernel -*- C++ -*-===//
+//
+// Before the op patterns run, a scheduled program's structure is lowered in place, into one
+// EmitC function: its tensors become the launch's mk::Tensor references and its flag arrays
+// offsets into the flag region (KernelLowering.cpp); each role a branch on the CTA index, running
+// the GEMM engine's producer and consumers or the tile library's team as mk-plan-lowering decided
+// (RoleLowering.cpp); each tile grid a loop over its tiles in the chosen order, strided over the
+// role's CTAs (TileGridLowering.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_CONVERSION_MKTOEMITC_STRUCTURELOWERING_H
+#define MK_CONVERSION_MKTOEMITC_STRUCTURELOWERING_H
+
+#include "mk/Conversion/MkToEmitC/KernelLayout.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace mlir::mk::to_emitc {
+
+class StructureLowering {
+public:
+  StructureLowering(ProgramOp program, KernelLayout &layout)
+      : program(program), layout(layout), mesh(program.getMesh()) {}
+
+  /// Moves the program into an EmitC function and lowers its structure; erases the program.
+  FailureOr<emitc::FuncOp> run();
+
+private:
+  /// The role of CTAs [begin, begin + its CTAs) as a branch on `cta`.
+  LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
+  /// Splits a role's CTAs into the GEMM engine's producer and consumers.
+  LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
+  /// Runs a role on the tile library's team, with its TMA reduction and bulk copies if any.
+  LogicalResult lowerTeamRole(scf::IfOp branch);
+  /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`.
+  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas);
+
+  ProgramOp program;
+  KernelLayout &layout;
+  MeshAttr mesh;
+};
+
+} // namespace mlir::mk::to_emitc
+
+#endif // MK_CONVERSION_MKTOEMITC_STRUCTURELOWERING_H

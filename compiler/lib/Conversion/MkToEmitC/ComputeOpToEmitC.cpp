@@ -1,0 +1,202 @@
+//===- ComputeOpToEmitC.cpp - matmuls, reductions and tile math -----------===//
+//
+// A matmul runs on its role's GEMM engine (the producer's TMA loads, the consumers' wgmma) or on
+// the tile library; a reduction of received tiles through TMA, chunk by chunk, or into a tile;
+// elementwise math and conversions are one device-library call each, except the conversions the
+// engine's or a reduction's stores make.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Conversion/MkToEmitC/LoweringPattern.h"
+#include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/LoweringPlan.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::to_emitc;
+
+namespace {
+
+struct AccumulateLowering : LoweringPattern<AccumulateOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(AccumulateOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    DistTensorType type = op.getSource().getType();
+    int64_t slotDim = op.getWholeDims()[0];
+    // The first slot's address; the others follow `stride` elements apart.
+    SmallVector<Value> indices;
+    SmallVector<int64_t> wholeDims(op.getWholeDims().drop_front());
+    Value node = layout.node, gpu = layout.gpu;
+    for (int64_t d = 0, i = 0; d < type.getRank(); ++d) {
+      if (d == slotDim) {
+        indices.push_back(a.constant(0));
+        continue;
+      }
+      if (llvm::is_contained(wholeDims, d))
+        continue;
+      indices.push_back(adaptor.getIndices()[i++]);
+    }
+    Address at = address(a, type, indices, wholeDims, tile.getShape(), node, gpu);
+    int64_t stride = 1;
+    for (int64_t d = slotDim + 1; d < type.getRank(); ++d)
+      stride *= type.getLocalExtent(d, layout.mesh);
+    TileType result = tile;
+    std::string element = elementName(type.getElementType());
+    std::string kind = "mk::Reduce::" + stringifyReduceKind(op.getKind()).str();
+    std::string rows = std::to_string(tile.getShape()[0]),
+                cols = std::to_string(tile.getShape()[1]);
+    std::optional<Lowering> how = loweringOf(op);
+    if (how == Lowering::tma) {
+      Value reducer = ofRole(layout.reducers, op);
+      int64_t map = layout.tensorMap(type, tensorIndex(op.getSource()), std::nullopt,
+                                     {64, tile.getShape()[0], 1});
+      rewriter.replaceOp(op, call(rewriter, loc,
+                                  emitc::OpaqueType::get(rewriter.getContext(), "mk::ReducedTile"),
+                                  "mk::tma_reduce",
+                                  {reducer, tensorMapPointer(rewriter, loc, op, a.constant(map)),
+                                   at.start[2], at.start[1], at.start[0]},
+                                  {kind}));
+      return success();
+    }
+    Value src = pointer(rewriter, loc, type, adaptor.getSource(), at.offset);
+    if (how == Lowering::chunks) {
+      // Chunks of what the one conversion of the result produces.
+      auto convert = cast<ConvertOp>(*op->user_begin());
+      std::string out = elementName(convert.getResult().getType().getElementType());
+      auto chunks = emitc::OpaqueType::get(rewriter.getContext(), "mk::ChunkTile<" + out + ", " +
+                                                                      rows + ", " + cols + ">");
+      rewriter.replaceOp(
+          op, call(rewriter, loc, chunks, "mk::accumulate_chunks",
+                   {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
+                    std::to_string(at.ld), at.rows, at.cols},
+                   {kind, out, element, rows, cols}));
+      return success();
+    }
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", result));
+    rewriter.replaceOp(
+        op, call(rewriter, loc, getTypeConverter()->convertType(result), "mk::accumulate_tiles",
+                 {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
+                  std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                 {kind, element, std::to_string(tile.getShape()[0]),
+                  std::to_string(tile.getShape()[1])}));
+    return success();
+  }
+};
+
+struct MatmulLowering : LoweringPattern<MatmulOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(MatmulOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    int64_t tm = tile.getShape()[0], tn = tile.getShape()[1];
+    int64_t kTile = *op.getKTile();
+    Value node = layout.node, gpu = layout.gpu;
+    DistTensorType lhsType = op.getLhs().getType(), rhsType = op.getRhs().getType();
+    int64_t lhsK = op.getLhsWholeDims()[0], rhsK = op.getRhsWholeDims()[0];
+    int64_t lhsRank = lhsType.getRank(), rhsRank = rhsType.getRank();
+    bool aTransposed = lhsK == lhsRank - 2, bTransposed = rhsK == rhsRank - 1;
+    // The panels: tm rows by the whole K, and the whole K by tn columns.
+    Address lhs =
+        address(a, lhsType, adaptor.getLhsIndices(), op.getLhsWholeDims(),
+                aTransposed ? ArrayRef<int64_t>{1, tm} : ArrayRef<int64_t>{tm, 1}, node, gpu);
+    Address rhs =
+        address(a, rhsType, adaptor.getRhsIndices(), op.getRhsWholeDims(),
+                bTransposed ? ArrayRef<int64_t>{tn, 1} : ArrayRef<int64_t>{1, tn}, node, gpu);
+    Value rows = aTransposed ? lhs.cols : lhs.rows;
+    Value cols = bTransposed ? rhs.rows : rhs.cols;
+    int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
+    if (std::optional<Lowering> engine = loweringOf(op)) {
+      Value e = engineFor(op);
+      std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
+      if (*engine == Lowering::mma) {
+        auto accumulator = emitc::OpaqueType::get(rewriter.getContext(),
+                                                  "mk::GemmAccumulator<mk::GemmConfig<" +
+                                                      layout.engineConfigs.lookup(e) + ">>");
+        rewriter.replaceOp(op, call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks}));
+        return success();
+      }
+      // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or BN-row boxes
+      // ([N x K]), 64 deep in K.
+      int64_t aMap = layout.tensorMap(lhsType, tensorIndex(op.getLhs()), std::nullopt, {64, tm});
+      int64_t bMap = layout.tensorMap(rhsType, tensorIndex(op.getRhs()), std::nullopt,
+                                      {64, bTransposed ? tn : 64});
+      call(rewriter, loc, {}, "mk::gemm_load",
+           {e, tensorMapPointer(rewriter, loc, op, a.constant(aMap)),
+            tensorMapPointer(rewriter, loc, op, a.constant(bMap)), lhs.start[0],
+            bTransposed ? rhs.start[0] : rhs.start[1], kBlocks});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    std::string element = elementName(lhsType.getElementType());
+    Value aPtr = pointer(rewriter, loc, lhsType, adaptor.getLhs(), lhs.offset);
+    Value bPtr = pointer(rewriter, loc, rhsType, adaptor.getRhs(), rhs.offset);
+    needSmem("mk::matmul_smem_bytes<" + element + ", " + std::to_string(tm) + ", " +
+             std::to_string(tn) + ", " + std::to_string(kTile) + ">()");
+    rewriter.replaceOp(
+        op, call(rewriter, loc, getTypeConverter()->convertType(tile), "mk::matmul",
+                 {aPtr, std::to_string(lhs.ld), bPtr, std::to_string(rhs.ld), std::to_string(k),
+                  rows, cols, "mk_smem"},
+                 {std::to_string(tm), std::to_string(tn), std::to_string(kTile),
+                  aTransposed ? "true" : "false", bTransposed ? "true" : "false", element}));
+    return success();
+  }
+};
+
+/// Tile compute: one device-library call each.
+template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
+  CallLowering(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout,
+               StringRef callee)
+      : LoweringPattern<OpT>(converter, context, layout), callee(callee) {}
+
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    // The engine converts as it stores.
+    if (loweringOf(op.getOperation())) {
+      rewriter.replaceOp(op, lookThroughCasts(adaptor.getOperands().front()));
+      return success();
+    }
+    SmallVector<CallArg> args;
+    for (Value operand : adaptor.getOperands())
+      args.push_back(operand);
+    SmallVector<std::string> templateArgs;
+    std::string name = callee;
+    if constexpr (std::is_same_v<OpT, ActivationOp>)
+      name = "mk::" + stringifyActivation(op.getKind()).str();
+    auto result = cast<TileType>(op->getResult(0).getType());
+    if constexpr (std::is_same_v<OpT, ConvertOp>)
+      templateArgs.push_back(elementName(result.getElementType()));
+    if constexpr (std::is_same_v<OpT, SplatOp>)
+      templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
+                      std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1)};
+    rewriter.replaceOp(op,
+                       call(rewriter, op.getLoc(), this->getTypeConverter()->convertType(result),
+                            name, args, templateArgs));
+    return success();
+  }
+
+  std::string callee;
+};
+
+} // namespace
+
+void mlir::mk::to_emitc::populateComputeOpToEmitCPatterns(const TypeConverter &converter,
+                                                          RewritePatternSet &patterns,
+                                                          KernelLayout &layout) {
+  MLIRContext *context = patterns.getContext();
+  patterns.add<AccumulateLowering, MatmulLowering>(converter, context, layout);
+  patterns.add<CallLowering<ConvertOp>>(converter, context, layout, "mk::convert");
+  patterns.add<CallLowering<AddOp>>(converter, context, layout, "mk::add");
+  patterns.add<CallLowering<SubOp>>(converter, context, layout, "mk::sub");
+  patterns.add<CallLowering<MulOp>>(converter, context, layout, "mk::mul");
+  patterns.add<CallLowering<DivOp>>(converter, context, layout, "mk::div");
+  patterns.add<CallLowering<MaxOp>>(converter, context, layout, "mk::maximum");
+  patterns.add<CallLowering<ActivationOp>>(converter, context, layout, "");
+  patterns.add<CallLowering<SwigluOp>>(converter, context, layout, "mk::swiglu");
+  patterns.add<CallLowering<SplatOp>>(converter, context, layout, "mk::splat");
+}

@@ -1,0 +1,61 @@
+//===- KernelLayout.cpp - the TMA tensor maps a kernel takes --------------===//
+
+#include "mk/Conversion/MkToEmitC/KernelLayout.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::mk::to_emitc {
+
+/// A tensor map's element type (mk/abi.h): exact for what TMA reductions add, else by size.
+static StringRef mapElement(Type element) {
+  unsigned bits = element.getIntOrFloatBitWidth();
+  if (element.isBF16())
+    return "MK_MAP_ELEMENT_BF16";
+  if (isa<FloatType>(element) && bits >= 16)
+    return bits == 16   ? "MK_MAP_ELEMENT_F16"
+           : bits == 32 ? "MK_MAP_ELEMENT_F32"
+                        : "MK_MAP_ELEMENT_F64";
+  if (element.isInteger(32))
+    return "MK_MAP_ELEMENT_I32";
+  return bits == 8    ? "MK_MAP_ELEMENT_U8"
+         : bits == 16 ? "MK_MAP_ELEMENT_U16"
+         : bits == 32 ? "MK_MAP_ELEMENT_U32"
+                      : "MK_MAP_ELEMENT_U64";
+}
+
+int64_t KernelLayout::tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
+                              ArrayRef<int64_t> box) {
+  std::string spec;
+  llvm::raw_string_ostream os(spec);
+  int64_t rank = type.getRank();
+  os << "{" << index << ", " << (gpu ? std::to_string(*gpu) : "MK_MAP_LOCAL") << ", "
+     << mapElement(type.getElementType()) << ", " << rank << ", {";
+  for (int64_t d = rank - 1; d >= 0; --d)
+    os << type.getLocalExtent(d, mesh) << "ull" << (d ? ", " : "");
+  os << "}, {";
+  llvm::interleaveComma(box, os);
+  os << "}, 128}";
+  auto found = llvm::find(tensorMaps, spec);
+  if (found != tensorMaps.end())
+    return found - tensorMaps.begin();
+  tensorMaps.push_back(spec);
+  return tensorMaps.size() - 1;
+}
+
+int64_t KernelLayout::tensorMapsOfNode(DistTensorType type, int64_t index,
+                                     ArrayRef<int64_t> box) {
+  int64_t gpus = mesh.getGpus(), first = tensorMap(type, index, 0, box);
+  for (int64_t g = 1; g < gpus; ++g)
+    if (tensorMap(type, index, g, box) != first + g) {
+      // Not a run yet (some map was listed alone before): list them all again, together.
+      SmallVector<std::string> run;
+      for (int64_t h = 0; h < gpus; ++h)
+        run.push_back(tensorMaps[tensorMap(type, index, h, box)]);
+      first = tensorMaps.size();
+      tensorMaps.insert(tensorMaps.end(), run.begin(), run.end());
+      break;
+    }
+  return first;
+}
+
+} // namespace mlir::mk::to_emitc

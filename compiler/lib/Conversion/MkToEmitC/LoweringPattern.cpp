@@ -1,0 +1,112 @@
+//===- LoweringPattern.cpp - addresses, pointers and needs of tile accesses ===//
+
+#include "mk/Conversion/MkToEmitC/LoweringPattern.h"
+
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+
+namespace mlir::mk::to_emitc {
+
+Value lookThroughCasts(Value value) {
+  while (auto cast = value.getDefiningOp<UnrealizedConversionCastOp>())
+    value = cast.getInputs().front();
+  return value;
+}
+
+Value flagOffset(Arith &a, const KernelLayout &layout, StringRef flags, ValueRange indices) {
+  const SmallVector<int64_t> &shape = layout.flagShape.find(flags)->second;
+  Value linear = a.constant(0);
+  for (auto [extent, index] : llvm::zip(shape, indices))
+    linear = a.add(a.mul(linear, extent), index);
+  return a.add(linear, layout.flagOffset.lookup(flags));
+}
+
+void PatternBase::needSmem(std::string expression) const {
+  if (!llvm::is_contained(layout.smemNeeds, expression))
+    layout.smemNeeds.push_back(std::move(expression));
+}
+
+Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
+                             ArrayRef<int64_t> wholeDims, ArrayRef<int64_t> tile, Value node,
+                             Value gpu) const {
+  MeshAttr mesh = layout.mesh;
+  int64_t rank = type.getRank();
+  SmallVector<int64_t> local, strides(rank, 1);
+  for (int64_t d = 0; d < rank; ++d)
+    local.push_back(type.getLocalExtent(d, mesh));
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * local[d + 1];
+
+  int64_t first = rank - tile.size();
+  Address address;
+  address.offset = a.constant(0);
+  auto index = indices.begin();
+  SmallVector<Value> start(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (llvm::is_contained(wholeDims, d)) {
+      start[d] = a.constant(0);
+      continue;
+    }
+    int64_t extent = d >= first ? tile[d - first] : 1;
+    Value element = a.mul(*index++, extent);
+    PlacementAttr placement = type.getPlacement();
+    if (placement.shardsDim(d)) {
+      Value along = placement.getAxis() == MeshAxis::world
+                        ? a.add(a.mul(node, mesh.getGpus()), gpu)
+                    : placement.getAxis() == MeshAxis::nodes ? node
+                                                             : gpu;
+      element = a.sub(element, a.mul(along, local[d]));
+    }
+    start[d] = element;
+    address.offset = a.add(address.offset, a.mul(element, strides[d]));
+  }
+  address.start = start;
+  auto valid = [&](int64_t d, int64_t extent) {
+    bool whole = llvm::is_contained(wholeDims, d);
+    int64_t size = whole ? local[d] : extent;
+    if (whole || local[d] % size == 0)
+      return a.constant(size);
+    return a.min(a.constant(size), a.sub(a.constant(local[d]), start[d]));
+  };
+  int64_t colDim = rank - 1, rowDim = rank - 2;
+  address.tileCols = llvm::is_contained(wholeDims, colDim) ? local[colDim] : tile.back();
+  address.cols = valid(colDim, address.tileCols);
+  if (tile.size() >= 2 && rowDim >= 0) {
+    address.tileRows = llvm::is_contained(wholeDims, rowDim) ? local[rowDim] : tile[0];
+    address.rows = valid(rowDim, address.tileRows);
+    address.ld = strides[rowDim];
+  } else {
+    address.rows = a.constant(1);
+    address.ld = local[colDim];
+  }
+  return address;
+}
+
+Value PatternBase::pointer(OpBuilder &b, Location loc, DistTensorType type, Value tensor,
+                           Value offset, Value gpu) const {
+  auto ptr = emitc::PointerType::get(
+      emitc::OpaqueType::get(b.getContext(), elementName(type.getElementType())));
+  if (gpu)
+    return call(b, loc, ptr, "mk::at_peer", {tensor, gpu, offset}).getResult(0);
+  return call(b, loc, ptr, "mk::at", {tensor, offset}).getResult(0);
+}
+
+Value PatternBase::ofRole(ArrayRef<Value> values, Operation *op) {
+  for (Value value : values)
+    if (value.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+      return value;
+  return Value();
+}
+
+Value PatternBase::engineFor(Operation *op) const {
+  Value engine = ofRole(layout.engines, op);
+  assert(engine && "an op marked for the engine outside an engine role");
+  return engine;
+}
+
+Value PatternBase::tensorMapPointer(OpBuilder &b, Location loc, Operation *op, Value index) const {
+  auto type =
+      emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
+  return call(b, loc, type, "mk::tensor_map", {kernelArgs(op), index}).getResult(0);
+}
+
+} // namespace mlir::mk::to_emitc

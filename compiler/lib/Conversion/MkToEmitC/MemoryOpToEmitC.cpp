@@ -1,0 +1,226 @@
+//===- MemoryOpToEmitC.cpp - tile loads, stores, puts and copies ----------===//
+//
+// Loads and stores of tiles go through the tile library (mk::load_tile, mk::store_tile) on the
+// role's team; the GEMM engine's stores and a TMA reduction's through TMA, to this rank or a GPU
+// of the node, several at once where the plan says; copies of regions through SM stores, the bulk
+// copy engine, or the network proxy (mk::remote_put), with a following signal to the same node
+// riding on the copy.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Conversion/MkToEmitC/LoweringPattern.h"
+#include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/LoweringPlan.h"
+#include "mk/Transforms/TileWalk.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::to_emitc;
+
+namespace {
+
+struct PlaceLowering : LoweringPattern<PlaceOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(PlaceOp op, OpAdaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, {layout.node, layout.gpu});
+    return success();
+  }
+};
+
+struct OwnerLowering : LoweringPattern<OwnerOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(OwnerOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    EmitCIndexOps ops{a};
+    auto [node, gpu] =
+        tileOwner(ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()),
+                  op.getTile(), op.getRowSlices(), layout.mesh, layout.node, layout.gpu);
+    rewriter.replaceOp(op, {node, gpu});
+    return success();
+  }
+};
+
+struct LoadLowering : LoweringPattern<LoadOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(LoadOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getResult().getType();
+    if (tile.getRank() != 2)
+      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
+    Value node = layout.node, gpu = layout.gpu;
+    Address at = address(a, op.getSource().getType(), adaptor.getIndices(), op.getWholeDims(),
+                         tile.getShape(), node, gpu);
+    Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
+    Type result = getTypeConverter()->convertType(tile);
+    rewriter.replaceOp(op,
+                       call(rewriter, loc, result, "mk::load_tile",
+                            {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                            {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
+                             std::to_string(tile.getShape()[1])}));
+    return success();
+  }
+};
+
+/// mk.store and mk.put: a tile to this rank's memory or to a GPU of the node.
+template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
+  using LoweringPattern<OpT>::LoweringPattern;
+  LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType tile = op.getValue().getType();
+    if (tile.getRank() != 2)
+      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
+    std::optional<Lowering> how = loweringOf(op.getOperation());
+    Value node = this->layout.node, gpu = this->layout.gpu;
+    Value peer;
+    if constexpr (std::is_same_v<OpT, PutOp>) {
+      if (op.getScope() == PeerScope::gpu) {
+        peer = gpu = adaptor.getPeer();
+        this->needSymmetric(op.getDest());
+      }
+    }
+    DistTensorType type = op.getDest().getType();
+    Address at =
+        this->address(a, type, adaptor.getIndices(), op.getWholeDims(), tile.getShape(), node, gpu);
+    if (how == Lowering::store || how == Lowering::tma)
+      return tmaStore(op, adaptor, rewriter, at, peer);
+    Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
+    if (how == Lowering::chunks) {
+      call(rewriter, loc, {}, "mk::store_chunks",
+           {lookThroughCasts(adaptor.getValue()), dst, std::to_string(at.ld), at.rows, at.cols});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    this->needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
+    call(rewriter, loc, {}, "mk::store_tile",
+         {adaptor.getValue(), dst, std::to_string(at.ld), at.rows, at.cols, "mk_smem"});
+    rewriter.eraseOp(op);
+    return success();
+  }
+
+  /// Stores a tile staged in shared memory (the engine's, or a TMA reduction's) through TMA, 64
+  /// columns at a time; to a peer through that peer's map.
+  LogicalResult tmaStore(OpT op, typename OpT::Adaptor adaptor, ConversionPatternRewriter &rewriter,
+                         const Address &at, Value peer) const {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    DistTensorType type = op.getDest().getType();
+    int64_t rank = type.getRank(), tensor = this->tensorIndex(op.getDest());
+    SmallVector<int64_t> box = {64, op.getValue().getType().getShape()[0]};
+    box.append(rank - 2, 1);
+    std::optional<std::pair<int64_t, int64_t>> gpuOffsets = gpuOffsetsOf(op);
+    Value map = gpuOffsets ? a.constant(this->layout.tensorMapsOfNode(type, tensor, box))
+                : peer ? a.add(a.constant(this->layout.tensorMapsOfNode(type, tensor, box)), peer)
+                       : a.constant(this->layout.tensorMap(type, tensor, std::nullopt, box));
+    Value tile = lookThroughCasts(adaptor.getValue());
+    bool engine = loweringOf(op.getOperation()) == Lowering::store;
+    Value owner = engine ? this->engineFor(op) : this->ofRole(this->layout.reducers, op);
+    SmallVector<CallArg> args = {owner, tile, this->tensorMapPointer(rewriter, loc, op, map)};
+    if (gpuOffsets) {
+      args.push_back(this->layout.gpu);
+      args.push_back(std::to_string(gpuOffsets->first));
+      args.push_back(std::to_string(gpuOffsets->second));
+      args.push_back(std::to_string(this->layout.mesh.getGpus()));
+      // Whole tiles reach the peers through the engine's senders, by the tensor's peer mappings.
+      auto ref = emitc::PointerType::get(
+          emitc::OpaqueType::get(rewriter.getContext(), "const mk_tensor_ref"));
+      args.push_back(call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getDest()}).getResult(0));
+      args.append({at.offset, std::to_string(at.ld), at.rows, at.cols});
+    }
+    for (int64_t d = rank - 1; d >= 0; --d)
+      args.push_back(at.start[d]);
+    bool combine = false;
+    if constexpr (std::is_same_v<OpT, PutOp>)
+      combine = op.getCombine().has_value();
+    std::string callee = combine ? "mk::gemm_store_add" : "mk::gemm_store";
+    if (gpuOffsets)
+      callee += "_gpus";
+    if (engine)
+      call(rewriter, loc, {}, callee, args,
+           {elementName(op.getValue().getType().getElementType())});
+    else
+      call(rewriter, loc, {}, "mk::tma_store_reduced", args);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+
+struct CopyLowering : LoweringPattern<CopyOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(CopyOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Value args = kernelArgs(op);
+    Value myNode = layout.node, myGpu = layout.gpu;
+    DistTensorType sourceType = op.getSource().getType(), destType = op.getDest().getType();
+    Address from = address(a, sourceType, adaptor.getSourceIndices(), op.getSourceWholeDims(),
+                           op.getTile(), myNode, myGpu);
+    Value destNode = myNode, destGpu = myGpu;
+    if (op.getScope() == PeerScope::node)
+      destNode = adaptor.getPeer();
+    if (op.getScope() == PeerScope::gpu)
+      destGpu = adaptor.getPeer();
+    Address to = address(a, destType, adaptor.getDestIndices(), op.getDestWholeDims(), op.getTile(),
+                         destNode, destGpu);
+    int64_t bytes = sourceType.getElementType().getIntOrFloatBitWidth() / 8;
+
+    if (op.getScope() != PeerScope::self)
+      needSymmetric(op.getDest());
+    if (op.getScope() == PeerScope::node) {
+      needSymmetric(op.getSource());
+      // A signal to the same node right after the copy rides on it: one command to the proxy,
+      // whose flag follows this put's data and every earlier put's, as the signal's would.
+      CallArg flag = std::string("MK_NO_FLAG");
+      auto signal = dyn_cast_or_null<SignalOp>(op->getNextNode());
+      if (signal && signal.getScope() == PeerScope::node && signal.getPeer() == op.getPeer()) {
+        SmallVector<Value> indices;
+        for (Value index : signal.getIndices())
+          indices.push_back(rewriter.getRemappedValue(index));
+        flag = flagOffset(a, layout, signal.getFlags(), indices);
+        rewriter.eraseOp(signal);
+      }
+      call(rewriter, loc, {}, "mk::remote_put",
+           {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
+            a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
+            a.mul(to.offset, bytes), from.rows, a.mul(from.cols, bytes),
+            std::to_string(from.ld * bytes), std::to_string(to.ld * bytes), flag});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    Value src = pointer(rewriter, loc, sourceType, adaptor.getSource(), from.offset);
+    Value dst = pointer(rewriter, loc, destType, adaptor.getDest(), to.offset,
+                        op.getScope() == PeerScope::gpu ? adaptor.getPeer() : Value());
+    SmallVector<CallArg> callArgs = {
+        src, std::to_string(from.ld), dst, std::to_string(to.ld), from.rows, from.cols};
+    StringRef callee = "mk::copy_region";
+    if (op.getLink() == Link::nvlink_bulk) {
+      Value copier = ofRole(layout.bulkCopiers, op);
+      if (!copier)
+        return op.emitOpError("copies through the bulk-copy engine outside a team role");
+      callee = "mk::copy_region_bulk";
+      callArgs.append({std::string("mk_smem"), copier});
+      needSmem("mk::copy_region_bulk_smem_bytes()");
+    }
+    call(rewriter, loc, {}, callee, callArgs);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::mk::to_emitc::populateMemoryOpToEmitCPatterns(const TypeConverter &converter,
+                                                         RewritePatternSet &patterns,
+                                                         KernelLayout &layout) {
+  patterns.add<PlaceLowering, OwnerLowering, LoadLowering, StoreLowering<StoreOp>,
+               StoreLowering<PutOp>, CopyLowering>(converter, patterns.getContext(), layout);
+}

@@ -1,0 +1,267 @@
+//===- RoleLowering.cpp - roles as branches on the CTA index --------------===//
+//
+// A role takes CTAs [begin, begin + ctas) of the grid. One the plan gives the GEMM engine runs it
+// with all MK_CTA_THREADS threads: an mk::GemmEngine in shared memory, its producer warpgroup
+// walking a copy of the role's tile loops pruned to their loads, its consumers the role itself.
+// Any other runs the tile library on a team of MK_TEAM_THREADS threads (the other warpgroup
+// idles, or publishes the role's TMA reduction), with the barriers of its bulk copies set up once.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Conversion/MkToEmitC/EmitCBuilder.h"
+#include "mk/Conversion/MkToEmitC/StructureLowering.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/LoweringPlan.h"
+#include "mk/abi.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::to_emitc;
+
+namespace {
+
+/// mk::GemmConfig's arguments for `engine`: element, tile columns, ring depth, B's layout,
+/// staging buffers, cluster.
+std::string gemmConfigArguments(GemmEngineAttr engine) {
+  std::string element = elementName(engine.getElement());
+  std::string bn = std::to_string(engine.getTileN());
+  std::string buffers = std::to_string(engine.getStagingBuffers());
+  std::string depth = engine.getStages() > 0
+                          ? std::to_string(engine.getStages())
+                          : "mk::gemm_max_stages<" + element + ", " + bn + ", " + buffers + ">()";
+  return element + ", " + bn + ", " + depth + ", " +
+         (engine.getBKMajor().getValue() ? "true" : "false") + ", " + buffers + ", " +
+         std::to_string(engine.getCluster());
+}
+
+/// The mk::TmaReduce arguments for `accumulate` (marked Lowering::tma): slots, source and result
+/// elements, tile shape.
+std::string tmaReduceConfig(AccumulateOp accumulate) {
+  TileType tile = accumulate.getResult().getType();
+  DistTensorType source = accumulate.getSource().getType();
+  auto convert = cast<ConvertOp>(*accumulate->user_begin());
+  return std::to_string(source.getShape()[0]) + ", " + elementName(source.getElementType()) + ", " +
+         elementName(convert.getResult().getType().getElementType()) + ", " +
+         std::to_string(tile.getShape()[0]) + ", " + std::to_string(tile.getShape()[1]);
+}
+
+/// Whether the tile library's copies can move [rows x cols] slices of `bytes`-byte elements
+/// (mk::detail::TileCopy): rows of whole 16-byte chunks, a number of chunks a row that divides
+/// the team, and as many chunks in all as a multiple of the team's threads.
+bool tileLibraryCopies(int64_t rows, int64_t cols, int64_t bytes) {
+  int64_t rowBytes = cols * bytes;
+  if (rowBytes % 16)
+    return false;
+  int64_t rowChunks = rowBytes / 16;
+  return MK_TEAM_THREADS % rowChunks == 0 && rows * rowChunks % MK_TEAM_THREADS == 0;
+}
+
+/// The tile library's matmul loads k slices of A and B through those copies: a slice too small or
+/// too wide for them is refused here, naming the smallest k slice that fits, rather than by
+/// NVRTC's static assertion.
+LogicalResult checkTileLibraryMatmul(MatmulOp matmul) {
+  TileType tile = matmul.getResult().getType();
+  int64_t tm = tile.getShape()[0], tn = tile.getShape()[1];
+  DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
+  bool aTransposed = matmul.getLhsWholeDims()[0] == lhs.getRank() - 2;
+  bool bTransposed = matmul.getRhsWholeDims()[0] == rhs.getRank() - 1;
+  int64_t bytes = llvm::divideCeil(lhs.getElementType().getIntOrFloatBitWidth(), 8);
+  auto fits = [&](int64_t kTile) {
+    return tileLibraryCopies(aTransposed ? kTile : tm, aTransposed ? tm : kTile, bytes) &&
+           tileLibraryCopies(bTransposed ? tn : kTile, bTransposed ? kTile : tn, bytes);
+  };
+  int64_t kTile = *matmul.getKTile();
+  if (fits(kTile))
+    return success();
+  int64_t need = 16;
+  while (need <= 1024 && !fits(need))
+    need *= 2;
+  InFlightDiagnostic diag = matmul.emitOpError()
+                            << "runs on the tile library, which cannot copy its k slices of "
+                            << kTile << " (A " << (aTransposed ? kTile : tm) << " x "
+                            << (aTransposed ? tm : kTile) << ", B " << (bTransposed ? tn : kTile)
+                            << " x " << (bTransposed ? kTile : tn) << " of " << bytes
+                            << "-byte elements): slices of 4 KiB or more, in rows of at most 4 KiB";
+  if (need <= 1024)
+    diag << "; its tile needs k slices of " << need << " or more, so a contracted dim on each rank "
+         << "that is a multiple of " << need;
+  return diag;
+}
+
+} // namespace
+
+LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin) {
+  Location loc = role.getLoc();
+  int64_t ctas = static_cast<int64_t>(*role.getCtas());
+  OpBuilder b(role);
+  Value first = arith::ConstantIndexOp::create(b, loc, begin);
+  Value end = arith::ConstantIndexOp::create(b, loc, begin + ctas);
+  Value inRole = arith::AndIOp::create(
+      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
+  auto branch = scf::IfOp::create(b, loc, inRole, /*withElseRegion=*/false);
+  Block *then = branch.thenBlock();
+  then->getOperations().splice(then->begin(), role.getBody().front().getOperations());
+  GemmEngineAttr engine = gemmEngineOf(role);
+  role.erase();
+
+  OpBuilder tb = OpBuilder::atBlockBegin(then);
+  Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
+  SmallVector<Operation *> nested;
+  branch.getThenRegion().walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (isa<TileGridOp, SingleCtaOp>(op))
+      nested.push_back(op);
+  });
+  for (Operation *op : nested) {
+    if (auto single = dyn_cast<SingleCtaOp>(op)) {
+      OpBuilder sb(single);
+      Value zero = arith::ConstantIndexOp::create(sb, loc, 0);
+      Value isFirst = arith::CmpIOp::create(sb, loc, arith::CmpIPredicate::eq, roleCta, zero);
+      auto once = scf::IfOp::create(sb, loc, isFirst, /*withElseRegion=*/false);
+      once.thenBlock()->getOperations().splice(once.thenBlock()->begin(),
+                                               single.getBody().front().getOperations());
+      single.erase();
+    } else if (failed(lowerGrid(cast<TileGridOp>(op), roleCta, ctas))) {
+      return failure();
+    }
+  }
+
+  if (engine) {
+    layout.cluster = std::max(layout.cluster, engine.getCluster());
+    return lowerEngineRole(branch, engine);
+  }
+  return lowerTeamRole(branch);
+}
+
+LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
+  Location loc = branch.getLoc();
+  WalkResult unfit = branch.getThenRegion().walk([](MatmulOp matmul) {
+    return failed(checkTileLibraryMatmul(matmul)) ? WalkResult::interrupt()
+                                                  : WalkResult::advance();
+  });
+  if (unfit.wasInterrupted())
+    return failure();
+  OpBuilder b(branch.getContext());
+  // The team takes the registers of the warpgroup that has nothing to do.
+  Block *body = branch.thenBlock();
+  b.setInsertionPoint(body->getTerminator());
+  Operation *member = call(b, loc, b.getI1Type(), "mk::team_member", {});
+  auto team = scf::IfOp::create(b, loc, member->getResult(0), /*withElseRegion=*/true);
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::make_range(body->begin(), member->getIterator())))
+    op.moveBefore(team.thenBlock()->getTerminator());
+  OpBuilder teamBegin = OpBuilder::atBlockBegin(team.thenBlock());
+  call(teamBegin, loc, {}, "mk::team_begin", {});
+  // Its bulk copies' barriers, set up once before the first.
+  if (team.getThenRegion()
+          .walk([](CopyOp copy) {
+            return copy.getLink() == Link::nvlink_bulk ? WalkResult::interrupt()
+                                                       : WalkResult::advance();
+          })
+          .wasInterrupted()) {
+    auto type = emitc::OpaqueType::get(branch.getContext(), "mk::BulkCopier");
+    layout.bulkCopiers.push_back(call(teamBegin, loc, type, "mk::BulkCopier", {}).getResult(0));
+  }
+  OpBuilder idle(team.elseBlock()->getTerminator());
+  call(idle, loc, {}, "mk::team_idle", {});
+  // The role's TMA reduction (one configuration: mk-plan-lowering sees to it), built by every
+  // thread: the team reduces, the other warpgroup publishes.
+  AccumulateOp reduction;
+  team.getThenRegion().walk([&](AccumulateOp accumulate) {
+    if (!reduction && loweringOf(accumulate) == Lowering::tma)
+      reduction = accumulate;
+  });
+  if (reduction) {
+    std::string type = "mk::TmaReduce<" + tmaReduceConfig(reduction) + ">";
+    b.setInsertionPoint(member);
+    Value reducer = call(b, loc, emitc::OpaqueType::get(branch.getContext(), type), type,
+                         {std::string("mk_smem")})
+                        .getResult(0);
+    layout.reducers.push_back(reducer);
+    layout.smemNeeds.push_back(type + "::kBytes");
+    call(idle, loc, {}, "mk::tma_publish", {reducer});
+    // Each reduced tile's batch goes to the publisher at the end of the block that reduces it.
+    team.getThenRegion().walk([&](AccumulateOp accumulate) {
+      OpBuilder end(accumulate->getBlock()->getTerminator());
+      call(end, loc, {}, "mk::tma_commit", {reducer});
+    });
+    OpBuilder teamEnd(team.thenBlock()->getTerminator());
+    call(teamEnd, loc, {}, "mk::tma_reduce_finish", {reducer});
+  }
+  return success();
+}
+
+LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAttr engineAttr) {
+  Location loc = branch.getLoc();
+  MLIRContext *context = branch.getContext();
+  Block *role = branch.thenBlock();
+  OpBuilder b = OpBuilder::atBlockBegin(role);
+  std::string config = gemmConfigArguments(engineAttr);
+  std::string engineType = "mk::GemmEngine<mk::GemmConfig<" + config + ">>";
+  Operation *engineOp = call(b, loc, emitc::OpaqueType::get(context, engineType), engineType,
+                             {std::string("mk_smem")});
+  Value engine = engineOp->getResult(0);
+  layout.engines.push_back(engine);
+  layout.engineConfigs[engine] = config;
+  layout.smemNeeds.push_back("mk::gemm_smem_bytes<mk::GemmConfig<" + config + ">>()");
+
+  // The role's body becomes the consumers' branch; the producer's is a copy of it pruned to the
+  // tile loops' loads.
+  b.setInsertionPoint(role->getTerminator());
+  Value isProducer = call(b, loc, b.getI1Type(), "mk::gemm_is_producer", {}).getResult(0);
+  auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
+  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
+  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+           std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
+    op.moveBefore(consumer->getTerminator());
+  OpBuilder pb(producer->getTerminator());
+  IRMapping copies;
+  for (Operation &op : consumer->without_terminator())
+    pb.clone(op, copies);
+
+  // Producer: each tile loop keeps what leads to its matmul (index arithmetic, the waits the plan
+  // gave it), which becomes the loads; everything else goes.
+  SmallVector<Operation *> producerOps =
+      llvm::map_to_vector(producer->without_terminator(), [](Operation &op) { return &op; });
+  for (Operation *op : llvm::reverse(producerOps)) {
+    auto loop = dyn_cast<scf::ForOp>(op);
+    MatmulOp matmul;
+    if (loop)
+      for (MatmulOp candidate : loop.getBody()->getOps<MatmulOp>())
+        matmul = candidate;
+    if (!matmul) {
+      if (!isMemoryEffectFree(op))
+        op->erase();
+      continue;
+    }
+    Block *body = loop.getBody();
+    while (body->getTerminator()->getPrevNode() != matmul)
+      body->getTerminator()->getPrevNode()->erase();
+    for (Operation &before : llvm::make_early_inc_range(llvm::reverse(*body))) {
+      if (&before == matmul || isa<scf::YieldOp>(before) || isMemoryEffectFree(&before) ||
+          (isa<WaitOp>(before) && loweringOf(&before) == Lowering::producer))
+        continue;
+      before.erase();
+    }
+    setLowering(matmul, Lowering::load);
+  }
+  // Consumers: the producer's waits are not theirs.
+  SmallVector<WaitOp> producerWaits;
+  consumer->walk([&](WaitOp wait) {
+    if (loweringOf(wait) == Lowering::producer)
+      producerWaits.push_back(wait);
+  });
+  for (WaitOp wait : producerWaits)
+    wait.erase();
+  OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
+  call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
+  OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
+  call(consumerBegin, loc, {}, "mk::gemm_consumer_begin", {engine});
+  OpBuilder end(consumer->getTerminator());
+  call(end, loc, {}, "mk::gemm_finish", {engine});
+  return success();
+}

@@ -1,0 +1,96 @@
+//===- SyncOpToEmitC.cpp - signals and waits on per-tile flags ------------===//
+//
+// A signal raises a flag here, on a GPU of the node or, through the proxy, on another node; the
+// GEMM engine's consumers leave theirs to the engine's senders, and a TMA reduction's role to its
+// publisher, so that each follows the stores before it. A wait spins on its flag, on the
+// engine's producer or consumers as the plan says.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Conversion/MkToEmitC/LoweringPattern.h"
+#include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/LoweringPlan.h"
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::to_emitc;
+
+namespace {
+
+struct SignalLowering : LoweringPattern<SignalOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(SignalOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
+    Value args = kernelArgs(op);
+    // Under a TMA reduction, the publisher raises the flag after the stores before it.
+    if (Value reducer = ofRole(layout.reducers, op)) {
+      auto flag = emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
+      Value pointer =
+          op.getScope() == PeerScope::gpu
+              ? call(rewriter, loc, flag, "mk::flag_gpu", {args, adaptor.getPeer(), offset})
+                    .getResult(0)
+              : call(rewriter, loc, flag, "mk::flag_local", {args, offset}).getResult(0);
+      call(rewriter, loc, {}, "mk::tma_signal", {reducer, pointer});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    // The engine's consumers raise it after the tile's stores land, without waiting for them.
+    bool deferred = loweringOf(op) == Lowering::deferred;
+    switch (op.getScope()) {
+    case PeerScope::self:
+      if (deferred)
+        call(rewriter, loc, {}, "mk::gemm_signal_local", {engineFor(op), args, offset});
+      else
+        call(rewriter, loc, {}, "mk::signal_local", {args, offset});
+      break;
+    case PeerScope::gpu:
+      if (deferred)
+        call(rewriter, loc, {}, "mk::gemm_signal_gpu",
+             {engineFor(op), args, adaptor.getPeer(), offset});
+      else
+        call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
+      break;
+    case PeerScope::node:
+      call(rewriter, loc, {}, "mk::signal_node", {args, adaptor.getPeer(), offset});
+      break;
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct WaitLowering : LoweringPattern<WaitOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(WaitOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
+    std::optional<Lowering> how = loweringOf(op);
+    if (how == Lowering::producer)
+      call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else if (how == Lowering::consumer)
+      call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else if (how == Lowering::deferred)
+      call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_defer_arrivals",
+           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+    else
+      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",
+           {kernelArgs(op), offset, std::to_string(op.getCount())});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::mk::to_emitc::populateSyncOpToEmitCPatterns(const TypeConverter &converter,
+                                                       RewritePatternSet &patterns,
+                                                       KernelLayout &layout) {
+  patterns.add<SignalLowering, WaitLowering>(converter, patterns.getContext(), layout);
+}

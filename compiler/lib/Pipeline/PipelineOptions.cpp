@@ -1,0 +1,52 @@
+//===- PipelineOptions.cpp - the pipeline's options from text, checked ----===//
+
+#include "mk/PipelineOptions.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/ADT/Twine.h"
+
+namespace mlir::mk {
+
+using llvm::SmallVector;
+using llvm::StringRef;
+
+std::optional<std::string> checkPipelineOptions(const PipelineOptions &options) {
+  if (std::optional<std::string> error = checkSmCount(options.smCount))
+    return error;
+  return checkGemmOptions(options.gemmStages, options.gemmCluster);
+}
+
+std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineOptions &options) {
+  SmallVector<StringRef> items;
+  StringRef(text.data(), text.size()).split(items, ';', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  for (StringRef item : items) {
+    auto [name, value] = item.trim().split('=');
+    const auto malformed = [&](StringRef want) {
+      return (name + "=" + value + ": not " + want).str();
+    };
+    if (name == "sm-split") {
+      if (std::optional<std::string> error = SmSplit::parse(value, options.smSplit))
+        return ("sm-split=" + value + ": " + *error).str();
+    } else if (name == "gemm-tile-n" || name == "gemm-stages" || name == "gemm-cluster") {
+      int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
+                       : name == "gemm-stages" ? options.gemmStages
+                                               : options.gemmCluster;
+      if (value.getAsInteger(10, field))
+        return malformed("an integer");
+    } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine") {
+      if (value != "0" && value != "1")
+        return malformed("0 or 1");
+      (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
+          value == "1";
+    } else {
+      return ("unknown compiler option '" + name +
+              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
+              "all-reduce-copy-engine)")
+          .str();
+    }
+  }
+  return checkPipelineOptions(options);
+}
+
+} // namespace mlir::mk

@@ -1,0 +1,383 @@
+//===- PlanLowering.cpp - decide how a scheduled program becomes CUDA -----===//
+//
+// Everything mk-lower-to-emitc needs to know about a program that is not the code itself is
+// decided here and recorded as typed attributes (mk/Transforms/LoweringPlan.h), in this order:
+//   1. the reductions that are only converted to 16 bits and stored: through the bulk tensor copy
+//      engine, or combined and stored chunk by chunk;
+//   2. for each role, whether it runs the GEMM engine (every matmul can, with one
+//      configuration), in clusters of how many CTAs, and how its CTAs split into the engine's
+//      producer and consumers: which waits the producer keeps, which signals and waits the
+//      consumers leave to the engine's senders;
+//   3. loops that put a staged tile to each GPU and signal each: every put, then every signal;
+//   4. loops whose only effect is an engine store to each GPU of the node: one store to all.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Transforms/GemmEngine.h"
+#include "mk/Transforms/LoweringPlan.h"
+#include "mk/Transforms/Passes.h"
+#include "mk/Transforms/TileWalk.h"
+#include "mk/abi.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::mk {
+#define GEN_PASS_DEF_MKPLANLOWERING
+#include "mk/Transforms/Passes.h.inc"
+} // namespace mlir::mk
+
+using namespace mlir;
+using namespace mlir::mk;
+
+namespace {
+
+/// Whether two reductions marked for TMA need the same mk::TmaReduce: slots, source and result
+/// elements, tile shape.
+bool sameTmaReduction(AccumulateOp a, AccumulateOp b) {
+  auto resultElement = [](AccumulateOp accumulate) {
+    return cast<ConvertOp>(*accumulate->user_begin()).getResult().getType().getElementType();
+  };
+  DistTensorType sa = a.getSource().getType(), sb = b.getSource().getType();
+  return sa.getShape()[0] == sb.getShape()[0] && sa.getElementType() == sb.getElementType() &&
+         resultElement(a) == resultElement(b) &&
+         a.getResult().getType().getShape() == b.getResult().getType().getShape();
+}
+
+/// Marks the reductions that are only converted to 16 bits and stored (to this GPU or one of the
+/// node): through the bulk tensor copy engine (tma: copies of a tile in the leading dim of a
+/// rank-3 buffer, at most 3, in boxes of 64 columns), else combined and stored chunk by chunk
+/// (chunks), without a tile in registers or shared memory.
+void markReductions(ProgramOp program) {
+  program.walk([](AccumulateOp accumulate) {
+    TileType tile = accumulate.getResult().getType();
+    Type source = accumulate.getSource().getType().getElementType();
+    if (tile.getRank() != 2 || source.getIntOrFloatBitWidth() != 16 || !accumulate->hasOneUse())
+      return;
+    int64_t rowChunks = tile.getShape()[1] * 2 / 16;
+    if (tile.getShape()[1] * 2 % 16 || tile.getShape()[0] * rowChunks % MK_TEAM_THREADS)
+      return;
+    auto convert = dyn_cast<ConvertOp>(*accumulate->user_begin());
+    if (!convert || convert.getResult().getType().getElementType().getIntOrFloatBitWidth() != 16)
+      return;
+    for (Operation *user : convert->getUsers()) {
+      auto store = dyn_cast<StoreOp>(user);
+      auto put = dyn_cast<PutOp>(user);
+      if (!(store && store.getWholeDims().empty()) &&
+          !(put && put.getScope() == PeerScope::gpu && put.getWholeDims().empty()))
+        return;
+    }
+    DistTensorType buffer = accumulate.getSource().getType();
+    bool tma = buffer.getRank() == 3 && accumulate.getWholeDims() == ArrayRef<int64_t>{0} &&
+               buffer.getShape()[0] <= 3 && tile.getShape()[0] <= 256 &&
+               tile.getShape()[1] % 64 == 0 &&
+               llvm::all_of(convert->getUsers(), [](Operation *user) {
+                 auto dest = cast<DistTensorType>(user->getOperand(1).getType());
+                 return dest.getRank() == 2 || dest.getRank() == 3;
+               });
+    // The role's publisher raises flags on this node only, and serves one configuration.
+    auto role = accumulate->getParentOfType<RoleOp>();
+    if (tma && role) {
+      bool acrossNodes = role.walk([](Operation *op) {
+                               auto signal = dyn_cast<SignalOp>(op);
+                               auto copy = dyn_cast<CopyOp>(op);
+                               return (signal && signal.getScope() == PeerScope::node) ||
+                                              (copy && copy.getScope() == PeerScope::node)
+                                          ? WalkResult::interrupt()
+                                          : WalkResult::advance();
+                             })
+                             .wasInterrupted();
+      bool other = role.walk([&](AccumulateOp sibling) {
+                         return loweringOf(sibling) == Lowering::tma &&
+                                        !sameTmaReduction(sibling, accumulate)
+                                    ? WalkResult::interrupt()
+                                    : WalkResult::advance();
+                       })
+                       .wasInterrupted();
+      tma = !acrossNodes && !other;
+    }
+    Lowering how = tma ? Lowering::tma : Lowering::chunks;
+    setLowering(accumulate, how);
+    setLowering(convert, Lowering::elide);
+    for (Operation *user : convert->getUsers())
+      setLowering(user, how);
+  });
+}
+
+/// Whether all a consumer does after `wait` in its tile grid's body is engine stores, deferred
+/// signals, waits and index arithmetic: ops that reach memory or flags through the engine's send
+/// ring, in order, or through TMA stores that wait for the ring.
+bool onlyEngineWritesFollow(WaitOp wait, ArrayRef<MatmulOp> matmuls) {
+  const MatmulOp *matmul =
+      llvm::find_if(matmuls, [&](MatmulOp m) { return m->getParentOp()->isAncestor(wait); });
+  if (matmul == matmuls.end())
+    return false;
+  auto throughEngine = [](Operation *op) {
+    return !op->walk([](Operation *inner) {
+                std::optional<Lowering> how = loweringOf(inner);
+                bool engine = how == Lowering::store || how == Lowering::deferred;
+                return isMemoryEffectFree(inner) ||
+                               isa<scf::IfOp, scf::ForOp, scf::YieldOp, WaitOp>(inner) ||
+                               (isa<PutOp, StoreOp, SignalOp>(inner) && engine)
+                           ? WalkResult::advance()
+                           : WalkResult::interrupt();
+              }).wasInterrupted();
+  };
+  Operation *body = (*matmul)->getParentOp();
+  for (Operation *op = wait; op != body; op = op->getParentOp())
+    for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+      if (!throughEngine(next))
+        return false;
+  return true;
+}
+
+/// The ops of a loop's body that touch memory or flags.
+SmallVector<Operation *> effectsOf(scf::ForOp loop) {
+  SmallVector<Operation *> effects;
+  for (Operation &op : loop.getBody()->without_terminator())
+    if (!isMemoryEffectFree(&op))
+      effects.push_back(&op);
+  return effects;
+}
+
+/// A loop that puts a tile staged for TMA (the engine's or a TMA reduction's) to each GPU and
+/// signals each after its put would wait for each put to complete before the next one starts (a
+/// signal follows its data): split it in two, every put then every signal, so that the puts are
+/// in flight together and one wait covers them.
+void signalAfterAllPuts(ProgramOp program) {
+  SmallVector<scf::ForOp> loops;
+  program.walk([&](scf::ForOp loop) {
+    SmallVector<Operation *> effects = effectsOf(loop);
+    std::optional<Lowering> how = effects.empty() ? std::nullopt : loweringOf(effects[0]);
+    if (effects.size() == 2 && isa<PutOp>(effects[0]) && isa<SignalOp>(effects[1]) &&
+        (how == Lowering::tma || how == Lowering::store))
+      loops.push_back(loop);
+  });
+  for (scf::ForOp loop : loops) {
+    OpBuilder b(loop->getContext());
+    b.setInsertionPointAfter(loop);
+    auto signals = cast<scf::ForOp>(b.clone(*loop));
+    (*loop.getBody()->getOps<SignalOp>().begin())->erase();
+    (*signals.getBody()->getOps<PutOp>().begin())->erase();
+  }
+}
+
+/// A loop over the GPUs of the node (forEachGpu's: GPU (g + i) mod G) whose only effect is an
+/// engine store of one tile to each would stage the tile in shared memory once per GPU: make it
+/// one store that stages the tile once and sends each chunk to every GPU.
+void storeToGpusAtOnce(ProgramOp program, int64_t gpus) {
+  struct Merge {
+    scf::ForOp loop;
+    int64_t begin, end;
+  };
+  SmallVector<Merge> merges;
+  program.walk([&](scf::ForOp loop) {
+    SmallVector<Operation *> effects = effectsOf(loop);
+    auto put = effects.size() == 1 ? dyn_cast<PutOp>(effects[0]) : PutOp();
+    DistTensorType dest = put ? put.getDest().getType() : DistTensorType();
+    if (!put || loweringOf(put) != Lowering::store || put.getScope() != PeerScope::gpu ||
+        dest.getPlacement().isSharded() || dest.getRank() != 2)
+      return;
+    auto rem = put.getPeer().getDefiningOp<arith::RemSIOp>();
+    auto sum = rem ? rem.getLhs().getDefiningOp<arith::AddIOp>() : arith::AddIOp();
+    APInt modulus, begin, end, step;
+    if (sum && matchPattern(rem.getRhs(), m_ConstantInt(&modulus)) && modulus == gpus &&
+        sum.getRhs() == loop.getInductionVar() &&
+        !loop->isAncestor(sum.getLhs().getParentBlock()->getParentOp()) &&
+        matchPattern(loop.getLowerBound(), m_ConstantInt(&begin)) &&
+        matchPattern(loop.getUpperBound(), m_ConstantInt(&end)) &&
+        matchPattern(loop.getStep(), m_ConstantInt(&step)) && step == 1)
+      merges.push_back({loop, begin.getSExtValue(), end.getSExtValue()});
+  });
+  for (Merge &merge : merges) {
+    OpBuilder b(merge.loop);
+    IRMapping mapping;
+    mapping.map(merge.loop.getInductionVar(), merge.loop.getLowerBound());
+    for (Operation &op : merge.loop.getBody()->without_terminator())
+      if (Operation *copy = b.clone(op, mapping); isa<PutOp>(copy))
+        setGpuOffsets(copy, merge.begin, merge.end);
+    merge.loop.erase();
+  }
+}
+
+struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
+  using MkPlanLoweringBase::MkPlanLoweringBase;
+
+  void runOnOperation() override {
+    ProgramOp program = getOperation();
+    if (std::optional<std::string> error = checkGemmOptions(gemmStages, gemmCluster)) {
+      program.emitError() << *error;
+      return signalPassFailure();
+    }
+    if (failed(checkLowerable(program)))
+      return signalPassFailure();
+    mesh = program.getMesh();
+    markReductions(program);
+    rolesPairUp = llvm::all_of(program.getBodyBlock().getOps<RoleOp>(),
+                               [](RoleOp role) { return role.getCtas().value_or(1) % 2 == 0; });
+    for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
+      if (failed(planRole(role)))
+        return signalPassFailure();
+    signalAfterAllPuts(program);
+    storeToGpusAtOnce(program, mesh.getGpus());
+  }
+
+private:
+  /// The engine's configuration for `matmul` (cluster 0, chosen with the role's), if it can run
+  /// there: 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256}
+  /// tile whose one use is a conversion to 16 bits that only stores and puts to a GPU of the node
+  /// use (rank 2 or 3 destinations); the matmul directly in a tile grid of the role, which visits
+  /// each of its tiles, whose body has no other tile work, only index arithmetic, nested loops and
+  /// branches, waits, signals and copies across nodes.
+  FailureOr<GemmEngineAttr> engineFor(MatmulOp matmul) {
+    ConvertOp convert = gemmEngineEpilogue(matmul);
+    if (!convert)
+      return GemmEngineAttr();
+    Type element = matmul.getLhs().getType().getElementType();
+    int64_t bn = matmul.getResult().getType().getShape()[1];
+    for (Operation *user : convert->getUsers()) {
+      DistTensorType dest;
+      if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
+        dest = store.getDest().getType();
+      else if (auto put = dyn_cast<PutOp>(user);
+               put && put.getScope() != PeerScope::node && put.getWholeDims().empty())
+        dest = put.getDest().getType();
+      else
+        return GemmEngineAttr();
+      if (dest.getRank() < 2 || dest.getRank() > 3)
+        return GemmEngineAttr();
+    }
+    // The producer walks the role's tile grids, loading for every tile it visits.
+    auto grid = dyn_cast<TileGridOp>(matmul->getParentOp());
+    if (!grid || !isa<RoleOp>(grid->getParentOp()) || grid.getRowCounts())
+      return GemmEngineAttr();
+    FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);
+    if (failed(walk))
+      return failure();
+    if (walk->skipsTiles())
+      return GemmEngineAttr();
+    WalkResult other = grid.getBodyBlock().walk([&](Operation *op) {
+      bool tileWork = llvm::any_of(op->getResultTypes(), llvm::IsaPred<TileType>);
+      if (op == matmul || op == convert || llvm::is_contained(convert->getUsers(), op) ||
+          isa<WaitOp, SignalOp, SingleCtaOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
+          // The proxy's copies across nodes use no shared memory.
+          (isa<CopyOp>(op) && cast<CopyOp>(op).getScope() == PeerScope::node) ||
+          (isMemoryEffectFree(op) && !tileWork))
+        return WalkResult::advance();
+      return WalkResult::interrupt();
+    });
+    if (other.wasInterrupted())
+      return GemmEngineAttr();
+    // Stores to a peer drain slowly: stage a 256-column tile whole, so that they hold up the
+    // next tile's epilogue (a mainloop later) rather than this tile's later chunks.
+    bool toPeer = llvm::any_of(convert->getUsers(), llvm::IsaPred<PutOp>);
+    MLIRContext *context = matmul.getContext();
+    return GemmEngineAttr::get(context, element, bn, gemmStages,
+                               BoolAttr::get(context, matmul.getRhsWholeDims()[0] == 1),
+                               toPeer && bn == 256 ? 4 : 2, /*cluster=*/0);
+  }
+
+  /// The CTAs per cluster of the engine that runs `matmuls` in `role`: 2 where asked or by
+  /// default, if the roles and the tile grids pair CTAs up and B is [K x N] in whole 128-column
+  /// panels; else 1, or an error if 2 was asked.
+  FailureOr<int64_t> engineCluster(RoleOp role, ArrayRef<MatmulOp> matmuls) {
+    if (gemmCluster == 1)
+      return 1;
+    std::string why;
+    if (!rolesPairUp)
+      why = "a role has an odd number of CTAs";
+    for (MatmulOp matmul : matmuls) {
+      if (!why.empty())
+        break;
+      FailureOr<TileWalk> walk = TileWalk::get(cast<TileGridOp>(matmul->getParentOp()), mesh);
+      if (failed(walk))
+        return failure();
+      if (!walk->pairsRows(*role.getCtas()))
+        why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
+      else if (matmul.getRhsWholeDims()[0] == 1 ||
+               matmul.getResult().getType().getShape()[1] % 128)
+        why = "B is not [K x N] in panels of 128 columns or more";
+    }
+    if (why.empty())
+      return 2;
+    if (gemmCluster == 2)
+      return emitError(role.getLoc()) << "the GEMM engine cannot run in clusters of 2 CTAs: "
+                                      << why;
+    return 1;
+  }
+
+  /// A role whose every matmul can run on the GEMM engine, with one configuration, runs it with
+  /// all MK_CTA_THREADS threads; any other runs the tile library on its team.
+  LogicalResult planRole(RoleOp role) {
+    SmallVector<MatmulOp> matmuls;
+    GemmEngineAttr engine;
+    bool oneEngine = true;
+    WalkResult failedWalk = role.walk([&](MatmulOp matmul) {
+      matmuls.push_back(matmul);
+      FailureOr<GemmEngineAttr> config = engineFor(matmul);
+      if (failed(config))
+        return WalkResult::interrupt();
+      oneEngine = oneEngine && *config && (!engine || engine == *config);
+      engine = *config;
+      return WalkResult::advance();
+    });
+    if (failedWalk.wasInterrupted())
+      return failure();
+    if (matmuls.empty() || !oneEngine)
+      return success();
+    FailureOr<int64_t> cluster = engineCluster(role, matmuls);
+    if (failed(cluster))
+      return failure();
+    setGemmEngine(role, GemmEngineAttr::get(role.getContext(), engine.getElement(),
+                                            engine.getTileN(), engine.getStages(),
+                                            engine.getBKMajor(), engine.getStagingBuffers(),
+                                            *cluster));
+    splitEngineRole(role, matmuls);
+    return success();
+  }
+
+  /// How the engine role's CTAs share its work: its producer warpgroup walks the tile grids,
+  /// keeps the waits before each matmul and loads; its consumers multiply, convert and store
+  /// through the engine, and run the rest.
+  void splitEngineRole(RoleOp role, ArrayRef<MatmulOp> matmuls) {
+    bool producerWaits = false;
+    for (MatmulOp matmul : matmuls) {
+      for (Operation *op = matmul->getPrevNode(); op; op = op->getPrevNode())
+        if (isa<WaitOp>(op)) {
+          setLowering(op, Lowering::producer);
+          producerWaits = true;
+        }
+      setLowering(matmul, Lowering::mma);
+      Operation *convert = *matmul->user_begin();
+      setLowering(convert, Lowering::elide);
+      for (Operation *store : convert->getUsers())
+        setLowering(store, Lowering::store);
+    }
+    // A producer that waits on flags might be held up by a signal the consumers hold back.
+    if (producerWaits)
+      return;
+    // Their signals wait for the tile's stores to land only at the next tile (or wait).
+    role.walk([&](SignalOp signal) {
+      bool inTileGrid = llvm::any_of(
+          matmuls, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
+      if (signal.getScope() != PeerScope::node && inTileGrid)
+        setLowering(signal, Lowering::deferred);
+    });
+    // A wait in a tile grid that only the engine's stores and signals follow is left to the
+    // senders, which serve those in order (on one node: across nodes, flags count what the proxy
+    // delivers, and the consumers watch for it stopping).
+    role.walk([&](WaitOp wait) {
+      bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, matmuls);
+      setLowering(wait, defer ? Lowering::deferred : Lowering::consumer);
+    });
+  }
+
+  MeshAttr mesh;
+  /// Whether every role has an even number of CTAs, so that no cluster of 2 spans two roles.
+  bool rolesPairUp = false;
+};
+
+} // namespace
