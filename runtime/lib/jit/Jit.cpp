@@ -3,6 +3,7 @@
 #include "mk/runtime/jit/Jit.h"
 
 #include "mk/IR/MkOps.h"
+#include "mk/Pipeline.h"
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/runtime/support/Log.h"
 #include "mk/runtime/support/UniqueFd.h"

@@ -38,7 +38,7 @@
 #ifndef MK_RUNTIME_JIT_H
 #define MK_RUNTIME_JIT_H
 
-#include "mk/Pipeline.h"
+#include "mk/PipelineOptions.h"
 #include "mk/Target/Nvrtc.h"
 #include "mk/abi.h"
 #include "mk/runtime/driver/CudaDriver.h"
