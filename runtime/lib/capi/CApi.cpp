@@ -7,6 +7,7 @@
 
 #include "mkc.h"
 
+#include "capi/Guarded.h"
 #include "mk/runtime/Runtime.h"
 
 #include <fmt/format.h>
@@ -32,35 +33,8 @@ struct mkc_op {
 
 namespace {
 
-thread_local std::string lastError;
-
-/// Runs `body`, mapping what it throws to a status and this thread's last error.
-template <typename Body> mkc_status guarded(const char *function, Body &&body) {
-  auto fail = [&](mkc_status status, const char *what) {
-    lastError = fmt::format("{}: {}", function, what);
-    return status;
-  };
-  try {
-    body();
-    return MKC_SUCCESS;
-  } catch (const mkc::NoDeviceError &error) {
-    return fail(MKC_ERROR_NO_DEVICE, error.what());
-  } catch (const mkc::RuntimeError &error) {
-    return fail(MKC_ERROR_INVALID_ARGUMENT, error.what());
-  } catch (const mkc::JitError &error) {
-    return fail(MKC_ERROR_COMPILE, error.what());
-  } catch (const mkc::BootstrapError &error) {
-    return fail(MKC_ERROR_BOOTSTRAP, error.what());
-  } catch (const mkc::cuda::Error &error) {
-    return fail(MKC_ERROR_CUDA, error.what());
-  } catch (const std::bad_alloc &) {
-    return fail(MKC_ERROR_INTERNAL, "out of host memory");
-  } catch (const std::exception &error) {
-    return fail(MKC_ERROR_INTERNAL, error.what());
-  } catch (...) {
-    return fail(MKC_ERROR_INTERNAL, "unknown exception");
-  }
-}
+using mkc::capi::guarded;
+using mkc::capi::lastError;
 
 template <typename T> T &required(T *pointer, const char *name) {
   if (!pointer)
@@ -111,6 +85,8 @@ const char *mkc_status_name(mkc_status status) {
     return "MKC_ERROR_CUDA";
   case MKC_ERROR_INTERNAL:
     return "MKC_ERROR_INTERNAL";
+  case MKC_ERROR_JOB_FAILED:
+    return "MKC_ERROR_JOB_FAILED";
   }
   return "MKC_ERROR_UNKNOWN";
 }

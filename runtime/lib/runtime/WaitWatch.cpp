@@ -59,7 +59,7 @@ void Runtime::State::check() const {
   const std::string suspects = others.size() == 1
                                    ? fmt::format("rank {}", others[0])
                                    : fmt::format("one of ranks {}", fmt::join(others, ", "));
-  throw RuntimeError(fmt::format(
+  throw JobError(fmt::format(
       "rank {} (GPU {} of node {}): a kernel gave up after waiting {} s for {} to count {}; it "
       "counted {}. A rank of this node ({}) died, stopped launching or is stuck. The results of "
       "that launch are wrong, and this runtime launches nothing more (MKC_WAIT_TIMEOUT sets the "

@@ -50,6 +50,14 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// The job failed around this rank: a kernel's wait for another rank gave up (MKC_WAIT_TIMEOUT).
+/// The results of that launch are wrong and the runtime launches nothing more. (A network that
+/// failed is a net::NetworkError.)
+class JobError : public RuntimeError {
+public:
+  using RuntimeError::RuntimeError;
+};
+
 /// No usable CUDA driver or GPU for this rank.
 class NoDeviceError : public RuntimeError {
 public:
