@@ -1,5 +1,4 @@
-//===- runtime/GpuPlace.cpp - the rank's GPU, the CPUs near it, and GPUs shared between ranks
-//---===//
+//===- runtime/GpuPlace.cpp - the rank's GPU, the CPUs near it, GPUs shared between ranks ---===//
 //
 // Which GPU a rank takes (MKC_DEVICE, else its local rank's, modulo the GPUs with
 // MKC_SHARE_GPU=1), the CPUs of its NUMA node for the proxy thread, and the check, across the
