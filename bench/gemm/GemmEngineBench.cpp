@@ -29,14 +29,15 @@
 #include "TestKernels.h"
 
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/TensorMap.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/driver/TensorMap.h"
+#include "mk/support/BoundedInt.h"
 
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -372,12 +373,11 @@ int run(int argc, char **argv) {
     // The value as an integer of at least `least`.
     auto integer = [&](int least) {
       const std::string text = value();
-      int number = 0;
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
-      if (error != std::errc() || end != text.data() + text.size() || number < least)
+      const std::optional<std::int64_t> number = mkc::parseBoundedInt(text, least, INT_MAX);
+      if (!number)
         throw std::invalid_argument(arg + ": '" + text + "' is not an integer of at least " +
                                     std::to_string(least));
-      return number;
+      return static_cast<int>(*number);
     };
     if (arg == "--check")
       checkOnly = true;

@@ -7,8 +7,11 @@
 #ifndef MKC_BENCH_NET_OPTIONS_H
 #define MKC_BENCH_NET_OPTIONS_H
 
-#include <cerrno>
-#include <cstdlib>
+#include "mk/support/BoundedInt.h"
+
+#include <climits>
+#include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace mkc::bench {
@@ -18,10 +21,8 @@ template <typename Accept> bool parseOptions(int argc, char **argv, Accept accep
   if (argc % 2 == 0)
     return false; // a name without its value
   for (int i = 1; i < argc; i += 2) {
-    char *end = nullptr;
-    errno = 0;
-    const long value = std::strtol(argv[i + 1], &end, 10);
-    if (errno || end == argv[i + 1] || *end || !accept(std::string_view(argv[i]), value))
+    const std::optional<std::int64_t> value = parseBoundedInt(argv[i + 1], LONG_MIN, LONG_MAX);
+    if (!value || !accept(std::string_view(argv[i]), static_cast<long>(*value)))
       return false;
   }
   return true;

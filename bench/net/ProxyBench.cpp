@@ -17,7 +17,7 @@
 
 #include "Options.h"
 
-#include "mk/runtime/Bootstrap.h"
+#include "mk/runtime/bootstrap/Bootstrap.h"
 #include "mk/runtime/net/Proxy.h"
 
 #include <fmt/format.h>

@@ -24,7 +24,7 @@
 #include "TestKernels.h"
 
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 #include "mk/runtime/net/Proxy.h"
 
 #include <fmt/format.h>

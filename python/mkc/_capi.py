@@ -15,7 +15,7 @@ import pathlib
 from ._errors import Error
 
 # The mkc.h this package was written for.
-MKC_API_VERSION = 3
+MKC_API_VERSION = 4
 MKC_MAX_RANK = 8
 
 STATUS_NAMES = (
@@ -26,6 +26,7 @@ STATUS_NAMES = (
     "MKC_ERROR_COMPILE",
     "MKC_ERROR_CUDA",
     "MKC_ERROR_INTERNAL",
+    "MKC_ERROR_JOB_FAILED",
 )
 MKC_SUCCESS = 0
 

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped when a declaration here changes; mkc_api_version() says what the library implements. */
-#define MKC_API_VERSION 3
+#define MKC_API_VERSION 4
 
 typedef enum mkc_status {
   MKC_SUCCESS = 0,
@@ -40,7 +40,10 @@ typedef enum mkc_status {
   MKC_ERROR_BOOTSTRAP = 3,        /* the launch environment or the rendezvous of the ranks */
   MKC_ERROR_COMPILE = 4,          /* a tile program that does not compile for these shapes */
   MKC_ERROR_CUDA = 5,             /* a CUDA driver call failed */
-  MKC_ERROR_INTERNAL = 6
+  MKC_ERROR_INTERNAL = 6,
+  MKC_ERROR_JOB_FAILED = 7 /* the job failed around this rank: the network (a peer unreachable
+                              or dead, the proxy stopped), or a kernel's wait for another rank
+                              that gave up (MKC_WAIT_TIMEOUT); launches are refused from then on */
 } mkc_status;
 
 typedef struct mkc_runtime mkc_runtime;
@@ -90,9 +93,9 @@ mkc_status mkc_runtime_network_statistics(const mkc_runtime *runtime,
                                           mkc_network_statistics *statistics);
 /* Returns once every rank has called it as often as this one (host side). Collective. */
 mkc_status mkc_barrier(mkc_runtime *runtime);
-/* MKC_SUCCESS while this rank's launches can be trusted; an error saying why once a kernel's
- * wait gave up (MKC_WAIT_TIMEOUT) or the network failed, after which results are wrong and
- * launches are refused. No driver call: after synchronising a launch's stream, it vouches for
+/* MKC_SUCCESS while this rank's launches can be trusted; MKC_ERROR_JOB_FAILED saying why once a
+ * kernel's wait gave up (MKC_WAIT_TIMEOUT) or the network failed, after which results are wrong
+ * and launches are refused. No driver call: after synchronising a launch's stream, it vouches for
  * its results. */
 mkc_status mkc_runtime_check(const mkc_runtime *runtime);
 

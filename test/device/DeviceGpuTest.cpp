@@ -8,8 +8,8 @@
 #include "TestKernels.h"
 
 #include "mk/abi.h"
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/TensorMap.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/driver/TensorMap.h"
 #include "mk/runtime/net/CommandQueue.h"
 
 #include <cuda_bf16.h>

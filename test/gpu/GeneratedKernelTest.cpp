@@ -9,7 +9,7 @@
 #include "mk/Pipeline.h"
 #include "mk/Target/DeviceHeaders.h"
 #include "mk/Target/Nvrtc.h"
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 #include "mk/abi.h"
 

@@ -2,8 +2,8 @@
 //
 // The project's own local launcher, for GPU tests and for users without torch: starts N ranks of a
 // program as `torchrun --standalone --nproc-per-node N` does, with the MKC_* variables that
-// mkc::detectLaunchEnvironment() reads (runtime/include/mk/runtime/Bootstrap.h) and MKC_DEVICE,
-// the CUDA device of the rank. Needs no GPU and no LLVM.
+// mkc::detectLaunchEnvironment() reads (runtime/include/mk/runtime/bootstrap/Bootstrap.h) and
+// MKC_DEVICE, the CUDA device of the rank. Needs no GPU and no LLVM.
 //
 // Ranks see this launch only: the variables by which torchrun, mpirun and srun name a rank are
 // removed from their environment (Bootstrap prefers an enclosing launcher's to MKC_*, and other
@@ -24,7 +24,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/runtime/Bootstrap.h"
+#include "mk/runtime/bootstrap/Bootstrap.h"
+#include "mk/support/BoundedInt.h"
 
 #include <fmt/format.h>
 
@@ -58,6 +59,7 @@ extern char **environ;
 namespace {
 
 using mkc::formatRanks;
+using mkc::parseBoundedInt;
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
@@ -180,14 +182,6 @@ struct Options {
   std::vector<std::string> command; ///< the program and its arguments
 };
 
-std::optional<int> parseInteger(std::string_view text, int min, int max) {
-  int value = 0;
-  auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || stop != text.data() + text.size() || value < min || value > max)
-    return std::nullopt;
-  return value;
-}
-
 std::optional<Seconds> parseSeconds(std::string_view text, bool zeroAllowed) {
   double value = 0;
   auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -239,16 +233,16 @@ Options parseCommandLine(int argc, char **argv) {
     }
 
     if (name == "-n" || name == "--nproc") {
-      std::optional<int> ranks = parseInteger(*value, 1, INT_MAX);
+      std::optional<int> ranks = parseBoundedInt(*value, 1, INT_MAX);
       if (!ranks)
         usageError("{} expects a number of ranks (at least 1), not '{}'", name, *value);
       options.ranks = *ranks;
     } else if (name == "--gpus-per-node") {
-      options.gpusPerNode = parseInteger(*value, 1, INT_MAX);
+      options.gpusPerNode = parseBoundedInt(*value, 1, INT_MAX);
       if (!options.gpusPerNode)
         usageError("{} expects a number of ranks per node (at least 1), not '{}'", name, *value);
     } else if (name == "--master-port") {
-      options.masterPort = parseInteger(*value, 1, 65535);
+      options.masterPort = parseBoundedInt(*value, 1, 65535);
       if (!options.masterPort)
         usageError("{} expects a TCP port (1-65535), not '{}'", name, *value);
     } else if (name == "--timeout") {

@@ -2,6 +2,8 @@
 
 #include "PipelineFlags.h"
 
+#include "mk/support/BoundedInt.h"
+
 namespace cl = llvm::cl;
 
 llvm::cl::OptionCategory mkc::tools::pipelineCategory("compiler options");
@@ -53,8 +55,7 @@ cl::opt<int64_t> gemmCluster("gemm-cluster",
 std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::StringRef tool) {
   if (!topology.empty()) {
     auto [nodes, gpus] = llvm::StringRef(topology).split('x');
-    int64_t n, g;
-    if (nodes.getAsInteger(10, n) || gpus.getAsInteger(10, g) || n < 1 || g < 1) {
+    if (!mkc::parseBoundedInt(nodes, 1, INT64_MAX) || !mkc::parseBoundedInt(gpus, 1, INT64_MAX)) {
       llvm::errs() << tool << ": error: --topology=" << topology
                    << " is not NODESxGPUS with both at least 1, e.g. 2x4\n";
       return std::nullopt;

@@ -1,6 +1,7 @@
 //===- PipelineOptions.cpp - the pipeline's options from text, checked ----===//
 
 #include "mk/PipelineOptions.h"
+#include "mk/support/BoundedInt.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -32,8 +33,10 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
       int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
                        : name == "gemm-stages" ? options.gemmStages
                                                : options.gemmCluster;
-      if (value.getAsInteger(10, field))
+      const std::optional<int64_t> parsed = mkc::parseBoundedInt(value, INT64_MIN, INT64_MAX);
+      if (!parsed)
         return malformed("an integer");
+      field = *parsed;
     } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine") {
       if (value != "0" && value != "1")
         return malformed("0 or 1");

@@ -2,6 +2,7 @@
 
 #include "mk/Target/Nvrtc.h"
 #include "mk/Target/ChildProcess.h"
+#include "mk/support/ByteCodec.h"
 
 #include <nvrtc.h>
 #include <sys/mman.h>
@@ -9,11 +10,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 
 namespace mkc::nvrtc {
 
@@ -180,25 +181,21 @@ Output compileHere(std::string_view source, std::string_view fileName, const Opt
 
 /// An Output as bytes, for the pipe from the child that compiled it, and back.
 std::string encode(const Output &output) {
-  std::string bytes(1, output.ok ? '\1' : '\0');
-  for (const std::string *field : {&output.log, &output.ptx, &output.cubin}) {
-    const std::uint64_t size = field->size();
-    bytes.append(reinterpret_cast<const char *>(&size), sizeof size);
-    bytes += *field;
-  }
-  return bytes;
+  return ByteWriter()
+      .put<std::uint8_t>(output.ok)
+      .sized(output.log)
+      .sized(output.ptx)
+      .sized(output.cubin)
+      .takeString();
 }
 
 Output decode(std::string_view bytes) {
+  ByteReader<std::runtime_error> reader(bytes, "nvrtc: the compiling child's output");
   Output output;
-  output.ok = bytes.at(0) == '\1';
-  std::size_t at = 1;
-  for (std::string *field : {&output.log, &output.ptx, &output.cubin}) {
-    std::uint64_t size = 0;
-    std::memcpy(&size, bytes.substr(at, sizeof size).data(), sizeof size);
-    *field = std::string(bytes.substr(at + sizeof size, size));
-    at += sizeof size + size;
-  }
+  output.ok = reader.get<std::uint8_t>() == 1;
+  for (std::string *field : {&output.log, &output.ptx, &output.cubin})
+    *field = reader.sized();
+  reader.expectEnd();
   return output;
 }
 

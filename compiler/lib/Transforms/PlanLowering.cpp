@@ -297,15 +297,14 @@ private:
         return failure();
       if (!walk->pairsRows(*role.getCtas()))
         why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
-      else if (matmul.getRhsWholeDims()[0] == 1 ||
-               matmul.getResult().getType().getShape()[1] % 128)
+      else if (matmul.getRhsWholeDims()[0] == 1 || matmul.getResult().getType().getShape()[1] % 128)
         why = "B is not [K x N] in panels of 128 columns or more";
     }
     if (why.empty())
       return 2;
     if (gemmCluster == 2)
-      return emitError(role.getLoc()) << "the GEMM engine cannot run in clusters of 2 CTAs: "
-                                      << why;
+      return emitError(role.getLoc())
+             << "the GEMM engine cannot run in clusters of 2 CTAs: " << why;
     return 1;
   }
 
@@ -331,10 +330,10 @@ private:
     FailureOr<int64_t> cluster = engineCluster(role, matmuls);
     if (failed(cluster))
       return failure();
-    setGemmEngine(role, GemmEngineAttr::get(role.getContext(), engine.getElement(),
-                                            engine.getTileN(), engine.getStages(),
-                                            engine.getBKMajor(), engine.getStagingBuffers(),
-                                            *cluster));
+    setGemmEngine(role,
+                  GemmEngineAttr::get(role.getContext(), engine.getElement(), engine.getTileN(),
+                                      engine.getStages(), engine.getBKMajor(),
+                                      engine.getStagingBuffers(), *cluster));
     splitEngineRole(role, matmuls);
     return success();
   }

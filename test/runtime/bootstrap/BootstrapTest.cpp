@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/runtime/Bootstrap.h"
+#include "mk/runtime/bootstrap/Bootstrap.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>

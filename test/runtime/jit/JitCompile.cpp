@@ -6,7 +6,7 @@
 //
 // Exits 1 with the JIT's error when the program does not compile.
 
-#include "mk/runtime/Jit.h"
+#include "mk/runtime/jit/Jit.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/SHA256.h"

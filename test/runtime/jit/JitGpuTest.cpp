@@ -5,7 +5,7 @@
 //
 // Without a driver (the CI machine) it prints "SKIP: <why>" and exits 0; ctest reports Skipped.
 
-#include "mk/runtime/Jit.h"
+#include "mk/runtime/jit/Jit.h"
 
 #include "mk/abi.h"
 

@@ -2,7 +2,7 @@
 // without NVRTC; racing processes leave one entry), damaged entries rebuilt, the cache's place.
 // Other processes are mk-jit-compile (JitCompile.cpp) run with the cache in MKC_CACHE_DIR.
 
-#include "mk/runtime/Jit.h"
+#include "mk/runtime/jit/Jit.h"
 
 #include <catch2/catch.hpp>
 

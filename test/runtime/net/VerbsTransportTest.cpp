@@ -5,7 +5,7 @@
 // endpoints on it write to each other and to themselves, and a bad remote key fails the write.
 
 #include "mk/runtime/net/Transport.h"
-#include "mk/runtime/net/VerbsWorkRequests.h"
+#include "mk/runtime/net/transport/verbs/VerbsWorkRequests.h"
 
 #include <catch2/catch.hpp>
 

@@ -3,7 +3,7 @@
 // every process; a rank that never arrives or goes away is named, within the timeout or at once;
 // a stray connection cannot take a rank's place.
 
-#include "mk/runtime/NodeSockets.h"
+#include "mk/runtime/memory/NodeSockets.h"
 
 #include "../ChildProcess.h"
 

@@ -7,8 +7,8 @@
 // Prints a PASS or FAIL line per check and exits non-zero if any failed. Without a driver, with
 // fewer than two GPUs or without peer access between them it prints "SKIP: <why>" and exits 0.
 
-#include "mk/runtime/CudaDriver.h"
-#include "mk/runtime/SymmetricMemory.h"
+#include "mk/runtime/driver/CudaDriver.h"
+#include "mk/runtime/memory/SymmetricMemory.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

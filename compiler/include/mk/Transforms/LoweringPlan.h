@@ -1,4 +1,5 @@
-//===- LoweringPlan.h - what mk-plan-lowering decides, as mk-lower-to-emitc reads it -*- C++ -*-===//
+//===- LoweringPlan.h - what mk-plan-lowering decides, as mk-lower-to-emitc reads it -*- C++
+//-*-===//
 //
 // How a scheduled program becomes CUDA is decided in one place, mk-plan-lowering, before any code
 // is generated, and carried on the program as the mk dialect's typed discardable attributes:

@@ -24,7 +24,7 @@ static StringRef mapElement(Type element) {
 }
 
 int64_t KernelLayout::tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
-                              ArrayRef<int64_t> box) {
+                                ArrayRef<int64_t> box) {
   std::string spec;
   llvm::raw_string_ostream os(spec);
   int64_t rank = type.getRank();
@@ -42,8 +42,7 @@ int64_t KernelLayout::tensorMap(DistTensorType type, int64_t index, std::optiona
   return tensorMaps.size() - 1;
 }
 
-int64_t KernelLayout::tensorMapsOfNode(DistTensorType type, int64_t index,
-                                     ArrayRef<int64_t> box) {
+int64_t KernelLayout::tensorMapsOfNode(DistTensorType type, int64_t index, ArrayRef<int64_t> box) {
   int64_t gpus = mesh.getGpus(), first = tensorMap(type, index, 0, box);
   for (int64_t g = 1; g < gpus; ++g)
     if (tensorMap(type, index, g, box) != first + g) {

@@ -31,8 +31,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     return program.emitError() << "has " << roles.size() << " roles, more than a kernel's manifest "
                                << "holds (" << MK_MAX_ROLES << ", MK_MAX_ROLES)";
   for (RoleOp role : roles)
-    layout.split.roles.push_back(
-        {stringifyRoleKind(role.getKind()).str(), static_cast<int64_t>(role.getCtas().value_or(0))});
+    layout.split.roles.push_back({stringifyRoleKind(role.getKind()).str(),
+                                  static_cast<int64_t>(role.getCtas().value_or(0))});
 
   OpBuilder b(program);
   // __grid_constant__: read in place, never copied, even where indexed at run time.

@@ -50,8 +50,7 @@ Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
     Value element = a.mul(*index++, extent);
     PlacementAttr placement = type.getPlacement();
     if (placement.shardsDim(d)) {
-      Value along = placement.getAxis() == MeshAxis::world
-                        ? a.add(a.mul(node, mesh.getGpus()), gpu)
+      Value along = placement.getAxis() == MeshAxis::world ? a.add(a.mul(node, mesh.getGpus()), gpu)
                     : placement.getAxis() == MeshAxis::nodes ? node
                                                              : gpu;
       element = a.sub(element, a.mul(along, local[d]));

@@ -152,7 +152,6 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
   }
 };
 
-
 struct CopyLowering : LoweringPattern<CopyOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(CopyOp op, OpAdaptor adaptor,

@@ -143,5 +143,4 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
   }
 };
 
-
 } // namespace

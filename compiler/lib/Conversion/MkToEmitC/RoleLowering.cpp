@@ -140,8 +140,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
 LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
   Location loc = branch.getLoc();
   WalkResult unfit = branch.getThenRegion().walk([](MatmulOp matmul) {
-    return failed(checkTileLibraryMatmul(matmul)) ? WalkResult::interrupt()
-                                                  : WalkResult::advance();
+    return failed(checkTileLibraryMatmul(matmul)) ? WalkResult::interrupt() : WalkResult::advance();
   });
   if (unfit.wasInterrupted())
     return failure();

@@ -1,8 +1,8 @@
 //===- mk/runtime/Runtime.h - the runtime an application embeds ---*- C++ -*-===//
 //
 // One Runtime per process, that is per rank. It joins the job's process group from what the
-// launcher set (torchrun, srun, mpirun, mkc-launch: mk/runtime/Bootstrap.h), takes its GPU's
-// primary context (the one PyTorch and every other CUDA runtime user of the process shares),
+// launcher set (torchrun, srun, mpirun, mkc-launch: mk/runtime/bootstrap/Bootstrap.h), takes its
+// GPU's primary context (the one PyTorch and every other CUDA runtime user of the process shares),
 // creates the node's symmetric heap and owns the JIT. A FusedOp is a tile program compiled for
 // this job's topology and this rank, with the buffers and flags it keeps, launched on a caller's
 // stream.
@@ -23,9 +23,9 @@
 #ifndef MK_RUNTIME_RUNTIME_H
 #define MK_RUNTIME_RUNTIME_H
 
-#include "mk/runtime/Bootstrap.h"
-#include "mk/runtime/Jit.h"
-#include "mk/runtime/SymmetricMemory.h"
+#include "mk/runtime/bootstrap/Bootstrap.h"
+#include "mk/runtime/jit/Jit.h"
+#include "mk/runtime/memory/SymmetricMemory.h"
 #include "mk/runtime/net/Proxy.h"
 
 #include <cuda.h>
@@ -48,6 +48,14 @@ namespace mkc {
 class RuntimeError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+/// The job failed around this rank: a kernel's wait for another rank gave up (MKC_WAIT_TIMEOUT).
+/// The results of that launch are wrong and the runtime launches nothing more. (A network that
+/// failed is a net::NetworkError.)
+class JobError : public RuntimeError {
+public:
+  using RuntimeError::RuntimeError;
 };
 
 /// No usable CUDA driver or GPU for this rank.

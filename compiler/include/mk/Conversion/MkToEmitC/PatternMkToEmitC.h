@@ -20,8 +20,8 @@ void populateMemoryOpToEmitCPatterns(const TypeConverter &converter, RewritePatt
                                      KernelLayout &layout);
 
 /// Matmuls, reductions of received tiles, elementwise tile math and conversions.
-void populateComputeOpToEmitCPatterns(const TypeConverter &converter,
-                                      RewritePatternSet &patterns, KernelLayout &layout);
+void populateComputeOpToEmitCPatterns(const TypeConverter &converter, RewritePatternSet &patterns,
+                                      KernelLayout &layout);
 
 /// Signals and waits on per-tile flags.
 void populateSyncOpToEmitCPatterns(const TypeConverter &converter, RewritePatternSet &patterns,

@@ -19,7 +19,7 @@
 #ifndef MK_RUNTIME_NET_LOCALMEMORY_H
 #define MK_RUNTIME_NET_LOCALMEMORY_H
 
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 #include <cstddef>
 #include <cstdint>

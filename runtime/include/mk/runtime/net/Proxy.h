@@ -55,6 +55,8 @@
 
 namespace mkc::net {
 
+class ProxyEngine; // the proxy thread's state (lib/net/proxy/Engine.h)
+
 /// This rank's place on its rail, and the collective that exchanges endpoints along it.
 struct Rail {
   int node = 0;
@@ -126,14 +128,12 @@ public:
   ProxyStatistics statistics() const;
 
 private:
-  class Engine;
-
   void run();
 
   Transport &transport_;
   LocalMemory &memory_;
   std::unique_ptr<CommandQueue> queue_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ProxyEngine> engine_;
   ProxyOptions options_;
   bool staged_ = false;
   std::thread thread_;

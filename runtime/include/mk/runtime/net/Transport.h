@@ -22,7 +22,7 @@
 #ifndef MK_RUNTIME_NET_TRANSPORT_H
 #define MK_RUNTIME_NET_TRANSPORT_H
 
-#include "mk/runtime/CudaDriver.h"
+#include "mk/runtime/driver/CudaDriver.h"
 
 #include <chrono>
 #include <cstddef>

@@ -1,0 +1,203 @@
+//===- runtime/FusedOp.cpp - a compiled op's arguments checked and its launches ---===//
+//
+// A launch checks its arguments (symmetric memory where peers write, else memory of this rank's
+// GPU within its allocation) unless they repeat the last launch's, builds the tensor maps over
+// them, and launches the persistent kernel cooperatively, with the copies of the GPU's copy
+// engines beside it and the epoch advanced after it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/RuntimeState.h"
+
+#include "mk/runtime/driver/TensorMap.h"
+#include "mk/runtime/support/Log.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace mkc {
+
+CUlaunchConfig persistentLaunch(const LaunchParameters &launch, CUstream stream) {
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(launch.grid);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = MK_CTA_THREADS;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = static_cast<unsigned>(launch.dynamicSmemBytes);
+  config.hStream = stream;
+  return config;
+}
+
+FusedOp::State::~State() {
+  const cuda::Driver &cu = runtime->driver;
+  try {
+    cuda::ContextScope scope(cu, runtime->context.context());
+    for (CUdeviceptr buffer : privateBuffers)
+      cu.cuMemFree(buffer);
+    if (epoch)
+      cu.cuMemFree(epoch);
+    for (CUevent event : {copiesMayStart, copiesDone})
+      if (event)
+        cu.cuEventDestroy(event);
+    if (copyStream)
+      cu.cuStreamDestroy(copyStream);
+  } catch (const std::exception &error) {
+    log::error("runtime: freeing the buffers of {}: {}", name, error.what());
+  }
+}
+
+mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
+  const Argument &argument = arguments[index];
+  auto describe = [&] {
+    return fmt::format("argument {} of {} ({}[{}], {} bytes on this rank)", index, name,
+                       argument.type.element, fmt::join(argument.type.extents, ","),
+                       argument.bytes);
+  };
+  if (!pointer)
+    throw RuntimeError(describe() + " is null");
+  if (argument.symmetric) {
+    std::optional<SymmetricBuffer> buffer = runtime->heap->find(pointer, argument.bytes);
+    if (!buffer)
+      throw RuntimeError(describe() + " must lie in symmetric memory, where peers write it: "
+                                      "allocate it from the runtime (Runtime::allocate, "
+                                      "mkc_symmetric_alloc, mkc.Runtime.empty)");
+    return tensorRef(*buffer);
+  }
+  const cuda::Driver &cu = runtime->driver;
+  const auto address = reinterpret_cast<CUdeviceptr>(pointer);
+  int ordinal = -1;
+  if (CUresult result =
+          cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+      result != CUDA_SUCCESS)
+    throw RuntimeError(describe() + " is not memory the CUDA driver knows: " + cu.describe(result));
+  if (ordinal != runtime->device)
+    throw RuntimeError(fmt::format("{} is memory of GPU {}; this rank runs on GPU {}", describe(),
+                                   ordinal, runtime->device));
+  // Allocations of the VMM API (PyTorch's expandable segments) have no range to check.
+  CUdeviceptr start = 0;
+  std::size_t size = 0;
+  if (cu.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) ==
+          CUDA_SUCCESS &&
+      cu.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS &&
+      size && address + argument.bytes > start + size)
+    throw RuntimeError(fmt::format("{} overruns its allocation, which ends {} bytes after it",
+                                   describe(), start + size - address));
+  mk_tensor_ref ref{};
+  ref.local = pointer;
+  return ref;
+}
+
+const std::string &FusedOp::name() const { return state_->name; }
+const std::vector<Argument> &FusedOp::arguments() const { return state_->arguments; }
+const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
+
+namespace {
+
+/// Queues the op's copies on its copy stream, in order: each waits until its flag holds the
+/// count the kernel raises it to, copies its rows into the other GPU's mapping, sets the flag
+/// to signal on both GPUs to the epoch (a copy of the epoch word, so that a captured graph
+/// replays with the epoch of each replay), and clears the flag it waited for, which the next
+/// launch's kernel, ordered after this stream, counts up from zero again.
+void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &parameter) {
+  const cuda::Driver &cu = op.runtime->driver;
+  auto word = [](const mk_u32 *flags, mk_u32 index) {
+    return reinterpret_cast<CUdeviceptr>(flags + index);
+  };
+  // The clearing of one copy's flag and the wait of the next go in one batch.
+  std::vector<CUstreamBatchMemOpParams> ops;
+  for (const mk_engine_copy &copy : op.copies) {
+    const mk_tensor_ref &tensor = parameter.tensors[copy.tensor];
+    ops.push_back(cuda::waitValueAtLeast(word(parameter.flags, copy.wait_flag), copy.wait_count));
+    cuda::batchMemOps(cu, op.copyStream, ops);
+    CUDA_MEMCPY2D region{};
+    region.srcMemoryType = region.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    region.srcDevice = reinterpret_cast<CUdeviceptr>(tensor.local) + copy.offset;
+    region.dstDevice = reinterpret_cast<CUdeviceptr>(tensor.peer[copy.to_gpu]) + copy.offset;
+    region.srcPitch = region.dstPitch = copy.pitch;
+    region.WidthInBytes = copy.width;
+    region.Height = copy.height;
+    MK_CU_CHECK(cu, cuMemcpy2DAsync(&region, op.copyStream));
+    // A copy, not a stream write of a value, so that CUDA graph replays raise fresh epochs;
+    // only to the other GPU, where it is a copy engine's (within a GPU, the SMs').
+    MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(parameter.flags_peer[copy.to_gpu], copy.signal_flag),
+                                      op.epoch, sizeof(mk_u32), op.copyStream));
+    ops.assign({cuda::writeValue(word(parameter.flags, copy.wait_flag), mk_u32(0))});
+  }
+  cuda::batchMemOps(cu, op.copyStream, ops);
+}
+
+} // namespace
+
+void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
+  const State &op = *state_;
+  const cuda::Driver &cu = op.runtime->driver;
+  if (pointers.size() != op.arguments.size())
+    throw RuntimeError(fmt::format("{} takes {} arguments, not {}", op.name, op.arguments.size(),
+                                   pointers.size()));
+  // A proxy that failed, or a wait that gave up, has stopped kernels' waits: say why instead of
+  // launching.
+  op.runtime->check();
+  cuda::ContextScope scope(cu, op.runtime->context.context());
+  mk_kernel_args parameter = op.parameter;
+  {
+    std::lock_guard lock(op.checkedMutex);
+    if (!std::equal(pointers.begin(), pointers.end(), op.checkedPointers.begin(),
+                    op.checkedPointers.end())) {
+      std::vector<mk_tensor_ref> references;
+      for (std::size_t i = 0; i < pointers.size(); ++i)
+        references.push_back(op.reference(static_cast<int>(i), pointers[i]));
+      std::copy(references.begin(), references.end(), parameter.tensors);
+      std::vector<mk_tensor_map> maps;
+      for (const mk_tensor_map_spec &spec : op.kernel->launch().tensorMaps) {
+        const mk_tensor_ref &tensor = parameter.tensors[spec.tensor];
+        const void *base = spec.gpu == MK_MAP_LOCAL ? tensor.local : tensor.peer[spec.gpu];
+        maps.push_back(encodeTensorMap(cu, spec, base));
+      }
+      op.checkedPointers.assign(pointers.begin(), pointers.end());
+      op.checkedReferences = std::move(references);
+      op.checkedMaps = std::move(maps);
+    }
+    std::copy(op.checkedReferences.begin(), op.checkedReferences.end(), parameter.tensors);
+    std::copy(op.checkedMaps.begin(), op.checkedMaps.end(), parameter.maps);
+  }
+
+  const LaunchParameters &launch = op.kernel->launch();
+  // Cooperative: the driver refuses the launch unless every CTA is resident at once, which the
+  // CTAs' waits on each other need.
+  CUlaunchAttribute cooperative{};
+  cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  cooperative.value.cooperative = 1;
+  CUlaunchConfig config = persistentLaunch(launch, stream);
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  void *kernelParameters[] = {&parameter};
+  // Launches across nodes are counted as they queue; a graph being captured queues nothing now.
+  bool counted = false;
+  if (op.runtime->proxy) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    MK_CU_CHECK(cu, cuStreamIsCapturing(stream, &capture));
+    counted = capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  if (counted)
+    op.runtime->awaitLaunchRoom();
+  if (op.copyStream) {
+    MK_CU_CHECK(cu, cuEventRecord(op.copiesMayStart, stream));
+    MK_CU_CHECK(cu, cuStreamWaitEvent(op.copyStream, op.copiesMayStart, 0));
+  }
+  MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
+  if (op.copyStream) {
+    enqueueEngineCopies(op, parameter);
+    MK_CU_CHECK(cu, cuEventRecord(op.copiesDone, op.copyStream));
+    MK_CU_CHECK(cu, cuStreamWaitEvent(stream, op.copiesDone, 0));
+  }
+  CUdeviceptr epoch = op.epoch;
+  void *advanceParameters[] = {&epoch};
+  MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
+                                 advanceParameters, nullptr));
+  if (counted)
+    op.runtime->recordLaunch(stream);
+}
+
+} // namespace mkc

@@ -1,0 +1,107 @@
+//===- runtime/GpuPlace.cpp - the rank's GPU, the CPUs near it, GPUs shared between ranks ---===//
+//
+// Which GPU a rank takes (MKC_DEVICE, else its local rank's, modulo the GPUs with
+// MKC_SHARE_GPU=1), the CPUs of its NUMA node for the proxy thread, and the check, across the
+// node's ranks, that no two of them share a GPU unless told to and that every rank sees the same
+// topology.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/RuntimeState.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace mkc {
+
+int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute attribute) {
+  int value = 0;
+  MK_CU_CHECK(cu, cuDeviceGetAttribute(&value, attribute, device));
+  return value;
+}
+
+const cuda::Driver &availableDriver() {
+  const cuda::Driver &cu = cuda::Driver::get();
+  if (!cu.available())
+    throw NoDeviceError("no usable CUDA driver: " + cu.unavailableReason());
+  return cu;
+}
+
+LaunchEnvironment detectWithDriver() {
+  availableDriver();
+  return detectLaunchEnvironment();
+}
+
+std::vector<int> cpusNear(std::string busId) {
+  std::transform(busId.begin(), busId.end(), busId.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  std::ifstream file("/sys/bus/pci/devices/" + busId + "/local_cpulist");
+  std::string list;
+  std::vector<int> cpus;
+  if (!std::getline(file, list))
+    return cpus;
+  std::istringstream ranges(list);
+  for (std::string range; std::getline(ranges, range, ',');) {
+    int first = 0, last = 0;
+    const char *end = range.data() + range.size();
+    auto [dash, error] = std::from_chars(range.data(), end, first);
+    last = first;
+    if (error == std::errc() && dash != end && *dash == '-')
+      std::from_chars(dash + 1, end, last);
+    for (int cpu = first; cpu <= last; ++cpu)
+      cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+int rankDevice(const cuda::Driver &cu, const ProcessGroup &group, std::optional<int> chosen,
+               bool share) {
+  int devices = 0;
+  MK_CU_CHECK(cu, cuDeviceGetCount(&devices));
+  if (share)
+    return (chosen ? *chosen : group.localRank()) % devices;
+  if (chosen)
+    return *chosen;
+  if (devices == 1)
+    return 0; // the launcher gave each rank its own GPU (CUDA_VISIBLE_DEVICES)
+  if (group.localRank() >= devices)
+    throw NoDeviceError(fmt::format("local rank {} has no GPU of its own: this process sees {} "
+                                    "GPUs; set MKC_DEVICE or CUDA_VISIBLE_DEVICES",
+                                    group.localRank(), devices));
+  return group.localRank();
+}
+
+/// Two ranks of a node on one GPU wait for each other's persistent kernel, which only the GPU's
+/// time-slicing between their contexts lets run: a test set-up, never a job's.
+void Runtime::State::checkPlacement(const RuntimeOptions &options) {
+  char pciBusId[32] = {};
+  MK_CU_CHECK(driver, cuDeviceGetPCIBusId(pciBusId, sizeof pciBusId, context.device()));
+  busId = pciBusId;
+  std::string topology = fmt::format("{}x{}", group.nodeCount(), group.localWorldSize());
+  std::vector<std::byte> mine = blobOf({topology, busId});
+  std::vector<std::vector<std::byte>> everyone = group.store().allGather(mine);
+  for (int peer : group.nodeRanks()) {
+    std::vector<std::string> theirs = fields(everyone[peer]);
+    if (peer == group.rank() || theirs[1] != busId)
+      continue;
+    if (!options.shareGpu)
+      throw RuntimeError(fmt::format("ranks {} and {} both use the GPU at {}: give each rank of a "
+                                     "node its own GPU (MKC_DEVICE, CUDA_VISIBLE_DEVICES), or, "
+                                     "to test on fewer GPUs, let them take turns "
+                                     "(MKC_SHARE_GPU=1)",
+                                     std::min(peer, group.rank()), std::max(peer, group.rank()),
+                                     busId));
+    ranksSharingGpu.push_back(peer);
+  }
+  for (int rank = 0; rank < group.worldSize(); ++rank)
+    if (fields(everyone[rank])[0] != topology)
+      throw RuntimeError(fmt::format("rank {} sees the job as {} (nodes x ranks per node), rank {} "
+                                     "as {}: every node needs as many ranks",
+                                     rank, fields(everyone[rank])[0], group.rank(), topology));
+}
+} // namespace mkc
