@@ -28,10 +28,10 @@
 
 #include "TestKernels.h"
 
+#include "mk/Support/BoundedInt.h"
 #include "mk/abi.h"
 #include "mk/runtime/driver/CudaDriver.h"
 #include "mk/runtime/driver/TensorMap.h"
-#include "mk/support/BoundedInt.h"
 
 #include <cublasLt.h>
 

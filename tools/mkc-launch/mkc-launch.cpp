@@ -24,8 +24,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mk/Support/BoundedInt.h"
 #include "mk/runtime/bootstrap/Bootstrap.h"
-#include "mk/support/BoundedInt.h"
 
 #include <fmt/format.h>
 

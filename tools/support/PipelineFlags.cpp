@@ -2,7 +2,7 @@
 
 #include "PipelineFlags.h"
 
-#include "mk/support/BoundedInt.h"
+#include "mk/Support/BoundedInt.h"
 
 namespace cl = llvm::cl;
 

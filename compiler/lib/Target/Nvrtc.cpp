@@ -1,8 +1,8 @@
 //===- Nvrtc.cpp - CUDA C++ compilation with NVRTC, in a child process -----===//
 
 #include "mk/Target/Nvrtc.h"
+#include "mk/Support/ByteCodec.h"
 #include "mk/Target/ChildProcess.h"
-#include "mk/support/ByteCodec.h"
 
 #include <nvrtc.h>
 #include <sys/mman.h>

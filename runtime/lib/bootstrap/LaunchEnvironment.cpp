@@ -9,7 +9,7 @@
 #include "mk/runtime/bootstrap/Bootstrap.h"
 
 #include "bootstrap/StoreProtocol.h"
-#include "mk/support/BoundedInt.h"
+#include "mk/Support/BoundedInt.h"
 
 #include <fmt/format.h>
 

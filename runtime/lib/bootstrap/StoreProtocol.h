@@ -14,9 +14,9 @@
 #ifndef MK_RUNTIME_LIB_BOOTSTRAP_STOREPROTOCOL_H
 #define MK_RUNTIME_LIB_BOOTSTRAP_STOREPROTOCOL_H
 
+#include "mk/Support/ByteCodec.h"
 #include "mk/runtime/bootstrap/Bootstrap.h"
 #include "mk/runtime/support/UniqueFd.h"
-#include "mk/support/ByteCodec.h"
 
 #include <sys/socket.h>
 

@@ -7,7 +7,7 @@
 
 #include "runtime/RuntimeState.h"
 
-#include "mk/support/BoundedInt.h"
+#include "mk/Support/BoundedInt.h"
 
 #include <fmt/format.h>
 

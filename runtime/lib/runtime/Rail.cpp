@@ -9,7 +9,7 @@
 
 #include "runtime/RuntimeState.h"
 
-#include "mk/support/ByteCodec.h"
+#include "mk/Support/ByteCodec.h"
 
 #include <fmt/format.h>
 

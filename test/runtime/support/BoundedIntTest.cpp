@@ -1,6 +1,6 @@
-// mk/support/BoundedInt.h: decimal integers within bounds, and everything else refused.
+// mk/Support/BoundedInt.h: decimal integers within bounds, and everything else refused.
 
-#include "mk/support/BoundedInt.h"
+#include "mk/Support/BoundedInt.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
-// mk/support/ByteCodec.h: what the writer puts the reader gets back, little-endian whatever the
+// mk/Support/ByteCodec.h: what the writer puts the reader gets back, little-endian whatever the
 // host, and a read past the end or trailing bytes throw the caller's error, naming the message.
 
-#include "mk/support/ByteCodec.h"
+#include "mk/Support/ByteCodec.h"
 
 #include <catch2/catch.hpp>
 

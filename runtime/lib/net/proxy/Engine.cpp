@@ -8,7 +8,7 @@
 
 #include "net/proxy/Engine.h"
 
-#include "mk/support/ByteCodec.h"
+#include "mk/Support/ByteCodec.h"
 
 #include <fmt/format.h>
 

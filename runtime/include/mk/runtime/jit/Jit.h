@@ -1,4 +1,4 @@
-//===- mk/runtime/Jit.h - tile programs compiled and loaded at run time ---*- C++ -*-===//
+//===- mk/runtime/jit/Jit.h - tile programs compiled and loaded at run time -*- C++ -*-===//
 //
 // A tile program becomes a kernel ready to launch in four steps:
 //   1. the compiler's pipeline (mk/Pipeline.h) specializes it and prints CUDA C++;

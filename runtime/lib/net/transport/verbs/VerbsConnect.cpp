@@ -9,8 +9,8 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
+#include "mk/Support/ByteCodec.h"
 #include "mk/runtime/support/Log.h"
-#include "mk/support/ByteCodec.h"
 
 #include <algorithm>
 #include <cerrno>

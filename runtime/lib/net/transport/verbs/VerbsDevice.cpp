@@ -9,9 +9,9 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
+#include "mk/Support/BoundedInt.h"
 #include "mk/runtime/driver/CudaDriver.h"
 #include "mk/runtime/support/Log.h"
-#include "mk/support/BoundedInt.h"
 
 #include <infiniband/efadv.h>
 

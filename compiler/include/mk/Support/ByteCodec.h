@@ -1,4 +1,4 @@
-//===- mk/support/ByteCodec.h - integers and bytes in messages, little-endian ---*- C++ -*-===//
+//===- mk/Support/ByteCodec.h - integers and bytes in messages, little-endian ---*- C++ -*-===//
 //
 // The one encoder and decoder of what mkc sends between processes: the store's wire protocol
 // (Bootstrap), the endpoints ranks exchange (the proxy, the verbs transport, the runtime's rail)

@@ -1,4 +1,4 @@
-//===- mk/support/BoundedInt.h - an integer setting read from text, within bounds ---*- C++ -*-===//
+//===- mk/Support/BoundedInt.h - an integer setting read from text, within bounds ---*- C++ -*-===//
 //
 // The one parser of the integers that environment variables (MKC_*), transport settings and
 // command-line flags carry. It takes decimal digits with an optional leading '-', nothing else:
