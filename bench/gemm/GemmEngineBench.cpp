@@ -28,7 +28,7 @@
 
 #include "TestKernels.h"
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 #include "mk/abi.h"
 #include "mk/runtime/driver/CudaDriver.h"
 #include "mk/runtime/driver/TensorMap.h"

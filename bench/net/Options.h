@@ -7,7 +7,7 @@
 #ifndef MKC_BENCH_NET_OPTIONS_H
 #define MKC_BENCH_NET_OPTIONS_H
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 #include <climits>
 #include <cstdint>

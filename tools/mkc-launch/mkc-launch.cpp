@@ -24,19 +24,18 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 #include "mk/runtime/bootstrap/Bootstrap.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +59,7 @@ namespace {
 
 using mkc::formatRanks;
 using mkc::parseBoundedInt;
+using mkc::parseBoundedReal;
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
@@ -183,12 +183,12 @@ struct Options {
 };
 
 std::optional<Seconds> parseSeconds(std::string_view text, bool zeroAllowed) {
-  double value = 0;
-  auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || stop != text.data() + text.size() || !std::isfinite(value) ||
-      value < 0 || (value == 0 && !zeroAllowed))
+  std::optional<double> value =
+      parseBoundedReal(text, zeroAllowed ? 0 : std::numeric_limits<double>::min(),
+                       std::numeric_limits<double>::max());
+  if (!value)
     return std::nullopt;
-  return Seconds(value);
+  return Seconds(*value);
 }
 
 Options parseCommandLine(int argc, char **argv) {

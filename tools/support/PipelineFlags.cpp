@@ -2,7 +2,7 @@
 
 #include "PipelineFlags.h"
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 namespace cl = llvm::cl;
 

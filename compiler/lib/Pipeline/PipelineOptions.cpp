@@ -1,7 +1,7 @@
 //===- PipelineOptions.cpp - the pipeline's options from text, checked ----===//
 
 #include "mk/PipelineOptions.h"
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"

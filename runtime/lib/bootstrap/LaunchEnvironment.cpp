@@ -9,13 +9,13 @@
 #include "mk/runtime/bootstrap/Bootstrap.h"
 
 #include "bootstrap/StoreProtocol.h"
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <climits>
+#include <limits>
 
 extern char **environ;
 
@@ -197,13 +197,12 @@ Timeout timeoutOf(const VariableReader &env) {
   auto variable = env.first({"MKC_BOOTSTRAP_TIMEOUT"});
   if (!variable)
     return Rendezvous{}.timeout;
-  double seconds = 0;
-  const char *end = variable->value.data() + variable->value.size();
-  auto [stop, error] = std::from_chars(variable->value.data(), end, seconds);
-  if (error != std::errc() || stop != end || !(seconds > 0 && seconds < 1e6))
+  std::optional<double> seconds =
+      parseBoundedReal(variable->value, std::numeric_limits<double>::min(), 1e6);
+  if (!seconds)
     throw BootstrapError(
         fmt::format("MKC_BOOTSTRAP_TIMEOUT='{}' is not a number of seconds", variable->value));
-  return Timeout(static_cast<Timeout::rep>(seconds * 1000));
+  return Timeout(static_cast<Timeout::rep>(*seconds * 1000));
 }
 
 void checkConsistency(const LaunchEnvironment &launch, const EnvironmentValue &rank,

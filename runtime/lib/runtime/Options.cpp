@@ -7,7 +7,7 @@
 
 #include "runtime/RuntimeState.h"
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 #include <fmt/format.h>
 

@@ -27,12 +27,14 @@
 #include "mk/runtime/memory/VirtualMemory.h"
 #include "mk/runtime/support/Log.h"
 
+#include "mk/Support/BoundedNumber.h"
+
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,12 +62,12 @@ double number(const TransportConfig &config, std::string_view key, double fallba
   auto found = config.find(key);
   if (found == config.end())
     return fallback;
-  double value = 0;
-  const std::string &text = found->second;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0)
-    throw NetworkError(fmt::format("emulated: {}={} is not a non-negative number", key, text));
-  return value;
+  std::optional<double> value =
+      parseBoundedReal(found->second, 0, std::numeric_limits<double>::max());
+  if (!value)
+    throw NetworkError(
+        fmt::format("emulated: {}={} is not a non-negative number", key, found->second));
+  return *value;
 }
 
 class EmulatedTransport final : public Transport {

@@ -9,7 +9,7 @@
 
 #include "net/transport/verbs/VerbsTransport.h"
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 #include "mk/runtime/driver/CudaDriver.h"
 #include "mk/runtime/support/Log.h"
 

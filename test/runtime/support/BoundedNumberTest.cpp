@@ -1,6 +1,6 @@
-// mk/Support/BoundedInt.h: decimal integers within bounds, and everything else refused.
+// mk/Support/BoundedNumber.h: integers and reals within bounds, and everything else refused.
 
-#include "mk/Support/BoundedInt.h"
+#include "mk/Support/BoundedNumber.h"
 
 #include <catch2/catch.hpp>
 
@@ -8,6 +8,7 @@
 #include <limits>
 
 using mkc::parseBoundedInt;
+using mkc::parseBoundedReal;
 
 TEST_CASE("support: bounded integers within their bounds are read") {
   CHECK(parseBoundedInt("0", 0, 10) == 0);
@@ -41,4 +42,25 @@ TEST_CASE("support: bounded integers refuse signs, junk and empty text") {
   CHECK_FALSE(parseBoundedInt("0x5", 0, 10));
   CHECK_FALSE(parseBoundedInt("5.0", 0, 10));
   CHECK_FALSE(parseBoundedInt("five", 0, 10));
+}
+
+TEST_CASE("support: bounded reals within their bounds are read") {
+  CHECK(parseBoundedReal("0", 0, 10) == 0.0);
+  CHECK(parseBoundedReal("2.5", 0, 10) == 2.5);
+  CHECK(parseBoundedReal("1e3", 0, 1e6) == 1000.0);
+  CHECK(parseBoundedReal("-0.5", -1, 1) == -0.5);
+  CHECK(parseBoundedReal("10", 0, 10) == 10.0);
+}
+
+TEST_CASE("support: bounded reals out of bounds, not finite or malformed are refused") {
+  CHECK_FALSE(parseBoundedReal("10.5", 0, 10));
+  CHECK_FALSE(parseBoundedReal("-0.1", 0, 10));
+  CHECK_FALSE(parseBoundedReal("inf", 0, 1e300));
+  CHECK_FALSE(parseBoundedReal("nan", 0, 10));
+  CHECK_FALSE(parseBoundedReal("1e400", 0, 1e300));
+  CHECK_FALSE(parseBoundedReal("", 0, 10));
+  CHECK_FALSE(parseBoundedReal("+1", 0, 10));
+  CHECK_FALSE(parseBoundedReal(" 1", 0, 10));
+  CHECK_FALSE(parseBoundedReal("1s", 0, 10));
+  CHECK_FALSE(parseBoundedReal("0x1p3", 0, 10));
 }

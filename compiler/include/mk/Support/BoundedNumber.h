@@ -1,4 +1,5 @@
-//===- mk/Support/BoundedInt.h - an integer setting read from text, within bounds ---*- C++ -*-===//
+//===- mk/Support/BoundedNumber.h - an integer setting read from text, within bounds ---*- C++
+//-*-===//
 //
 // The one parser of the integers that environment variables (MKC_*), transport settings and
 // command-line flags carry. It takes decimal digits with an optional leading '-', nothing else:
@@ -15,10 +16,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MK_SUPPORT_BOUNDEDINT_H
-#define MK_SUPPORT_BOUNDEDINT_H
+#ifndef MK_SUPPORT_BOUNDEDNUMBER_H
+#define MK_SUPPORT_BOUNDEDNUMBER_H
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -37,6 +39,17 @@ inline std::optional<std::int64_t> parseBoundedInt(std::string_view text, std::i
   return value;
 }
 
+/// The finite real number `text` spells, if it spells one from `min` to `max`.
+inline std::optional<double> parseBoundedReal(std::string_view text, double min, double max) {
+  double value = 0;
+  const char *end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end || !std::isfinite(value) || value < min ||
+      value > max)
+    return std::nullopt;
+  return value;
+}
+
 } // namespace mkc
 
-#endif // MK_SUPPORT_BOUNDEDINT_H
+#endif // MK_SUPPORT_BOUNDEDNUMBER_H
