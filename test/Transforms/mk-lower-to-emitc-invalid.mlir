@@ -10,14 +10,12 @@ mk.program @flat [] mesh <1x2> () {
 
 // -----
 
-// An op the device library has no call for yet.
-mk.program @attention [] mesh <1x1> () grid 132 {
+// A register tile that does not split over the team's warps.
+mk.program @narrow [] mesh <1x1> () grid 132 {
   mk.role compute ctas 132 {
     %zero = arith.constant 0.0 : f32
-    %q = mk.splat %zero : f32 -> !mk.tile<[64, 64], f32>
-    %s = mk.splat %zero : f32 -> !mk.tile<[64], f32>
-    // expected-error @+1 {{'mk.attention_block' op has no CUDA lowering in this version of mkc (the scheduled IR, --emit=mlir, is as far as it goes)}}
-    %a, %m, %l = mk.attention_block %q, %q, %q, %q, %s, %s : !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64, 64], f32>, !mk.tile<[64], f32>
+    // expected-error @+1 {{'mk.splat' op makes a register tile of 8 x 64, which does not split into whole 16 x 16 blocks over the team's 8 warps (both dims multiples of 16, at least 2048 elements); the nearest tile that does is 32 x 64 (a masked grid covers the edges)}}
+    %t = mk.splat %zero : f32 -> !mk.tile<[8, 64], f32>
   }
 }
 

@@ -171,6 +171,129 @@ mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>
 
 // -----
 
+// Tile math that exchanges values between threads: a row norm (reduce, broadcast, rsqrt of the
+// mean from a splat), column minima, the elementary functions, rank-1 loads and stores.
+// CHECK-LABEL: emitc.func @row_math
+// CHECK: call_opaque "mk::load_tile"
+// CHECK: call_opaque "mk::reduce"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::sum">, #emitc.opaque<"1">]
+// CHECK: call_opaque "mk::rsqrt"
+// CHECK: call_opaque "mk::broadcast"{{.*}}template_args = [#emitc.opaque<"1">, #emitc.opaque<"128">, #emitc.opaque<"256">]
+// CHECK: call_opaque "mk::reduce"{{.*}}template_args = [#emitc.opaque<"mk::Reduce::min">, #emitc.opaque<"0">]
+// CHECK: call_opaque "mk::load_vector"{{.*}}template_args = [#emitc.opaque<"float">, #emitc.opaque<"256">]
+// CHECK: call_opaque "mk::minimum"
+// CHECK: call_opaque "mk::store_vector"
+// CHECK: call_opaque "mk::exp"
+// CHECK: call_opaque "mk::log"
+// CHECK: call_opaque "mk::sqrt"
+// CHECK: call_opaque "mk::reciprocal"
+// CHECK: call_opaque "mk::tanh"
+// CHECK: call_opaque "mk::sigmoid"
+// CHECK: call_opaque "mk::neg"
+// CHECK: call_opaque "mk::abs"
+// CHECK: call_opaque "mk::store_tile"
+// CHECK: mk::reduce_smem_bytes<1, 128, 256>()
+// CHECK-SAME: mk::broadcast_smem_bytes<128>()
+// CHECK-SAME: mk::reduce_smem_bytes<0, 128, 256>()
+!X = !mk.tensor<[512, 1024], f32, replicated>
+!V = !mk.tensor<[1024], f32, replicated>
+!T = !mk.tile<[128, 256], f32>
+!R = !mk.tile<[128], f32>
+!C = !mk.tile<[256], f32>
+mk.program @row_math [] mesh <1x1> (%x: !X, %v: !V, %y: !X, %w: !V) grid 132 {
+  mk.role compute ctas 132 {
+    mk.tile_grid (%m, %n) over %y tiles [128, 256] : !X {
+      %t = mk.load %x[%m, %n] : !X -> !T
+      %sq = mk.mul %t, %t : !T
+      %sum = mk.reduce sum %sq dim 1 : !T -> !R
+      %inv = arith.constant 3.906250e-03 : f32
+      %scale = mk.splat %inv : f32 -> !R
+      %mean = mk.mul %sum, %scale : !R
+      %r = mk.rsqrt %mean : !R
+      %rb = mk.broadcast %r dim 1 : !R -> !T
+      %normed = mk.mul %t, %rb : !T
+      %cmin = mk.reduce min %normed dim 0 : !T -> !C
+      %vv = mk.load %v[%n] : !V -> !C
+      %lo = mk.min %cmin, %vv : !C
+      mk.store %lo, %w[%n] : !C, !V
+      %e = mk.exp %normed : !T
+      %l = mk.log %e : !T
+      %q = mk.sqrt %l : !T
+      %i = mk.reciprocal %q : !T
+      %h = mk.tanh %i : !T
+      %g = mk.sigmoid %h : !T
+      %ng = mk.neg %g : !T
+      %a = mk.abs %ng : !T
+      mk.store %a, %y[%m, %n] : !T, !X
+    }
+  }
+}
+
+// -----
+
+// Ring attention's pieces on the tile library: the range of a shard's tiles, one attention step
+// (its state taken apart), and the final normalisation's broadcast.
+// CHECK-LABEL: emitc.func @attention
+// CHECK: call_opaque "mk::attention_block"{{.*}}#emitc.opaque<"true">, #emitc.opaque<"0x1p-3f">, #emitc.opaque<"mk_smem">]} : (!emitc.opaque<"mk::Tile<mk::bf16, 128, 64>">, {{.*}}) -> !emitc.opaque<"mk::AttentionState<128, 64>">
+// CHECK: call_opaque "mk::attention_acc"
+// CHECK: call_opaque "mk::attention_row_max"
+// CHECK: call_opaque "mk::attention_row_sum"
+// CHECK: call_opaque "mk::broadcast"
+// CHECK: mk::attention_block_smem_bytes<mk::bf16, 128, 128, 64, 64>()
+!Q = !mk.tensor<[1024, 64], bf16, shard 0 over world>
+!QT = !mk.tile<[128, 64], bf16>
+!A = !mk.tile<[128, 64], f32>
+!S = !mk.tile<[128], f32>
+mk.program @attention [] mesh <1x2> (%q: !Q, %k: !Q, %o: !Q) grid 132 {
+  mk.role compute ctas 132 {
+    mk.tile_grid (%i, %d) over %o tiles [128, :] : !Q {
+      %one = arith.constant 1 : index
+      %src = arith.constant 1 : index
+      %zero = arith.constant 0.0 : f32
+      %qt = mk.load %q[%i, :] : !Q -> !QT
+      %acc0 = mk.splat %zero : f32 -> !A
+      %m0 = mk.splat %zero : f32 -> !S
+      %lo, %hi = mk.shard_range %k tile 128 of %src : !Q
+      %acc, %m, %l = scf.for %j = %lo to %hi step %one iter_args(%a = %acc0, %mm = %m0, %ll = %m0) -> (!A, !S, !S) {
+        %kt = mk.load %k[%j, :] : !Q -> !mk.tile<[128, 64], bf16>
+        %a1, %m1, %l1 = mk.attention_block %qt, %kt, %kt, %a, %mm, %ll at (%i, %j) causal {scale = 0.125 : f32} : !QT, !mk.tile<[128, 64], bf16>, !mk.tile<[128, 64], bf16>, !A, !S
+        scf.yield %a1, %m1, %l1 : !A, !S, !S
+      }
+      %lb = mk.broadcast %l dim 1 : !S -> !A
+      %out = mk.div %acc, %lb : !A
+      %o16 = mk.convert %out : !A -> !QT
+      mk.store %o16, %o[%i, :] : !QT, !Q
+    }
+  }
+}
+
+// -----
+
+// Expert routing: the selection in one CTA, the combination per tile of tokens.
+// CHECK-LABEL: emitc.func @routing
+// CHECK: call_opaque "mk::select_routed"{{.*}}template_args = [#emitc.opaque<"8">]
+// CHECK: call_opaque "mk::combine_routed"
+// CHECK: mk::select_routed_smem_bytes<8>()
+mk.program @routing [] mesh <1x2> (%x: !mk.tensor<[256, 512], bf16, symmetric>, %e: !mk.tensor<[256, 4], i32, symmetric>,
+    %w: !mk.tensor<[256, 4], f32, shard 0 over world>, %y: !mk.tensor<[256, 512], bf16, shard 0 over world>) grid 132 {
+  %routed = mk.buffer : !mk.tensor<[8, 128, 512], bf16, shard 0 over world>
+  %counts = mk.buffer : !mk.tensor<[8], i32, shard 0 over world>
+  %origins = mk.buffer : !mk.tensor<[8, 128], i32, shard 0 over world>
+  %placement = mk.buffer : !mk.tensor<[256, 4], i32, shard 0 over world>
+  %results = mk.buffer : !mk.tensor<[8, 128, 512], bf16, symmetric>
+  mk.role dispatch ctas 1 {
+    mk.single_cta {
+      mk.select_routed %x, %e into %routed, %counts, %origins, %placement : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[8, 128, 512], bf16, shard 0 over world>, !mk.tensor<[8], i32, shard 0 over world>, !mk.tensor<[8, 128], i32, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>
+    }
+  }
+  mk.role combine ctas 131 {
+    mk.tile_grid (%t, %n) over %y tiles [128, 256] : !mk.tensor<[256, 512], bf16, shard 0 over world> {
+      mk.combine_routed %results, %placement, %w into %y[%t, %n] tile [128, 256] : !mk.tensor<[8, 128, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 4], f32, shard 0 over world>, !mk.tensor<[256, 512], bf16, shard 0 over world>
+    }
+  }
+}
+
+// -----
+
 // Across nodes, a copy through the proxy followed by a signal to the same node becomes one
 // command, the signal's flag riding on the put; a signal to another node, or one that does not
 // follow a copy, stays a command of its own.

@@ -37,3 +37,16 @@ mk.program @attention [M, N, K, D = 128] mesh <?x?> (%q: !mk.tensor<[M, D], bf16
 // CHECK-LABEL: mk.program @bound [M = 4096, N = 2048, K = 1024] mesh <2x4> rank 5
 mk.program @bound [M, N, K] mesh <2x4> () {
 }
+
+// -----
+
+// A shape symbol read as a scalar becomes a constant of its value.
+// CHECK-LABEL: mk.program @mean
+// CHECK-DAG: arith.constant 2.048000e+03 : f32
+// CHECK-DAG: arith.constant 4096 : index
+// CHECK-NOT: mk.shape_symbol
+mk.program @mean [M, N, K] mesh <?x?> () {
+  %n = mk.shape_symbol "N" : f32
+  %m = mk.shape_symbol "M" : index
+  %t = mk.splat %n : f32 -> !mk.tile<[128], f32>
+}

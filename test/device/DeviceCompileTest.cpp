@@ -73,6 +73,13 @@ TEST_CASE("tile functions compile without spills: splat, convert, arithmetic, ac
   CHECK(contains(result.ptx, "st.global.v4"));
 }
 
+TEST_CASE("rank-1 tiles, reductions, broadcasts, attention steps and routing compile without "
+          "spills",
+          "[device][vector]") {
+  requireClean("vector.cu", {"vector_ops_f32", "vector_ops_bf16", "vector_ops_f32_128x256",
+                             "attention_block_bf16", "select_routed_bf16", "combine_routed_bf16"});
+}
+
 TEST_CASE("communication functions compile without spills: copy_region(_bulk), signal, wait, "
           "proxy_push",
           "[device][comm]") {
@@ -93,7 +100,8 @@ TEST_CASE("the fused-op tests' references compile without spills", "[device]") {
 
 TEST_CASE("each public device header compiles on its own", "[device]") {
   for (const char *header :
-       {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {
+       {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/vector.cuh", "mk/device/attention.cuh",
+        "mk/device/routing.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {
     INFO(header);
     std::string source = std::string("#include \"") + header + "\"\n" +
                          "extern \"C\" __global__ void k(float *p) { *p = 1; }\n";

@@ -9,8 +9,8 @@
 
 namespace mkc::test {
 
-/// The kernel sources of test/device/kernels, by file name: "matmul.cu", "tile.cu", "comm.cu",
-/// "reference.cu".
+/// The kernel sources of test/device/kernels, by file name: "matmul.cu", "tile.cu", "vector.cu",
+/// "comm.cu", "reference.cu".
 std::span<const nvrtc::Header> kernelSources();
 
 /// Compiles one of them for sm_90a against the embedded device headers, with the ptxas report.

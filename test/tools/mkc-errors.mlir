@@ -121,9 +121,9 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --emit=cuda -o /dev/full 2>&1 | FileCheck %s --check-prefix=FULL --implicit-check-not="LLVM ERROR"
 // FULL: mkc: error: cannot write /dev/full: No space left on device
 
-// An op the CUDA lowering does not handle yet, when CUDA is asked for.
-// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1024,D=128 --emit=cuda 2>&1 | FileCheck %s --check-prefix=LOWERING
-// LOWERING: ring_attention.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.shard_range' op has no CUDA lowering in this version of mkc
+// A program the CUDA lowering refuses, when CUDA is asked for: located, naming the rule.
+// RUN: not mkc %t/narrow.mlir --topology 1x1 --emit=cuda 2>&1 | FileCheck %s --check-prefix=LOWERING
+// LOWERING: narrow.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.load' op makes a register tile of 8 x 64, which does not split into whole 16 x 16 blocks
 
 //--- malformed.mlir
 mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, replicated>) {
@@ -133,5 +133,13 @@ mk.program @p [M] mesh <?x?> (%a: !mk.tensor<[M], bf16, replicated>) {
 //--- unmasked.mlir
 mk.program @p [M] mesh <?x?> (%c: !mk.tensor<[M, 256], bf16, replicated>) {
   mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[M, 256], bf16, replicated> {
+  }
+}
+
+//--- narrow.mlir
+mk.program @p [] mesh <?x?> (%c: !mk.tensor<[64, 64], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [8, 64] : !mk.tensor<[64, 64], bf16, replicated> {
+    %t = mk.load %c[%m, %n] : !mk.tensor<[64, 64], bf16, replicated> -> !mk.tile<[8, 64], bf16>
+    mk.store %t, %c[%m, %n] : !mk.tile<[8, 64], bf16>, !mk.tensor<[64, 64], bf16, replicated>
   }
 }

@@ -191,6 +191,20 @@ float activate(Activation kind, float x) {
   llvm_unreachable("unknown activation");
 }
 
+/// The elementary function of a unary op at x, in f32.
+float elementary(Operation *op, float x) {
+  return llvm::TypeSwitch<Operation *, float>(op)
+      .Case([&](ExpOp) { return std::exp(x); })
+      .Case([&](LogOp) { return std::log(x); })
+      .Case([&](SqrtOp) { return std::sqrt(x); })
+      .Case([&](RsqrtOp) { return 1.0f / std::sqrt(x); })
+      .Case([&](ReciprocalOp) { return 1.0f / x; })
+      .Case([&](TanhOp) { return std::tanh(x); })
+      .Case([&](SigmoidOp) { return 1.0f / (1.0f + std::exp(-x)); })
+      .Case([&](NegOp) { return -x; })
+      .Case([&](AbsOp) { return std::fabs(x); });
+}
+
 TilePtr elementwise(const Tile &a, const Tile *b, Type element,
                     llvm::function_ref<float(float, float)> f) {
   auto out = std::make_shared<Tile>(a.shape, element);
@@ -285,6 +299,13 @@ std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<S
       .Case([&](MulOp) { return binary([](float x, float y) { return x * y; }); })
       .Case([&](DivOp) { return binary([](float x, float y) { return x / y; }); })
       .Case([&](MaxOp) { return binary([](float x, float y) { return std::max(x, y); }); })
+      .Case([&](MinOp) { return binary([](float x, float y) { return std::min(x, y); }); })
+      .Case<ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, NegOp, AbsOp>(
+          [&](Operation *unary) {
+            const Tile &x = asTile(in[0]);
+            return one(elementwise(x, nullptr, x.element,
+                                   [&](float v, float) { return elementary(unary, v); }));
+          })
       .Case([&](ActivationOp a) {
         Activation kind = a.getKind();
         const Tile &x = asTile(in[0]);

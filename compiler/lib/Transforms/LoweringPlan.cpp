@@ -47,11 +47,9 @@ LogicalResult mlir::mk::checkLowerable(ProgramOp program) {
   if (!program.getMesh().isBound())
     return program.emitError() << "@" << program.getSymName() << " is not specialized";
   WalkResult unsupported = program.walk([&](Operation *op) {
-    if (isa<AttentionBlockOp, BroadcastOp, ReduceOp, DispatchOp, CombineOp, ShardRangeOp,
-            AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, SelectRoutedOp,
-            CombineRoutedOp>(op)) {
-      op->emitOpError() << "has no CUDA lowering in this version of mkc (the scheduled IR, "
-                           "--emit=mlir, is as far as it goes)";
+    if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, DispatchOp, CombineOp>(op)) {
+      op->emitOpError() << "is a collective intent, which the CUDA lowering does not take (run "
+                           "mk-expand-collectives first)";
       return WalkResult::interrupt();
     }
     if (auto put = dyn_cast<PutOp>(op); put && put.getScope() == PeerScope::node) {

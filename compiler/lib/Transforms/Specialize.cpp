@@ -47,6 +47,16 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
     });
     replacer.recursivelyReplaceElementsIn(program, /*replaceAttrs=*/true, /*replaceLocs=*/false,
                                           /*replaceTypes=*/true);
+
+    program.walk([&](ShapeSymbolOp op) {
+      int64_t value = *program.lookupShapeSymbol(op.getSymbol());
+      OpBuilder b(op);
+      TypedAttr constant = isa<FloatType>(op.getType())
+                               ? TypedAttr(b.getFloatAttr(op.getType(), static_cast<double>(value)))
+                               : TypedAttr(b.getIntegerAttr(op.getType(), value));
+      op.replaceAllUsesWith(arith::ConstantOp::create(b, op.getLoc(), constant).getResult());
+      op.erase();
+    });
   }
 
   LogicalResult bindMesh(ProgramOp program) {

@@ -765,6 +765,22 @@ LogicalResult SplatOp::verify() {
   return success();
 }
 
+LogicalResult ShapeSymbolOp::verify() {
+  auto program = (*this)->getParentOfType<ProgramOp>();
+  if (!program)
+    return emitOpError() << "reads a shape symbol, so it must be inside an mk.program";
+  std::optional<int64_t> value = program.lookupShapeSymbol(getSymbol());
+  if (!value)
+    return emitOpError() << "reads shape symbol '" << getSymbol() << "', which @"
+                         << program.getSymName() << " does not declare";
+  auto integer = dyn_cast<IntegerType>(getType());
+  if (integer && !ShapedType::isDynamic(*value) && integer.getWidth() < 64 &&
+      *value >= (int64_t(1) << (integer.getWidth() - 1)))
+    return emitOpError() << "reads '" << getSymbol() << "' = " << *value << " into " << getType()
+                         << ", which cannot hold it";
+  return success();
+}
+
 LogicalResult AttentionBlockOp::verify() {
   TileType q = getQ().getType(), k = getK().getType(), v = getV().getType();
   TileType acc = getAcc().getType(), rowMax = getRowMax().getType();

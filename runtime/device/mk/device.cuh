@@ -8,8 +8,11 @@
 //   extern __shared__ __align__(128) unsigned char mk_smem[];
 // which must hold at least the *_smem_bytes() they name; they leave it free for the next call.
 //
-//   mk/device/tile.cuh   register tiles: splat, convert, arithmetic, activations, load, store,
-//                        accumulate
+//   mk/device/tile.cuh   register tiles: splat, convert, arithmetic, elementary functions,
+//                        activations, load, store, accumulate
+//   mk/device/vector.cuh rank-1 tiles: load, store, reductions of rows and columns, broadcasts
+//   mk/device/attention.cuh  one online-softmax attention step on register tiles
+//   mk/device/routing.cuh    expert routing: rows selected for experts, results combined
 //   mk/device/gemm.cuh   matmul: one output tile on the tensor cores (mma.sync, any layout)
 //   mk/device/gemm_engine.cuh  the warp-specialized TMA + wgmma engine (sm_90a)
 //   mk/device/comm.cuh   copies to peers, signal / wait on flags, the host proxy queue
@@ -20,9 +23,12 @@
 #define MK_DEVICE_CUH
 
 #include "mk/abi.h"
+#include "mk/device/attention.cuh"
 #include "mk/device/comm.cuh"
 #include "mk/device/gemm.cuh"
 #include "mk/device/gemm_engine.cuh"
+#include "mk/device/routing.cuh"
 #include "mk/device/tile.cuh"
+#include "mk/device/vector.cuh"
 
 #endif // MK_DEVICE_CUH

@@ -1312,3 +1312,26 @@ mk.program @engine_copy_cols [] mesh <1x2> (%c: !C) {
   // expected-error @+1 {{'mk.engine_copy' op copies cols [256, 128], not a range within the 256 cols of the tensor}}
   mk.engine_copy %c rows [0, 512] cols [256, 128] from gpu 0 to gpu 1 after @ready[0] count 4 signal @ready[1] : !C
 }
+
+// -----
+
+mk.program @symbol [M] mesh <?x?> () {
+  // expected-error @+1 {{'mk.shape_symbol' op reads shape symbol 'N', which @symbol does not declare}}
+  %n = mk.shape_symbol "N" : f32
+}
+
+// -----
+
+mk.program @narrow_symbol [M = 300] mesh <?x?> () {
+  // expected-error @+1 {{'mk.shape_symbol' op reads 'M' = 300 into 'i8', which cannot hold it}}
+  %n = mk.shape_symbol "M" : i8
+}
+
+// -----
+
+mk.program @unary_int [] mesh <?x?> () {
+  %c = arith.constant 1 : i32
+  %t = mk.splat %c : i32 -> !mk.tile<[16, 16], i32>
+  // expected-error @+1 {{'mk.exp' op operand #0 must be mk tile of floats}}
+  %e = mk.exp %t : !mk.tile<[16, 16], i32>
+}

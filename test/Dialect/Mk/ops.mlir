@@ -70,6 +70,16 @@ mk.program @grids [M, N, E, C] mesh <?x?> (
 // CHECK: mk.mul
 // CHECK: mk.div
 // CHECK: mk.max
+// CHECK: mk.min %{{.*}}, %{{.*}} : !mk.tile<[128, 256], f32>
+// CHECK: mk.exp %{{.*}} : !mk.tile<[128, 256], f32>
+// CHECK: mk.log
+// CHECK: mk.sqrt
+// CHECK: mk.rsqrt
+// CHECK: mk.reciprocal
+// CHECK: mk.tanh
+// CHECK: mk.sigmoid
+// CHECK: mk.neg
+// CHECK: mk.abs
 // CHECK: mk.activation relu %{{.*}} : !mk.tile<[128, 256], f32>
 // CHECK: mk.activation gelu
 // CHECK: mk.activation silu
@@ -79,6 +89,7 @@ mk.program @grids [M, N, E, C] mesh <?x?> (
 // CHECK: mk.reduce sum %{{.*}} dim 1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128], f32>
 // CHECK: mk.reduce max
 // CHECK: mk.reduce min
+// CHECK: mk.shape_symbol "N" : f32
 // CHECK: mk.splat %{{.*}} : f32 -> !mk.tile<[128, 256], f32>
 // CHECK: mk.convert %{{.*}} : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
 // CHECK: mk.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
@@ -97,7 +108,17 @@ mk.program @compute [M, N, K] mesh <?x?> (
     %1 = mk.sub %0, %acc : !mk.tile<[128, 256], f32>
     %2 = mk.mul %1, %acc : !mk.tile<[128, 256], f32>
     %3 = mk.div %2, %acc : !mk.tile<[128, 256], f32>
-    %4 = mk.max %3, %acc : !mk.tile<[128, 256], f32>
+    %mx0 = mk.max %3, %acc : !mk.tile<[128, 256], f32>
+    %mn0 = mk.min %mx0, %acc : !mk.tile<[128, 256], f32>
+    %u0 = mk.exp %mn0 : !mk.tile<[128, 256], f32>
+    %u1 = mk.log %u0 : !mk.tile<[128, 256], f32>
+    %u2 = mk.sqrt %u1 : !mk.tile<[128, 256], f32>
+    %u3 = mk.rsqrt %u2 : !mk.tile<[128, 256], f32>
+    %u4 = mk.reciprocal %u3 : !mk.tile<[128, 256], f32>
+    %u5 = mk.tanh %u4 : !mk.tile<[128, 256], f32>
+    %u6 = mk.sigmoid %u5 : !mk.tile<[128, 256], f32>
+    %u7 = mk.neg %u6 : !mk.tile<[128, 256], f32>
+    %4 = mk.abs %u7 : !mk.tile<[128, 256], f32>
     %5 = mk.activation relu %4 : !mk.tile<[128, 256], f32>
     %6 = mk.activation gelu %5 : !mk.tile<[128, 256], f32>
     %7 = mk.activation silu %6 : !mk.tile<[128, 256], f32>
@@ -108,6 +129,7 @@ mk.program @compute [M, N, K] mesh <?x?> (
     %s = mk.reduce sum %9 dim 1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128], f32>
     %mx = mk.reduce max %9 dim 1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128], f32>
     %mn = mk.reduce min %9 dim 0 : !mk.tile<[128, 256], f32> -> !mk.tile<[256], f32>
+    %count = mk.shape_symbol "N" : f32
     %half = arith.constant 0.5 : f32
     %h = mk.splat %half : f32 -> !mk.tile<[128, 256], f32>
     %10 = mk.mul %9, %h : !mk.tile<[128, 256], f32>

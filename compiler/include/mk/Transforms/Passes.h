@@ -6,6 +6,7 @@
 #include "mk/IR/MkOps.h"
 #include "mk/Transforms/PassOptions.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Pass/Pass.h"
 

@@ -15,7 +15,8 @@ def MkSpecialize : Pass<"mk-specialize", "::mlir::mk::ProgramOp"> {
   let description = [{
     Replaces every shape symbol in the program's types with its value, binds the mesh and, when
     given, the rank the program is compiled for. Every symbol must be bound, by the option or by
-    the program itself; a value that conflicts with the program's is an error. The verifier then
+    the program itself; a value that conflicts with the program's is an error. Each
+    mk.shape_symbol becomes a constant of its value. The verifier then
     re-checks the program with numbers: divisibility of sharded dims and tile sizes, extents that
     must agree.
 
@@ -33,6 +34,7 @@ def MkSpecialize : Pass<"mk-specialize", "::mlir::mk::ProgramOp"> {
     Option<"rank", "rank", "int64_t", "-1", "the rank compiled for (default: left open)">,
     ListOption<"shapes", "shapes", "std::string", "NAME=VALUE bindings of shape symbols">,
   ];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
 def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {

@@ -3,7 +3,8 @@
 // A matmul runs on its role's GEMM engine (the producer's TMA loads, the consumers' wgmma) or on
 // the tile library; a reduction of received tiles through TMA, chunk by chunk, or into a tile;
 // elementwise math and conversions are one device-library call each, except the conversions the
-// engine's or a reduction's stores make.
+// engine's or a reduction's stores make; reductions of a tile's rows or columns, broadcasts and
+// attention steps are calls that exchange values through shared memory.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,9 @@
 #include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
 #include "mk/Conversion/MkToEmitC/TypeConverter.h"
 #include "mk/Transforms/LoweringPlan.h"
+
+#include <cmath>
+#include <cstdio>
 
 using namespace mlir;
 using namespace mlir::mk;
@@ -148,6 +152,79 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
   }
 };
 
+/// Rows or columns of a tile combined, through shared memory.
+struct ReduceLowering : LoweringPattern<ReduceOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(ReduceOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    TileType source = op.getSource().getType();
+    std::string dim = std::to_string(op.getDim());
+    needSmem("mk::reduce_smem_bytes<" + dim + ", " + std::to_string(source.getShape()[0]) + ", " +
+             std::to_string(source.getShape()[1]) + ">()");
+    rewriter.replaceOp(op, call(rewriter, op.getLoc(),
+                                getTypeConverter()->convertType(op.getResult().getType()),
+                                "mk::reduce", {adaptor.getSource(), std::string("mk_smem")},
+                                {"mk::Reduce::" + stringifyReduceKind(op.getKind()).str(), dim}));
+    return success();
+  }
+};
+
+/// A rank-1 tile repeated along a new dim, through shared memory.
+struct BroadcastLowering : LoweringPattern<BroadcastOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(BroadcastOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    TileType result = op.getResult().getType();
+    needSmem("mk::broadcast_smem_bytes<" + std::to_string(op.getSource().getType().getShape()[0]) +
+             ">()");
+    rewriter.replaceOp(op, call(rewriter, op.getLoc(), getTypeConverter()->convertType(result),
+                                "mk::broadcast", {adaptor.getSource(), std::string("mk_smem")},
+                                {std::to_string(op.getDim()), std::to_string(result.getShape()[0]),
+                                 std::to_string(result.getShape()[1])}));
+    return success();
+  }
+};
+
+/// One online-softmax step on the tile library: a state of three tiles, taken apart.
+struct AttentionBlockLowering : LoweringPattern<AttentionBlockOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(AttentionBlockOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    TileType q = op.getQ().getType(), k = op.getK().getType(), v = op.getV().getType();
+    int64_t rows = q.getShape()[0], keys = k.getShape()[0], dim = q.getShape()[1],
+            width = v.getShape()[1];
+    float scale = op.getScale() ? op.getScale()->convertToFloat() : 1.0f / std::sqrt(float(dim));
+    char literal[32];
+    std::snprintf(literal, sizeof literal, "%af", static_cast<double>(scale));
+    SmallVector<CallArg> args(adaptor.getOperands().take_front(6));
+    ValueRange positions = adaptor.getPositions();
+    args.push_back(positions.empty() ? CallArg(std::string("0")) : a.mul(positions[0], rows));
+    args.push_back(positions.empty() ? CallArg(std::string("0")) : a.mul(positions[1], keys));
+    args.push_back(std::string(op.getCausal() ? "true" : "false"));
+    args.push_back(std::string(literal));
+    args.push_back(std::string("mk_smem"));
+    std::string shape = elementName(q.getElementType()) + ", " + std::to_string(rows) + ", " +
+                        std::to_string(keys) + ", " + std::to_string(dim) + ", " +
+                        std::to_string(width);
+    needSmem("mk::attention_block_smem_bytes<" + shape + ">()");
+    auto state =
+        emitc::OpaqueType::get(rewriter.getContext(), "mk::AttentionState<" + std::to_string(rows) +
+                                                          ", " + std::to_string(width) + ">");
+    Value next = call(rewriter, loc, state, "mk::attention_block", args).getResult(0);
+    SmallVector<Value> results;
+    const StringRef parts[] = {"mk::attention_acc", "mk::attention_row_max",
+                               "mk::attention_row_sum"};
+    for (auto [result, part] : llvm::zip(op->getResults(), parts))
+      results.push_back(
+          call(rewriter, loc, getTypeConverter()->convertType(result.getType()), part, {next})
+              .getResult(0));
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
 /// Tile compute: one device-library call each.
 template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
   CallLowering(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout,
@@ -189,13 +266,24 @@ void mlir::mk::to_emitc::populateComputeOpToEmitCPatterns(const TypeConverter &c
                                                           RewritePatternSet &patterns,
                                                           KernelLayout &layout) {
   MLIRContext *context = patterns.getContext();
-  patterns.add<AccumulateLowering, MatmulLowering>(converter, context, layout);
+  patterns.add<AccumulateLowering, MatmulLowering, ReduceLowering, BroadcastLowering,
+               AttentionBlockLowering>(converter, context, layout);
   patterns.add<CallLowering<ConvertOp>>(converter, context, layout, "mk::convert");
   patterns.add<CallLowering<AddOp>>(converter, context, layout, "mk::add");
   patterns.add<CallLowering<SubOp>>(converter, context, layout, "mk::sub");
   patterns.add<CallLowering<MulOp>>(converter, context, layout, "mk::mul");
   patterns.add<CallLowering<DivOp>>(converter, context, layout, "mk::div");
   patterns.add<CallLowering<MaxOp>>(converter, context, layout, "mk::maximum");
+  patterns.add<CallLowering<MinOp>>(converter, context, layout, "mk::minimum");
+  patterns.add<CallLowering<ExpOp>>(converter, context, layout, "mk::exp");
+  patterns.add<CallLowering<LogOp>>(converter, context, layout, "mk::log");
+  patterns.add<CallLowering<SqrtOp>>(converter, context, layout, "mk::sqrt");
+  patterns.add<CallLowering<RsqrtOp>>(converter, context, layout, "mk::rsqrt");
+  patterns.add<CallLowering<ReciprocalOp>>(converter, context, layout, "mk::reciprocal");
+  patterns.add<CallLowering<TanhOp>>(converter, context, layout, "mk::tanh");
+  patterns.add<CallLowering<SigmoidOp>>(converter, context, layout, "mk::sigmoid");
+  patterns.add<CallLowering<NegOp>>(converter, context, layout, "mk::neg");
+  patterns.add<CallLowering<AbsOp>>(converter, context, layout, "mk::abs");
   patterns.add<CallLowering<ActivationOp>>(converter, context, layout, "");
   patterns.add<CallLowering<SwigluOp>>(converter, context, layout, "mk::swiglu");
   patterns.add<CallLowering<SplatOp>>(converter, context, layout, "mk::splat");

@@ -49,12 +49,8 @@ Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
     int64_t extent = d >= first ? tile[d - first] : 1;
     Value element = a.mul(*index++, extent);
     PlacementAttr placement = type.getPlacement();
-    if (placement.shardsDim(d)) {
-      Value along = placement.getAxis() == MeshAxis::world ? a.add(a.mul(node, mesh.getGpus()), gpu)
-                    : placement.getAxis() == MeshAxis::nodes ? node
-                                                             : gpu;
-      element = a.sub(element, a.mul(along, local[d]));
-    }
+    if (placement.shardsDim(d))
+      element = a.sub(element, a.mul(shardIndex(a, placement.getAxis(), node, gpu), local[d]));
     start[d] = element;
     address.offset = a.add(address.offset, a.mul(element, strides[d]));
   }
@@ -78,6 +74,18 @@ Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
     address.ld = local[colDim];
   }
   return address;
+}
+
+Value PatternBase::shardIndex(Arith &a, MeshAxis axis, Value node, Value gpu) const {
+  switch (axis) {
+  case MeshAxis::world:
+    return a.add(a.mul(node, layout.mesh.getGpus()), gpu);
+  case MeshAxis::nodes:
+    return node;
+  case MeshAxis::gpus:
+    return gpu;
+  }
+  llvm_unreachable("unknown mesh axis");
 }
 
 Value PatternBase::pointer(OpBuilder &b, Location loc, DistTensorType type, Value tensor,

@@ -1,10 +1,10 @@
 //===- MemoryOpToEmitC.cpp - tile loads, stores, puts and copies ----------===//
 //
-// Loads and stores of tiles go through the tile library (mk::load_tile, mk::store_tile) on the
-// role's team; the GEMM engine's stores and a TMA reduction's through TMA, to this rank or a GPU
-// of the node, several at once where the plan says; copies of regions through SM stores, the bulk
-// copy engine, or the network proxy (mk::remote_put), with a following signal to the same node
-// riding on the copy.
+// Loads and stores of tiles go through the tile library (mk::load_tile, mk::store_tile, and
+// mk::load_vector, mk::store_vector for rank-1 tiles) on the role's team; the GEMM engine's stores
+// and a TMA reduction's through TMA, to this rank or a GPU of the node, several at once where the
+// plan says; copies of regions through SM stores, the bulk copy engine, or the network proxy
+// (mk::remote_put), with a following signal to the same node riding on the copy.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,6 +43,21 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
   }
 };
 
+/// The tile coordinates a rank's shard covers: [i * local / tile, ceil((i + 1) * local / tile)).
+struct ShardRangeLowering : LoweringPattern<ShardRangeOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(ShardRangeOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    DistTensorType type = op.getTensor().getType();
+    int64_t local = type.getLocalExtent(type.getPlacement().getDim(), layout.mesh);
+    int64_t tile = static_cast<int64_t>(op.getTile());
+    Value first = a.mul(adaptor.getIndex(), local);
+    rewriter.replaceOp(op, {a.div(first, tile), a.div(a.add(first, local + tile - 1), tile)});
+    return success();
+  }
+};
+
 struct LoadLowering : LoweringPattern<LoadOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(LoadOp op, OpAdaptor adaptor,
@@ -50,14 +65,18 @@ struct LoadLowering : LoweringPattern<LoadOp> {
     Location loc = op.getLoc();
     Arith a(rewriter, loc);
     TileType tile = op.getResult().getType();
-    if (tile.getRank() != 2)
-      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
     Value node = layout.node, gpu = layout.gpu;
     Address at = address(a, op.getSource().getType(), adaptor.getIndices(), op.getWholeDims(),
                          tile.getShape(), node, gpu);
     Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
-    needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     Type result = getTypeConverter()->convertType(tile);
+    if (tile.getRank() == 1) {
+      rewriter.replaceOp(
+          op, call(rewriter, loc, result, "mk::load_vector", {src, a.mul(at.rows, at.cols)},
+                   {elementName(tile.getElementType()), std::to_string(tile.getShape()[0])}));
+      return success();
+    }
+    needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     rewriter.replaceOp(op,
                        call(rewriter, loc, result, "mk::load_tile",
                             {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
@@ -75,8 +94,6 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     Location loc = op.getLoc();
     Arith a(rewriter, loc);
     TileType tile = op.getValue().getType();
-    if (tile.getRank() != 2)
-      return rewriter.notifyMatchFailure(op, "rank-1 tiles have no CUDA lowering yet");
     std::optional<Lowering> how = loweringOf(op.getOperation());
     Value node = this->layout.node, gpu = this->layout.gpu;
     Value peer;
@@ -95,6 +112,12 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     if (how == Lowering::chunks) {
       call(rewriter, loc, {}, "mk::store_chunks",
            {lookThroughCasts(adaptor.getValue()), dst, std::to_string(at.ld), at.rows, at.cols});
+      rewriter.eraseOp(op);
+      return success();
+    }
+    if (tile.getRank() == 1) {
+      call(rewriter, loc, {}, "mk::store_vector",
+           {adaptor.getValue(), dst, a.mul(at.rows, at.cols)});
       rewriter.eraseOp(op);
       return success();
     }
@@ -220,6 +243,7 @@ struct CopyLowering : LoweringPattern<CopyOp> {
 void mlir::mk::to_emitc::populateMemoryOpToEmitCPatterns(const TypeConverter &converter,
                                                          RewritePatternSet &patterns,
                                                          KernelLayout &layout) {
-  patterns.add<PlaceLowering, OwnerLowering, LoadLowering, StoreLowering<StoreOp>,
-               StoreLowering<PutOp>, CopyLowering>(converter, patterns.getContext(), layout);
+  patterns.add<PlaceLowering, OwnerLowering, ShardRangeLowering, LoadLowering,
+               StoreLowering<StoreOp>, StoreLowering<PutOp>, CopyLowering>(
+      converter, patterns.getContext(), layout);
 }

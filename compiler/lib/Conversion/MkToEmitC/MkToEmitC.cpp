@@ -107,6 +107,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     populateSCFToEmitCConversionPatterns(patterns, converter);
     populateMemoryOpToEmitCPatterns(converter, patterns, layout);
     populateComputeOpToEmitCPatterns(converter, patterns, layout);
+    populateRoutingOpToEmitCPatterns(converter, patterns, layout);
     populateSyncOpToEmitCPatterns(converter, patterns, layout);
 
     ConversionTarget target(*context);

@@ -92,6 +92,33 @@ LogicalResult checkTileLibraryMatmul(MatmulOp matmul) {
   return diag;
 }
 
+/// Register tiles of rank 2 are spread over the team's warps in whole 16 x 16 blocks
+/// (mk::TileLayout): a tile of another shape is refused here, naming the nearest that fits, rather
+/// than by NVRTC's static assertion. Rank-1 tiles fit at any length.
+LogicalResult checkRegisterTile(Operation *op, TileType tile) {
+  if (tile.getRank() != 2)
+    return success();
+  constexpr int64_t warps = MK_TEAM_THREADS / 32;
+  auto fits = [](int64_t rows, int64_t cols) {
+    for (int64_t warpRows = 1; warpRows <= warps; warpRows *= 2)
+      if (rows % (16 * warpRows) == 0 && cols % (16 * (warps / warpRows)) == 0)
+        return true;
+    return false;
+  };
+  int64_t rows = tile.getShape()[0], cols = tile.getShape()[1];
+  if (fits(rows, cols))
+    return success();
+  int64_t nearRows = std::max<int64_t>(16, llvm::alignTo(rows, 16)),
+          nearCols = std::max<int64_t>(16, llvm::alignTo(cols, 16));
+  while (!fits(nearRows, nearCols))
+    (nearRows <= nearCols ? nearRows : nearCols) *= 2;
+  return op->emitOpError() << "makes a register tile of " << rows << " x " << cols
+                           << ", which does not split into whole 16 x 16 blocks over the team's "
+                           << warps << " warps (both dims multiples of 16, at least "
+                           << 16 * 16 * warps << " elements); the nearest tile that does is "
+                           << nearRows << " x " << nearCols << " (a masked grid covers the edges)";
+}
+
 } // namespace
 
 LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin) {
@@ -139,8 +166,13 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
 
 LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
   Location loc = branch.getLoc();
-  WalkResult unfit = branch.getThenRegion().walk([](MatmulOp matmul) {
-    return failed(checkTileLibraryMatmul(matmul)) ? WalkResult::interrupt() : WalkResult::advance();
+  WalkResult unfit = branch.getThenRegion().walk([](Operation *op) {
+    if (auto matmul = dyn_cast<MatmulOp>(op); matmul && failed(checkTileLibraryMatmul(matmul)))
+      return WalkResult::interrupt();
+    for (Type type : op->getResultTypes())
+      if (auto tile = dyn_cast<TileType>(type); tile && failed(checkRegisterTile(op, tile)))
+        return WalkResult::interrupt();
+    return WalkResult::advance();
   });
   if (unfit.wasInterrupted())
     return failure();

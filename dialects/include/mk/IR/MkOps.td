@@ -212,6 +212,29 @@ def Mk_SubOp : Mk_BinaryOp<"sub", "difference">;
 def Mk_MulOp : Mk_BinaryOp<"mul", "product">;
 def Mk_DivOp : Mk_BinaryOp<"div", "quotient">;
 def Mk_MaxOp : Mk_BinaryOp<"max", "maximum">;
+def Mk_MinOp : Mk_BinaryOp<"min", "minimum">;
+
+class Mk_UnaryOp<string mnemonic, string what>
+    : Mk_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = what # " of every element, evaluated in f32 and rounded once";
+  let description = [{
+    ```mlir
+    %y = mk.}] # mnemonic # [{ %x : !mk.tile<[128, 256], f32>
+    ```
+  }];
+  let arguments = (ins Mk_FloatTile:$source);
+  let results = (outs Mk_FloatTile:$result);
+  let assemblyFormat = "$source attr-dict `:` qualified(type($result))";
+}
+def Mk_ExpOp : Mk_UnaryOp<"exp", "e^x">;
+def Mk_LogOp : Mk_UnaryOp<"log", "The natural logarithm">;
+def Mk_SqrtOp : Mk_UnaryOp<"sqrt", "The square root">;
+def Mk_RsqrtOp : Mk_UnaryOp<"rsqrt", "1 / sqrt(x)">;
+def Mk_ReciprocalOp : Mk_UnaryOp<"reciprocal", "1 / x">;
+def Mk_TanhOp : Mk_UnaryOp<"tanh", "The hyperbolic tangent">;
+def Mk_SigmoidOp : Mk_UnaryOp<"sigmoid", "1 / (1 + e^-x)">;
+def Mk_NegOp : Mk_UnaryOp<"neg", "-x">;
+def Mk_AbsOp : Mk_UnaryOp<"abs", "|x|">;
 
 def Mk_ActivationOp : Mk_Op<"activation", [Pure, SameOperandsAndResultType]> {
   let summary = "An activation function applied to every element";
@@ -272,6 +295,25 @@ def Mk_SplatOp : Mk_Op<"splat", [Pure]> {
   let arguments = (ins AnyTypeOf<[AnyFloat, AnySignlessInteger]>:$value);
   let results = (outs Mk_Tile:$result);
   let assemblyFormat = "$value attr-dict `:` qualified(type($value)) `->` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Mk_ShapeSymbolOp : Mk_Op<"shape_symbol", [Pure]> {
+  let summary = "The value a shape symbol of the program is bound to, as a scalar";
+  let description = [{
+    An index, integer or float (the nearest one to the value). mk-specialize replaces it with a
+    constant. A mean is a sum times the reciprocal of the count: for rows of N elements,
+
+    ```mlir
+    %n = mk.shape_symbol "N" : f32
+    %sum = mk.reduce sum %x dim 1 : !mk.tile<[128, 256], f32> -> !mk.tile<[128], f32>
+    %count = mk.splat %n : f32 -> !mk.tile<[128], f32>
+    %mean = mk.div %sum, %count : !mk.tile<[128], f32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$symbol);
+  let results = (outs AnyTypeOf<[Index, AnySignlessInteger, AnyFloat]>:$result);
+  let assemblyFormat = "$symbol attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
 

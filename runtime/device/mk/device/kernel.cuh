@@ -17,6 +17,13 @@ typedef long long int64_t;
 typedef int int32_t;
 typedef unsigned long long uint64_t;
 typedef unsigned int uint32_t;
+// And C's names of the infinite and not-a-number floats, which are <math.h>'s.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
 
 namespace mk {
 

@@ -29,7 +29,8 @@ template <typename T, int R, int C> __device__ __forceinline__ Tile<T, R, C> spl
 template <typename To, typename T, int R, int C>
 __device__ __forceinline__ Tile<To, R, C> convert(const Tile<T, R, C> &t);
 
-// Elementwise arithmetic, rounded once per operation (T in float, bf16, f16).
+// Elementwise arithmetic, rounded once per operation (T in float, bf16, f16); on every tile,
+// rank-1 ones (Tile<T, R, 1>, mk/device/vector.cuh) included, as everything elementwise here.
 template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> add(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
 template <typename T, int R, int C>
@@ -40,6 +41,29 @@ template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> div(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
 template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> maximum(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> minimum(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
+
+// Elementary functions, evaluated in f32 (to within 2 ulp) and rounded once. The names are mk's:
+// kernels call them qualified, beside the CUDA math library's.
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> exp(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> log(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> sqrt(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> rsqrt(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> reciprocal(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> tanh(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> sigmoid(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> neg(const Tile<T, R, C> &x);
+template <typename T, int R, int C>
+__device__ __forceinline__ Tile<T, R, C> abs(const Tile<T, R, C> &x);
 
 // Activations, evaluated in f32 and rounded once.
 /// max(x, 0).

@@ -50,6 +50,10 @@ protected:
   Address address(Arith &a, DistTensorType type, ValueRange indices, ArrayRef<int64_t> wholeDims,
                   ArrayRef<int64_t> tile, Value node, Value gpu) const;
 
+  /// The index along `axis` of the rank at (node, gpu): which shard of a tensor sharded over
+  /// `axis` it holds.
+  Value shardIndex(Arith &a, MeshAxis axis, Value node, Value gpu) const;
+
   /// A pointer into tensor `tensor` (converted) at `offset`, on this rank or GPU `gpu` of the node.
   Value pointer(OpBuilder &b, Location loc, DistTensorType type, Value tensor, Value offset,
                 Value gpu = Value()) const;

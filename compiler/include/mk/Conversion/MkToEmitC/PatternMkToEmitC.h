@@ -15,12 +15,16 @@
 
 namespace mlir::mk::to_emitc {
 
-/// Place and owner queries, loads, stores and puts of tiles, copies of regions.
+/// Place, owner and shard-range queries, loads, stores and puts of tiles, copies of regions.
 void populateMemoryOpToEmitCPatterns(const TypeConverter &converter, RewritePatternSet &patterns,
                                      KernelLayout &layout);
 
 /// Matmuls, reductions of received tiles, elementwise tile math and conversions.
 void populateComputeOpToEmitCPatterns(const TypeConverter &converter, RewritePatternSet &patterns,
+                                      KernelLayout &layout);
+
+/// Expert routing: rows selected for the experts a rank holds, results combined per token.
+void populateRoutingOpToEmitCPatterns(const TypeConverter &converter, RewritePatternSet &patterns,
                                       KernelLayout &layout);
 
 /// Signals and waits on per-tile flags.

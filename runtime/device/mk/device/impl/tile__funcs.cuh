@@ -32,6 +32,9 @@ __device__ __forceinline__ float2 pair_div(float2 a, float2 b) { return {a.x / b
 __device__ __forceinline__ float2 pair_max(float2 a, float2 b) {
   return {fmaxf(a.x, b.x), fmaxf(a.y, b.y)};
 }
+__device__ __forceinline__ float2 pair_min(float2 a, float2 b) {
+  return {fminf(a.x, b.x), fminf(a.y, b.y)};
+}
 template <typename Pair> __device__ __forceinline__ Pair pair_add(Pair a, Pair b) {
   return __hadd2(a, b);
 }
@@ -46,6 +49,9 @@ template <typename Pair> __device__ __forceinline__ Pair pair_div(Pair a, Pair b
 }
 template <typename Pair> __device__ __forceinline__ Pair pair_max(Pair a, Pair b) {
   return __hmax2(a, b);
+}
+template <typename Pair> __device__ __forceinline__ Pair pair_min(Pair a, Pair b) {
+  return __hmin2(a, b);
 }
 
 /// x * sigmoid(z): silu is z = x; the tanh form of gelu is this with z = 2 sqrt(2/pi)(x + ...),
@@ -231,7 +237,24 @@ MK_DEVICE_DEFINE_BINARY(sub, detail::pair_sub)
 MK_DEVICE_DEFINE_BINARY(mul, detail::pair_mul)
 MK_DEVICE_DEFINE_BINARY(div, detail::pair_div)
 MK_DEVICE_DEFINE_BINARY(maximum, detail::pair_max)
+MK_DEVICE_DEFINE_BINARY(minimum, detail::pair_min)
 #undef MK_DEVICE_DEFINE_BINARY
+
+#define MK_DEVICE_DEFINE_UNARY(name, expression)                                                   \
+  template <typename T, int R, int C>                                                              \
+  __device__ __forceinline__ Tile<T, R, C> name(const Tile<T, R, C> &x) {                          \
+    return detail::map_in_f32(x, [](float v) { return expression; });                              \
+  }
+MK_DEVICE_DEFINE_UNARY(exp, expf(v))
+MK_DEVICE_DEFINE_UNARY(log, logf(v))
+MK_DEVICE_DEFINE_UNARY(sqrt, sqrtf(v))
+MK_DEVICE_DEFINE_UNARY(rsqrt, rsqrtf(v))
+MK_DEVICE_DEFINE_UNARY(reciprocal, 1.0f / v)
+MK_DEVICE_DEFINE_UNARY(tanh, tanhf(v))
+MK_DEVICE_DEFINE_UNARY(sigmoid, 1.0f / (1.0f + expf(-v)))
+MK_DEVICE_DEFINE_UNARY(neg, -v)
+MK_DEVICE_DEFINE_UNARY(abs, fabsf(v))
+#undef MK_DEVICE_DEFINE_UNARY
 
 template <typename T, int R, int C>
 __device__ __forceinline__ Tile<T, R, C> relu(const Tile<T, R, C> &x) {

@@ -84,6 +84,19 @@ template <int R, int C> struct TileLayout {
   }
 };
 
+/// The layout of a rank-1 tile of R elements (mk.tile<[R]>, the device's Tile<T, R, 1>): pair p
+/// of a thread holds elements element(p) and element(p) + 1, consecutive threads consecutive
+/// pairs, so that elementwise work is the same as on any tile. Rank-2 tiles have no layout with
+/// one column (mkc refuses them), so the two never meet. mk/device/vector.cuh moves values
+/// between this layout and the rows or columns of rank-2 tiles.
+template <int R> struct TileLayout<R, 1> {
+  static constexpr int kPairs = (R + 2 * MK_TEAM_THREADS - 1) / (2 * MK_TEAM_THREADS);
+
+  static __device__ __forceinline__ int element(int p) {
+    return 2 * (p * MK_TEAM_THREADS + team_thread());
+  }
+};
+
 /// An R x C tile of T held in the registers of the CTA's threads, in TileLayout<R, C>.
 template <typename T, int R, int C> struct Tile {
   using Layout = TileLayout<R, C>;
