@@ -54,9 +54,8 @@ TEST_CASE("every op of the dialect has a CUDA lowering", "[lowering]") {
       opNames<ProgramOp, BufferOp, TileGridOp, RoleOp, SingleCtaOp, FlagsOp, EngineCopyOp>();
   // Collective intents, rewritten into the scheduled ops by mk-expand-collectives (mk.yield is
   // mk.ring_shift's terminator).
-  const std::set<std::string> expanded =
-      opNames<AllReduceOp, ReduceScatterOp, AllGatherOp, RingShiftOp, YieldOp, DispatchOp,
-              CombineOp>();
+  const std::set<std::string> expanded = opNames<AllReduceOp, ReduceScatterOp, AllGatherOp,
+                                                 RingShiftOp, YieldOp, DispatchOp, CombineOp>();
   // Shape symbols read as scalars, constants once bound.
   const std::set<std::string> specialized = opNames<ShapeSymbolOp>();
   const std::set<std::string> patterns = patternRoots(context);

@@ -1,0 +1,29 @@
+// A gated MLP after an all-gather (sequence parallelism into tensor parallelism): every rank
+// gathers the token rows X while it multiplies the rows already here by its column shards of the
+// gate and up projections, and keeps SwiGLU(X Wg, X Wu) for its columns: two matmuls sharing A in
+// one tile body, their epilogue in registers.
+// RUN: mkc %s --topology 1x1 --shape M=1024,N=1024,K=512 -o %t.1x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %s --topology 1x2 --shape M=1024,N=1024,K=512 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %s --topology 2x1 --shape M=1024,N=1024,K=512 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %s --topology 2x2 --shape M=1024,N=1024,K=512 -o %t.2x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mk-sim %s --topology 1x2 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
+// RUN: mk-sim %s --topology 2x1 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
+// CUBIN: mkc: gated_mlp_allgather: {{[0-9]+}} registers
+// SIM: mk-sim: @gated_mlp_allgather on {{.*}}: no findings
+
+mk.program @gated_mlp_allgather [M, N, K] mesh <?x?> (
+    %X: !mk.tensor<[M, K], bf16, shard 0 over world>,
+    %Wg: !mk.tensor<[K, N], bf16, shard 1 over world>,
+    %Wu: !mk.tensor<[K, N], bf16, shard 1 over world>,
+    %H: !mk.tensor<[M, N], bf16, shard 1 over world>) {
+  %Xg = mk.all_gather %X : !mk.tensor<[M, K], bf16, shard 0 over world> -> !mk.tensor<[M, K], bf16, replicated>
+  mk.tile_grid (%m, %n) over %H tiles [128, 128] : !mk.tensor<[M, N], bf16, shard 1 over world> {
+    %gate = mk.matmul %Xg[%m, :], %Wg[:, %n]
+        : !mk.tensor<[M, K], bf16, replicated>, !mk.tensor<[K, N], bf16, shard 1 over world> -> !mk.tile<[128, 128], f32>
+    %up = mk.matmul %Xg[%m, :], %Wu[:, %n]
+        : !mk.tensor<[M, K], bf16, replicated>, !mk.tensor<[K, N], bf16, shard 1 over world> -> !mk.tile<[128, 128], f32>
+    %h = mk.swiglu %gate, %up : !mk.tile<[128, 128], f32>
+    %h16 = mk.convert %h : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+    mk.store %h16, %H[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, N], bf16, shard 1 over world>
+  }
+}
