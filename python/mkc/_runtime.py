@@ -190,10 +190,12 @@ class Runtime:
 class FusedOp:
     """A tile program compiled for this job and rank (mkc_op; made by Runtime.compile).
 
-    `name` is the program's name, `arguments` its Arguments as this rank holds them, `sm_split`
-    the CTAs of each role as the compiler chose them ({"compute": 120, "intra_reduce": 12}:
-    what Runtime.compile's sm_split takes). Calling it launches it on a stream; close() destroys
-    it (its runtime does so when closed).
+    `name` is the program's name, `arguments` its Arguments as this rank holds them, `roles` the
+    kernel's roles in order with their CTAs as the compiler chose them ([("compute", 120),
+    ("intra_reduce", 12)]), `sm_split` the same per kind ({"compute": 120, "intra_reduce": 12}:
+    what Runtime.compile's sm_split takes; a kind with several roles, as ring attention's two
+    transfers, maps to the CTAs of its first). Calling it launches it on a stream; close()
+    destroys it (its runtime does so when closed).
     """
 
     def __init__(self, runtime, handle):
@@ -210,7 +212,10 @@ class FusedOp:
         lib.mkc_op_num_arguments(handle, ctypes.byref(count))
         self.arguments = [self._argument(lib, index) for index in range(count.value)]
         lib.mkc_op_num_roles(handle, ctypes.byref(count))
-        self.sm_split = dict(self._role(lib, index) for index in range(count.value))
+        self.roles = [self._role(lib, index) for index in range(count.value)]
+        self.sm_split = {}
+        for kind, ctas in self.roles:
+            self.sm_split.setdefault(kind, ctas)
 
     def _role(self, lib, index):
         kind, ctas = ctypes.c_char_p(), ctypes.c_int()

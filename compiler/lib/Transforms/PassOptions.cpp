@@ -49,10 +49,17 @@ static std::string malformedEntry(const Twine &entry) {
   return ("sm split entry '" + entry + "' is not ROLE=CTAS with a known role and CTAS >= 1").str();
 }
 
-std::optional<std::string> SmSplit::check() const {
-  for (auto [index, role] : llvm::enumerate(roles)) {
+std::optional<std::string> SmSplit::checkRoles() const {
+  for (const Role &role : roles)
     if (!symbolizeRoleKind(role.kind) || role.ctas < 1)
       return malformedEntry(role.kind + "=" + Twine(role.ctas));
+  return std::nullopt;
+}
+
+std::optional<std::string> SmSplit::check() const {
+  if (std::optional<std::string> error = checkRoles())
+    return error;
+  for (auto [index, role] : llvm::enumerate(roles)) {
     auto earlier = roles.begin() + index;
     if (std::find_if(roles.begin(), earlier,
                      [&](const Role &other) { return other.kind == role.kind; }) != earlier)

@@ -495,7 +495,7 @@ LaunchParameters decodeManifest(const std::string &kernel, std::string_view byte
   }
   for (const mk_role_ctas &role : std::span(m.sm_split, m.roles))
     launch.smSplit.roles.push_back({paddedName(role.kind), role.ctas});
-  if (std::optional<std::string> error = launch.smSplit.check())
+  if (std::optional<std::string> error = launch.smSplit.checkRoles())
     throw malformed("has an SM split mkc would not make: " + *error);
   launch.tensorMaps.assign(m.tensor_maps, m.tensor_maps + m.tensor_map_count);
   for (const mk_tensor_map_spec &spec : launch.tensorMaps)

@@ -385,6 +385,12 @@ TEST_CASE("jit: a kernel's manifest is read back, and malformed ones are refused
   CHECK(launch.smSplit.str() == "compute=120,intra_reduce=12");
   CHECK(launch.engineCopies.size() == 0);
 
+  // A kernel may have several roles of a kind (ring attention's transfers of K and of V).
+  mk_kernel_manifest twoOfAKind = sampleManifest();
+  twoOfAKind.sm_split[1] = {"compute", 12, 0};
+  CHECK(mkc::decodeManifest("k", manifestBytes(twoOfAKind)).smSplit.str() ==
+        "compute=120,compute=12");
+
   mk_kernel_manifest withCopy = sampleManifest();
   withCopy.engine_copy_count = 1;
   CHECK(mkc::decodeManifest("k", manifestBytes(withCopy, 1)).engineCopies.size() == 1);

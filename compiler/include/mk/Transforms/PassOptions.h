@@ -58,8 +58,11 @@ struct SmSplit {
   bool empty() const { return roles.empty(); }
   /// The CTAs the split gives role `kind`, if it names it.
   std::optional<int64_t> ctasOf(std::string_view kind) const;
-  /// What is wrong with the first role that is not a known kind with at least one CTA, or that
-  /// is named twice; nothing if every role is fine.
+  /// What is wrong with the first role that is not a known kind with at least one CTA; nothing
+  /// if every role is fine. A kernel's own split (its manifest) may have several roles of a kind.
+  std::optional<std::string> checkRoles() const;
+  /// checkRoles, and that no kind is named twice: what a requested split must be, since it gives
+  /// each role of a kind the CTAs it names for it.
   std::optional<std::string> check() const;
   /// "ROLE=CTAS,..." in the split's order; empty for no split.
   std::string str() const;
