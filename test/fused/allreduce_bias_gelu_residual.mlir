@@ -1,6 +1,6 @@
 // The epilogue of a row-parallel linear layer after its all-reduce: y = x + gelu(A B + bias),
-// the bias a vector broadcast down the rows, the residual x read beside the reduced tile, in the
-// kernel that all-reduces the product.
+// the bias a vector broadcast down the rows, the residual x read beside the combined tile the
+// all-reduce gives the body, in the kernel that all-reduces the product.
 // RUN: mkc %s --topology 1x1 --shape M=1024,N=1024,K=1024 -o %t.1x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %s --topology 1x2 --shape M=1024,N=1024,K=1024 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %s --topology 2x1 --shape M=1024,N=1024,K=1024 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
@@ -21,10 +21,8 @@ mk.program @allreduce_bias_gelu_residual [M, N, K] mesh <?x?> (
     %p = mk.matmul %A[%m, :], %B[:, %n]
         : !mk.tensor<[M, K], bf16, shard 1 over world>, !mk.tensor<[K, N], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     %p16 = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
-    mk.all_reduce sum %p16 into %R[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
-  }
-  mk.tile_grid (%m, %n) over %Y tiles [128, 256] : !mk.tensor<[M, N], bf16, replicated> {
-    %r16 = mk.load %R[%m, %n] : !mk.tensor<[M, N], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    %r16 = mk.all_reduce sum %p16 into %R[%m, %n]
+        : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated> -> !mk.tile<[128, 256], bf16>
     %r = mk.convert %r16 : !mk.tile<[128, 256], bf16> -> !mk.tile<[128, 256], f32>
     %b16 = mk.load %bias[%n] : !mk.tensor<[N], bf16, replicated> -> !mk.tile<[256], bf16>
     %b = mk.convert %b16 : !mk.tile<[256], bf16> -> !mk.tile<[256], f32>

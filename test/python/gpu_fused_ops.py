@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fused ops the library does not ship, written as tile programs in test/fused (a gated MLP after
-an all-gather, an RMSNorm after a reduce-scatter, a bias + GeLU + residual epilogue after an
-all-reduce, a softmax over whole rows), and the library's ring attention and MoE dispatch + GEMM +
+an all-gather, an RMSNorm after a reduce-scatter, a bias + GeLU + residual epilogue on an
+all-reduce's combined tile, bias + SiLU on a reduce-scatter's, a softmax over whole rows), and the library's ring attention and MoE dispatch + GEMM +
 combine: each compiled and run at 1x1, 1x2 and 2x1 (ranks taking turns on fewer GPUs; across
 nodes over libfabric tcp), 3 launches with outputs poisoned, against PyTorch in f32.
 
@@ -71,6 +71,17 @@ def bias_gelu_residual(torch, g, M, N, K, world):
                 [(y, [p * 1.2 for p in parts])])
 
 
+def bias_silu_reducescatter(torch, g, M, N, K, world):
+    a, b = rand(torch, g, M, K), rand(torch, g, K, N)
+    bias = torch.rand(N, generator=g, device="cuda") * 2 - 1
+    parts = k_partials(torch, a, b, world)
+    s = sum(parts).to(torch.bfloat16).float()
+    y = torch.nn.functional.silu(s + bias)
+    return Case("reducescatter_bias_silu", (FUSED / "reducescatter_bias_silu.mlir").read_text(),
+                {"M": M, "N": N, "K": K}, [a, b, bias], [1, 0, None, 0],
+                [(y, [p * 1.1 for p in parts])])
+
+
 def softmax(torch, g, M, N, D):
     q, kt = rand(torch, g, M, D, scale=2.0), rand(torch, g, D, N, scale=2.0)
     p = torch.softmax(q.float() @ kt.float() / math.sqrt(D), dim=1)
@@ -116,6 +127,8 @@ def cases(torch, mkc, world):
     yield rmsnorm(torch, g, 1024, 4096, 512, world)
     yield bias_gelu_residual(torch, g, 384, 768, 128 * world, world)
     yield bias_gelu_residual(torch, g, 1024, 1024, 1024, world)
+    yield bias_silu_reducescatter(torch, g, 256 * world, 512, 128 * world, world)
+    yield bias_silu_reducescatter(torch, g, 1024, 2048, 1024, world)
     yield softmax(torch, g, 256 * world, 512 * world, 128)
     yield softmax(torch, g, 128 * world, 128 * world, 64)
     for causal in (False, True):

@@ -17,6 +17,7 @@ static void addTiling(OpPassManager &programs, const PipelineOptions &options) {
   specialize.rank = options.rank;
   specialize.shapes.assign(options.shapes.begin(), options.shapes.end());
   programs.addPass(createMkSpecialize(specialize));
+  programs.addPass(createMkSplitEpilogues());
   MkTileAndOrderOptions tiling;
   tiling.smCount = options.smCount;
   tiling.gemmTileN = options.gemmTileN;

@@ -815,7 +815,17 @@ LogicalResult AttentionBlockOp::verify() {
 // Collectives
 //===----------------------------------------------------------------------===//
 
+/// A collective's result, when it has one, is its combined tile: the value's type.
+template <typename OpT> static LogicalResult verifyCombinedResult(OpT op) {
+  if (op.getResult() && op.getResult().getType() != op.getValue().getType())
+    return op.emitOpError() << "gives the combined tile, of the value's type "
+                            << op.getValue().getType() << ", not " << op.getResult().getType();
+  return success();
+}
+
 LogicalResult AllReduceOp::verify() {
+  if (failed(verifyCombinedResult(*this)))
+    return failure();
   Access access{getDest().getType(), getIndices().size(), getWholeDims()};
   if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
       failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))
@@ -834,6 +844,8 @@ LogicalResult AllReduceOp::verify() {
 }
 
 LogicalResult ReduceScatterOp::verify() {
+  if (failed(verifyCombinedResult(*this)))
+    return failure();
   Access access{getDest().getType(), getIndices().size(), getWholeDims()};
   if (failed(verifyTileAccess(*this, "destination", access, getValue().getType())) ||
       failed(verifySameElementType(*this, getValue().getType(), access.type, "destination")))

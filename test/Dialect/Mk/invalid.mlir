@@ -1335,3 +1335,13 @@ mk.program @unary_int [] mesh <?x?> () {
   // expected-error @+1 {{'mk.exp' op operand #0 must be mk tile of floats}}
   %e = mk.exp %t : !mk.tile<[16, 16], i32>
 }
+
+// -----
+
+mk.program @combined_type [] mesh <?x?> (%r: !mk.tensor<[256, 256], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %r tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {
+    %t = mk.load %r[%m, %n] : !mk.tensor<[256, 256], bf16, replicated> -> !mk.tile<[128, 128], bf16>
+    // expected-error @+1 {{'mk.all_reduce' op gives the combined tile, of the value's type '!mk.tile<[128, 128], bf16>', not '!mk.tile<[128, 128], f32>'}}
+    %s = mk.all_reduce sum %t into %r[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[256, 256], bf16, replicated> -> !mk.tile<[128, 128], f32>
+  }
+}

@@ -166,6 +166,8 @@ mk.program @attention [S] mesh <?x?> (%q: !mk.tensor<[S, 128], bf16, replicated>
 // CHECK: mk.all_reduce sum %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, replicated>
 // CHECK: mk.all_reduce max %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] over gpus : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, symmetric>
 // CHECK: mk.reduce_scatter sum %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, shard 0 over world>
+// CHECK: %{{.*}} = mk.all_reduce sum %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, replicated> -> !mk.tile<[128, 128], bf16>
+// CHECK: %{{.*}} = mk.reduce_scatter sum %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, shard 0 over world> -> !mk.tile<[128, 128], bf16>
 mk.program @collectives [M, K] mesh <?x?> (
     %a: !mk.tensor<[M, K], bf16, shard 0 over world>,
     %r: !mk.tensor<[M, M], bf16, replicated>,
@@ -178,6 +180,8 @@ mk.program @collectives [M, K] mesh <?x?> (
     mk.all_reduce sum %t into %r[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, replicated>
     mk.all_reduce max %t into %p[%m, %n] over gpus : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, symmetric>
     mk.reduce_scatter sum %t into %s[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, shard 0 over world>
+    %ar = mk.all_reduce sum %t into %r[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, replicated> -> !mk.tile<[128, 128], bf16>
+    %rs = mk.reduce_scatter sum %ar into %s[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, M], bf16, shard 0 over world> -> !mk.tile<[128, 128], bf16>
   }
 }
 

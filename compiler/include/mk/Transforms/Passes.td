@@ -37,6 +37,39 @@ def MkSpecialize : Pass<"mk-specialize", "::mlir::mk::ProgramOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MkSplitEpilogues : Pass<"mk-split-epilogues", "::mlir::mk::ProgramOp"> {
+  let summary = "Move what uses a collective's combined tile into a grid of its own after it";
+  let description = [{
+    An mk.all_reduce or mk.reduce_scatter with a result gives the rest of its tile body the
+    combined tile. The ops that use it (and, recomputed, the reads and pure ops they need from
+    the body) move into a new grid right after the grid, over the collective's destination with
+    the grid's tile sizes: on the ranks that hold each combined tile, it reads the tile back once
+    the collective has stored it (mk-insert-signals orders the read), and the epilogue follows
+    in the same kernel. The collective must store the grid's own tile, at the grid's
+    coordinates, directly in the grid's body; what the epilogue needs from the body must not
+    write memory.
+
+    ```mlir
+    mk.tile_grid (%m, %n) over %R tiles [128, 256] : !R {
+      %p = mk.matmul ...
+      %s = mk.all_reduce sum %p into %R[%m, %n] : !T, !R -> !T
+      %y = mk.activation gelu %s : !T
+      mk.store %y, %Y[%m, %n] : !T, !Y
+    }
+    // becomes
+    mk.tile_grid (%m, %n) over %R tiles [128, 256] : !R {
+      %p = mk.matmul ...
+      mk.all_reduce sum %p into %R[%m, %n] : !T, !R
+    }
+    mk.tile_grid (%m, %n) over %R tiles [128, 256] : !R {
+      %s = mk.load %R[%m, %n] : !R -> !T
+      %y = mk.activation gelu %s : !T
+      mk.store %y, %Y[%m, %n] : !T, !Y
+    }
+    ```
+  }];
+}
+
 def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
   let summary = "Choose the main-loop depth, gather granularity and tile production order";
   let description = [{

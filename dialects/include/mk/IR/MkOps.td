@@ -359,14 +359,26 @@ def Mk_AllReduceOp : Mk_Op<"all_reduce"> {
     ```mlir
     mk.all_reduce sum %p into %C[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
     ```
+
+    With a result, the combined tile is the rest of the body's: an epilogue on it (bias,
+    activation, residual, a norm) follows the reduction in the same kernel. mk-split-epilogues
+    moves what uses it into a grid of its own over the destination, which reads the combined
+    tile back once it is there; the indices must then be the grid's own coordinates.
+
+    ```mlir
+    %sum = mk.all_reduce sum %p into %R[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    %y = mk.activation gelu %sum : !mk.tile<[128, 256], bf16>
+    mk.store %y, %Y[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
+    ```
   }];
   let arguments = (ins Mk_ReduceKind:$kind, Mk_Tile:$value,
                        Arg<Mk_Tensor, "", [MemWrite]>:$dest, Variadic<Index>:$indices,
                        DenseI64ArrayAttr:$whole_dims,
                        DefaultValuedAttr<Mk_MeshAxis, "::mlir::mk::MeshAxis::world">:$axis);
+  let results = (outs Optional<Mk_Tile>:$result);
   let assemblyFormat = [{
     $kind $value `into` $dest `` custom<TileAccess>($indices, $whole_dims) (`over` $axis^)? attr-dict
-    `:` qualified(type($value)) `,` qualified(type($dest))
+    `:` qualified(type($value)) `,` qualified(type($dest)) (`->` qualified(type($result))^)?
   }];
   let hasVerifier = 1;
 }
@@ -380,13 +392,17 @@ def Mk_ReduceScatterOp : Mk_Op<"reduce_scatter"> {
     ```mlir
     mk.reduce_scatter sum %p into %C[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, shard 0 over world>
     ```
+
+    With a result, as for mk.all_reduce, the combined tile is the rest of the body's, on the
+    rank that holds it: what uses it runs there, in a grid of the destination's tiles.
   }];
   let arguments = (ins Mk_ReduceKind:$kind, Mk_Tile:$value,
                        Arg<Mk_Tensor, "", [MemWrite]>:$dest, Variadic<Index>:$indices,
                        DenseI64ArrayAttr:$whole_dims);
+  let results = (outs Optional<Mk_Tile>:$result);
   let assemblyFormat = [{
     $kind $value `into` $dest `` custom<TileAccess>($indices, $whole_dims) attr-dict
-    `:` qualified(type($value)) `,` qualified(type($dest))
+    `:` qualified(type($value)) `,` qualified(type($dest)) (`->` qualified(type($result))^)?
   }];
   let hasVerifier = 1;
 }
