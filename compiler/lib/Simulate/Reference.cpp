@@ -117,6 +117,76 @@ private:
     box.forEach([&](ArrayRef<int64_t> at) { written[tensor.layout.offset(at)] = true; });
   }
 
+  /// The slack of `box` of `view`'s tensor, shaped as `type`; empty where the tensor has none.
+  std::vector<float> slackOf(const TensorView &view, const Box &box, TileType type) {
+    auto found = ranks[view.rank].slack.find(view.tensor);
+    if (found == ranks[view.rank].slack.end())
+      return {};
+    TensorData slack(data(view).layout);
+    slack.data = found->second;
+    slack.data.resize(slack.layout.elements());
+    return readTile(slack, box, type).data;
+  }
+  /// Records the slack of a tile stored at `box` of `view`'s tensor.
+  void storeSlack(const TensorView &view, const Box &box, const Tile &tile) {
+    std::vector<float> &slack = ranks[view.rank].slack[view.tensor];
+    if (tile.slack.empty() && slack.empty())
+      return;
+    TensorData into(data(view).layout);
+    into.data = std::move(slack);
+    into.data.resize(into.layout.elements());
+    Tile bound = tile;
+    bound.data = tile.slack;
+    bound.data.resize(tile.data.size());
+    writeTile(into, box, bound);
+    slack = std::move(into.data);
+  }
+
+  /// A pure op's results, with slack: each operand with slack moved by it, up and down, one at a
+  /// time; a result's slack is the sum over the operands of the larger change it sees.
+  std::optional<SmallVector<SimValue>> evaluateWithSlack(Operation *op,
+                                                         ArrayRef<SimValue> operands) {
+    std::optional<SmallVector<SimValue>> results = evaluatePure(op, operands);
+    if (!results)
+      return results;
+    SmallVector<std::vector<float>> slack(results->size());
+    for (auto [index, operand] : llvm::enumerate(operands)) {
+      auto *tile = std::get_if<TilePtr>(&operand);
+      if (!tile || (*tile)->slack.empty())
+        continue;
+      SmallVector<std::vector<float>> change(results->size());
+      for (float direction : {1.0f, -1.0f}) {
+        auto moved = std::make_shared<Tile>(**tile);
+        for (size_t k = 0; k < moved->data.size(); ++k)
+          moved->data[k] += direction * moved->slack[k];
+        SmallVector<SimValue> shifted(operands);
+        shifted[index] = TilePtr(moved);
+        SmallVector<SimValue> other = *evaluatePure(op, shifted);
+        for (auto [i, result] : llvm::enumerate(*results)) {
+          auto *base = std::get_if<TilePtr>(&result);
+          if (!base)
+            continue;
+          const Tile &changed = *std::get<TilePtr>(other[i]);
+          change[i].resize((*base)->data.size());
+          for (size_t k = 0; k < change[i].size(); ++k)
+            change[i][k] = std::max(change[i][k], std::fabs(changed.data[k] - (*base)->data[k]));
+        }
+      }
+      for (auto [bound, moved] : llvm::zip(slack, change)) {
+        bound.resize(moved.size());
+        for (size_t k = 0; k < moved.size(); ++k)
+          bound[k] += moved[k];
+      }
+    }
+    for (auto [result, bound] : llvm::zip(*results, slack))
+      if (!bound.empty()) {
+        auto tile = std::make_shared<Tile>(*std::get<TilePtr>(result));
+        tile->slack = std::move(bound);
+        result = TilePtr(tile);
+      }
+    return results;
+  }
+
   LogicalResult outside(Operation *op, const TensorView &view, const Box &box) {
     InFlightDiagnostic diag = op->emitError()
                               << "mk-sim: the program's meaning reaches elements from [";
@@ -318,7 +388,7 @@ private:
 
   LogicalResult evalOp(Operation *op, int64_t r, Env &env) {
     SmallVector<SimValue> operands = operandsOf(op, env);
-    if (std::optional<SmallVector<SimValue>> results = evaluatePure(op, operands)) {
+    if (std::optional<SmallVector<SimValue>> results = evaluateWithSlack(op, operands)) {
       for (auto [result, value] : llvm::zip(op->getResults(), *results))
         env[result] = value;
       return success();
@@ -332,7 +402,9 @@ private:
                                          type.getShape());
           if (!tensor.layout.holds(box))
             return outside(op, view, box);
-          env[load.getResult()] = std::make_shared<Tile>(readTile(tensor, box, type));
+          auto tile = std::make_shared<Tile>(readTile(tensor, box, type));
+          tile->slack = slackOf(view, box, type);
+          env[load.getResult()] = TilePtr(tile);
           return success();
         })
         .Case([&](StoreOp store) {
@@ -344,6 +416,7 @@ private:
           if (!tensor.layout.holds(box))
             return outside(op, view, box);
           writeTile(tensor, box, tile);
+          storeSlack(view, box, tile);
           markWritten(view, box);
           return success();
         })

@@ -30,6 +30,10 @@ struct Tile {
   Type element;
   Precision precision;
   std::vector<float> data;
+  /// How far each element may lie from what a schedule computes, from rounding upstream (the
+  /// partial sums of a collective it was computed from); empty where it is exact. The program's
+  /// meaning tracks it; the machine does not.
+  std::vector<float> slack;
 
   Tile(ArrayRef<int64_t> shape, Type element, float fill = 0.0f);
   int64_t rows() const { return shape.size() < 2 ? 1 : shape[0]; }
