@@ -10,6 +10,20 @@ mk.program @flat [] mesh <1x2> () {
 
 // -----
 
+// A collective intent left in a scheduled program.
+!R = !mk.tensor<[256, 256], bf16, replicated>
+mk.program @intent [] mesh <1x2> (%r: !R) grid 132 {
+  mk.role compute ctas 132 {
+    mk.tile_grid (%m, %n) over %r tiles [128, 128] : !R {
+      %t = mk.load %r[%m, %n] : !R -> !mk.tile<[128, 128], bf16>
+      // expected-error @+1 {{'mk.all_reduce' op is a collective intent, which the CUDA lowering does not take (run mk-expand-collectives first)}}
+      mk.all_reduce sum %t into %r[%m, %n] : !mk.tile<[128, 128], bf16>, !R
+    }
+  }
+}
+
+// -----
+
 // A register tile that does not split over the team's warps.
 mk.program @narrow [] mesh <1x1> () grid 132 {
   mk.role compute ctas 132 {

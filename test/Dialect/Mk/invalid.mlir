@@ -1345,3 +1345,8 @@ mk.program @combined_type [] mesh <?x?> (%r: !mk.tensor<[256, 256], bf16, replic
     %s = mk.all_reduce sum %t into %r[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[256, 256], bf16, replicated> -> !mk.tile<[128, 128], f32>
   }
 }
+
+// -----
+
+// expected-error @+1 {{'mk.shape_symbol' op reads a shape symbol, so it must be inside an mk.program}}
+%n = mk.shape_symbol "N" : f32
