@@ -12,10 +12,9 @@ a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1) picks the topologies.
 import math
 import os
 import pathlib
-import subprocess
 import sys
 
-import gpu_gemm_allreduce as common  # check, close_to, launch_ranks; also puts mkc on the path
+import gpu_gemm_allreduce as common  # check, close_to, run_topologies; also puts mkc on the path
 
 FUSED = pathlib.Path(__file__).resolve().parents[1] / "fused"
 NETWORK = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
@@ -204,35 +203,9 @@ def rank_main():
 
 
 def main():
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return common.SKIPPED
-    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if devices == 0:
-        print("SKIP: no GPU")
-        return common.SKIPPED
-    status = 0
-    for topology in os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1").split(","):
-        nodes, gpus = (int(x) for x in topology.split("x"))
-        environment = dict(os.environ, MKC_TEST_SHARED_GPU="1" if devices < nodes * gpus else "0")
-        if nodes > 1:  # ranks of this host told they are nodes
-            environment.update(NETWORK, MKC_GPUS_PER_NODE=str(gpus))
-        done = subprocess.run([sys.executable, __file__, "--launch", str(nodes * gpus)],
-                              env=environment)
-        status = status or done.returncode
-    return status
+    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1").split(",")
+    return common.run_topologies(__file__, topologies, {t: NETWORK for t in topologies})
 
 
 if __name__ == "__main__":
-    if "RANK" in os.environ:
-        sys.exit(rank_main())
-    if len(sys.argv) == 3 and sys.argv[1] == "--launch":
-        ranks = int(sys.argv[2])
-        if ranks == 1:
-            sys.exit(subprocess.run([sys.executable, __file__],
-                                    env=dict(os.environ, RANK="0", LOCAL_RANK="0",
-                                             WORLD_SIZE="1")).returncode)
-        sys.exit(common.launch_ranks(__file__, ranks))
-    sys.exit(main())
+    sys.exit(common.script_main(__file__, rank_main, main))

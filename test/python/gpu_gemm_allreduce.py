@@ -69,6 +69,51 @@ def launch_ranks(script, ranks=RANKS):
                            f"--nproc-per-node={ranks}", script]).returncode
 
 
+def run_topologies(script, topologies, networks, before=None):
+    """Runs `script` once per topology ("NODESxGPUS") in a job of its own ranks (MKC_TEST_TOPOLOGY
+    says which; across nodes, ranks of this host told they are nodes, with the environment
+    `networks` gives the topology), the ranks taking turns on fewer GPUs; `before` runs first.
+    Returns the first failing job's exit status, 0, or SKIPPED without torch or a GPU."""
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: torch is not installed")
+        return SKIPPED
+    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if devices == 0:
+        print("SKIP: no GPU")
+        return SKIPPED
+    if before:
+        before()
+    status = 0
+    for topology in topologies:
+        nodes, gpus = (int(x) for x in topology.split("x"))
+        environment = dict(os.environ, MKC_TEST_TOPOLOGY=topology,
+                           MKC_TEST_SHARED_GPU="1" if devices < nodes * gpus else "0",
+                           **networks.get(topology, {}))
+        if nodes > 1:
+            environment["MKC_GPUS_PER_NODE"] = str(gpus)
+        done = subprocess.run([sys.executable, script, "--launch", str(nodes * gpus)],
+                              env=environment)
+        status = status or done.returncode
+    return status
+
+
+def script_main(script, rank_main, main):
+    """What a script of run_topologies runs as: a rank (RANK set), the launcher of one job's
+    ranks (--launch N; a world of one needs no launcher), or `main`."""
+    if "RANK" in os.environ:
+        return rank_main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--launch":
+        ranks = int(sys.argv[2])
+        if ranks == 1:
+            return subprocess.run([sys.executable, script],
+                                  env=dict(os.environ, RANK="0", LOCAL_RANK="0",
+                                           WORLD_SIZE="1")).returncode
+        return launch_ranks(script, ranks)
+    return main()
+
+
 def close_to(result, reference, label, partials=()):
     """Checks `result` against `reference` within 2^-7 relative plus rms/64 absolute. A result
     summed from bf16 `partials` (their f32 values) also gets 2^-8 of sum |P_i| for each of them:

@@ -183,39 +183,11 @@ def precompile(jit_compile):
 
 def main():
     """Runs each topology's programs in a job of its own."""
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return common.SKIPPED
-    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if devices == 0:
-        print("SKIP: no GPU")
-        return common.SKIPPED
-    if os.environ.get("MKC_TEST_JIT_COMPILE"):
-        precompile(os.environ["MKC_TEST_JIT_COMPILE"])
-    status = 0
-    for topology in settings()[1]:
-        nodes, gpus = (int(x) for x in topology.split("x"))
-        environment = dict(os.environ, MKC_TEST_TOPOLOGY=topology,
-                           MKC_TEST_SHARED_GPU="1" if devices < nodes * gpus else "0",
-                           **NETWORKS.get(topology, {}))
-        if nodes > 1:  # ranks of this host told they are nodes
-            environment["MKC_GPUS_PER_NODE"] = str(gpus)
-        done = subprocess.run([sys.executable, __file__, "--launch", str(nodes * gpus)],
-                              env=environment)
-        status = status or done.returncode
-    return status
+    def precompile_first():
+        if os.environ.get("MKC_TEST_JIT_COMPILE"):
+            precompile(os.environ["MKC_TEST_JIT_COMPILE"])
+    return common.run_topologies(__file__, settings()[1], NETWORKS, precompile_first)
 
 
 if __name__ == "__main__":
-    if "RANK" in os.environ:
-        sys.exit(rank_main())
-    if len(sys.argv) == 3 and sys.argv[1] == "--launch":
-        ranks = int(sys.argv[2])
-        if ranks == 1:  # a world of one: no launcher
-            sys.exit(subprocess.run([sys.executable, __file__],
-                                    env=dict(os.environ, RANK="0", LOCAL_RANK="0",
-                                             WORLD_SIZE="1")).returncode)
-        sys.exit(common.launch_ranks(__file__, ranks))
-    sys.exit(main())
+    sys.exit(common.script_main(__file__, rank_main, main))
