@@ -68,10 +68,6 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=600000,N=600000,K=600000 --emit=cuda 2>&1 | FileCheck %s --check-prefix=TOTAL-BYTES
 // TOTAL-BYTES: gemm_allreduce.mlir:7:1: error: 'mk.program' op keeps more than 1 TiB of tensors and buffers on each rank
 
-// Rows the device library cannot move: 300 bf16 are 600 bytes, not a multiple of 16.
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=257,N=300,K=512 --emit=cuda 2>&1 | FileCheck %s --check-prefix=ROWS
-// ROWS: gemm_allreduce.mlir:9:5: error: a tensor with rows of 300 bf16 elements (600 bytes) on each rank: the device library moves rows in 16-byte pieces, so rows must be a multiple of 16 bytes
-
 // A shape that breaks a tile size: 1000 rows in tiles of 128, not masked.
 // RUN: not mkc %t/unmasked.mlir --topology 1x2 --shape M=1000 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE
 // TILE: unmasked.mlir:2:3: error: 'mk.tile_grid' op tile size 128 does not divide dim 0 (extent 1000); declare 'masked' to allow a partial last tile

@@ -423,7 +423,8 @@ bool Expander::allReducesInPlace(AllReduceOp op) {
   return inPlaceAllReduce && fromEngine && op.getKind() == ReduceKind::sum && nodes == 1 &&
          gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&
          producer->getParentOp() == computeRole && dest.getRank() == 2 && dest.hasStaticShape() &&
-         op.getWholeDims().empty() && op.getValue().getType().getRank() == 2;
+         tmaAddresses(dest, mesh) && op.getWholeDims().empty() &&
+         op.getValue().getType().getRank() == 2;
 }
 
 void Expander::expandAllReduceInPlace(AllReduceOp op) {

@@ -52,7 +52,8 @@ bool sameTmaReduction(AccumulateOp a, AccumulateOp b) {
 /// rank-3 buffer, at most 3, in boxes of 64 columns), else combined and stored chunk by chunk
 /// (chunks), without a tile in registers or shared memory.
 void markReductions(ProgramOp program) {
-  program.walk([](AccumulateOp accumulate) {
+  MeshAttr mesh = program.getMesh();
+  program.walk([&](AccumulateOp accumulate) {
     TileType tile = accumulate.getResult().getType();
     Type source = accumulate.getSource().getType().getElementType();
     if (tile.getRank() != 2 || source.getIntOrFloatBitWidth() != 16 || !accumulate->hasOneUse())
@@ -73,10 +74,10 @@ void markReductions(ProgramOp program) {
     DistTensorType buffer = accumulate.getSource().getType();
     bool tma = buffer.getRank() == 3 && accumulate.getWholeDims() == ArrayRef<int64_t>{0} &&
                buffer.getShape()[0] <= 3 && tile.getShape()[0] <= 256 &&
-               tile.getShape()[1] % 64 == 0 &&
-               llvm::all_of(convert->getUsers(), [](Operation *user) {
+               tile.getShape()[1] % 64 == 0 && tmaAddresses(buffer, mesh) &&
+               llvm::all_of(convert->getUsers(), [&](Operation *user) {
                  auto dest = cast<DistTensorType>(user->getOperand(1).getType());
-                 return dest.getRank() == 2 || dest.getRank() == 3;
+                 return (dest.getRank() == 2 || dest.getRank() == 3) && tmaAddresses(dest, mesh);
                });
     // The role's publisher raises flags on this node only, and serves one configuration.
     auto role = accumulate->getParentOfType<RoleOp>();
@@ -247,7 +248,7 @@ private:
         dest = put.getDest().getType();
       else
         return GemmEngineAttr();
-      if (dest.getRank() < 2 || dest.getRank() > 3)
+      if (dest.getRank() < 2 || dest.getRank() > 3 || !tmaAddresses(dest, mesh))
         return GemmEngineAttr();
     }
     // The producer walks the role's tile grids, loading for every tile it visits.

@@ -32,15 +32,15 @@ bool isEngineTileWidth(int64_t columns) {
                       [&](EngineTileWidth width) { return width.columns == columns; });
 }
 
-/// The main-loop depth whose rows are 128 bytes, halved until it divides `extent`.
-FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
-  int64_t kTile = 1024 / element.getIntOrFloatBitWidth();
-  while (kTile > kMinKTile && extent % kTile != 0)
-    kTile /= 2;
-  if (extent % kTile != 0)
-    return matmul.emitOpError() << "contracts a local extent of " << extent
-                                << ", which is not a multiple of " << kMinKTile;
-  return kTile;
+/// The main-loop depth whose rows are 128 bytes, halved (down to one mma.sync k-step) until it
+/// divides `extent`; where none does, the 128-byte one, its last slice zero-filled past the
+/// extent.
+int64_t chooseKTile(int64_t extent, Type element) {
+  int64_t widest = 1024 / element.getIntOrFloatBitWidth();
+  for (int64_t kTile = widest; kTile >= kMinKTile; kTile /= 2)
+    if (extent % kTile == 0)
+      return kTile;
+  return widest;
 }
 
 /// The extent of `grid`'s target along `d` that its tiles cover: the whole tensor or this rank's
@@ -187,10 +187,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         matmul.emitOpError() << "needs a specialized program (run mk-specialize first)";
         return WalkResult::interrupt();
       }
-      FailureOr<int64_t> kTile = chooseKTile(matmul, extent, lhs.getElementType());
-      if (failed(kTile))
-        return WalkResult::interrupt();
-      matmul.setKTile(*kTile);
+      matmul.setKTile(chooseKTile(extent, lhs.getElementType()));
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

@@ -456,8 +456,8 @@ mk.program @contracted_placement [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
 !B = !mk.tensor<[4096, N], bf16, shard 0 over world>
 mk.program @k_tile [M, N] mesh <1x8> (%a: !A, %b: !B) {
   %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.matmul' op k_tile 96 does not divide the contracted extent 512}}
-  %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 96} : !A, !B -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.matmul' op k_tile 40 is not a multiple of 16, the depth of one mma step}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 40} : !A, !B -> !mk.tile<[128, 128], f32>
 }
 
 //===----------------------------------------------------------------------===//

@@ -58,17 +58,6 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   for (auto [index, tensor] : llvm::enumerate(tensors)) {
     auto type = cast<DistTensorType>(tensor.getType());
     int64_t bytes = llvm::divideCeil(type.getElementType().getIntOrFloatBitWidth(), 8);
-    // The device library moves rows in 16-byte pieces (cp.async, bulk copies, vector stores).
-    int64_t rowElements = type.getLocalExtent(type.getRank() - 1, mesh);
-    if (bytes * rowElements % 16) {
-      std::string element;
-      llvm::raw_string_ostream(element) << type.getElementType();
-      return emitError(tensor.getLoc())
-             << "a tensor with rows of " << rowElements << " " << element << " elements ("
-             << bytes * rowElements
-             << " bytes) on each rank: the device library moves rows in 16-byte pieces, so rows "
-                "must be a multiple of 16 bytes";
-    }
     for (int64_t d = 0; d < type.getRank(); ++d)
       bytes *= type.getLocalExtent(d, mesh);
     layout.tensorBytes.push_back(bytes);
