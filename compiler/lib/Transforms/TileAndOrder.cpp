@@ -2,6 +2,7 @@
 
 #include "TileAccess.h"
 
+#include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/Passes.h"
 
 namespace mlir::mk {
@@ -26,6 +27,7 @@ struct EngineTileWidth {
   int64_t columns, time;
 };
 constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}};
+constexpr int64_t kNarrowestEngineTile = 128;
 
 bool isEngineTileWidth(int64_t columns) {
   return llvm::any_of(kEngineTileWidths,
@@ -81,6 +83,27 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   if (!computesMatmuls(grid) || !uniform)
     return std::nullopt;
   return sizes[1];
+}
+
+/// Whether TMA addresses the tiles of `grid` `width` columns wide, with its matmuls' panels, as
+/// the GEMM engine needs. Where it does not, the tile library multiplies: its accumulator of a
+/// 256-column tile does not fit in registers beside the rest of a kernel.
+bool engineAddresses(TileGridOp grid, int64_t width, const TileNumbering &numbering) {
+  MeshAttr mesh = grid->getParentOfType<ProgramOp>().getMesh();
+  if (!tmaAddresses(grid.getTargetType(), {kEngineTileRows, width}, mesh, numbering))
+    return false;
+  return !grid.getBody()
+              .walk([&](MatmulOp matmul) {
+                bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
+                SmallVector<int64_t> panel =
+                    bKMajor ? SmallVector<int64_t>{width, 1} : SmallVector<int64_t>{1, width};
+                return tmaAddresses(matmul.getLhs().getType(), {kEngineTileRows, 1}, mesh,
+                                    numbering) &&
+                               tmaAddresses(matmul.getRhs().getType(), panel, mesh, numbering)
+                           ? WalkResult::advance()
+                           : WalkResult::interrupt();
+              })
+              .wasInterrupted();
 }
 
 /// Of the engine's tile widths that `allowed` admits (at least one), the one that takes the
@@ -209,12 +232,14 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         return WalkResult::interrupt();
       }
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
+      TileNumbering numbering = TileNumbering::of(program);
       int64_t chosen = forced ? forced : *width;
       if (!forced && !ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols)) {
         // The other grids' tiles of a tensor this one writes or reads may pin its width.
         ProgramAccesses accesses(program);
         const auto allowed = [&](int64_t columns) {
-          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses);
+          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses) &&
+                 (columns == kNarrowestEngineTile || engineAddresses(grid, columns, numbering));
         };
         // Where no width agrees, the program's own stands, for mk-insert-signals to report.
         if (llvm::any_of(kEngineTileWidths, [&](EngineTileWidth w) { return allowed(w.columns); }))

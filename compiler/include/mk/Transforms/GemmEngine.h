@@ -13,12 +13,17 @@
 #define MK_TRANSFORMS_GEMMENGINE_H
 
 #include "mk/IR/MkOps.h"
+#include "mk/Transforms/TileNumbering.h"
 
 namespace mlir::mk {
 
-/// Whether TMA can address every rank's part of `type` on `mesh`: rows (the innermost dim) of
-/// whole 16-byte units, as its strides must be.
-bool tmaAddresses(DistTensorType type, MeshAttr mesh);
+/// Whether TMA can address every rank's part of `type` on `mesh`, and its tiles of `tile` (the
+/// trailing dims) as its boxes: the same extents on every rank (a tensor map per launch serves
+/// every rank), rows (the innermost dim) of whole 16-byte units, as its strides must be, and tile
+/// i at element i * t along each dim (TileNumbering), since a box is clipped only at the tensor's
+/// edges.
+bool tmaAddresses(DistTensorType type, ArrayRef<int64_t> tile, MeshAttr mesh,
+                  const TileNumbering &numbering);
 
 /// The conversion `matmul`'s one use is, if the pair has the engine's shape and TMA addresses
 /// both operands; null otherwise.
