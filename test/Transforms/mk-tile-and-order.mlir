@@ -18,13 +18,13 @@ mk.program @swizzle [] mesh <1x2> (%a: !mk.tensor<[4096, 4096], bf16, shard 1 ov
 
 // -----
 
-// With fewer tile rows than a band, the band is the whole grid; f32 operands get k_tile 32, a
-// local contracted extent of 48 brings it down to 16, and one of 40, which no depth of 16 or more
-// divides, keeps 64 with a last step zero-filled past the extent.
+// With fewer tile rows than a band, the band is the whole grid; f32 operands get k_tile 32; a
+// local contracted extent of 48, which no depth of 32 or more divides, keeps 64 with a last step
+// zero-filled past the extent, as one of 40 does.
 // CHECK-LABEL: mk.program @small
 // CHECK: mk.tile_grid {{.*}} order <swizzle 2> :
 // CHECK: mk.matmul {{.*}} {k_tile = 32 : i64}
-// CHECK: mk.matmul {{.*}} {k_tile = 16 : i64}
+// CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
 // CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
 mk.program @small [] mesh <1x2> (%a: !mk.tensor<[256, 64], f32, replicated>,
                                  %b: !mk.tensor<[64, 256], f32, replicated>,

@@ -17,8 +17,9 @@ namespace {
 
 /// Tile rows that share panels of B in L2 when swizzled.
 constexpr int64_t kSwizzleGroup = 8;
-/// Smallest main-loop depth: one mma.sync k-step.
-constexpr int64_t kMinKTile = 16;
+/// Smallest main-loop depth taken where it divides the contracted extent: the tile library's
+/// copies take slices of 32 of every tile (of 16, not of 64-row ones).
+constexpr int64_t kMinKTile = 32;
 /// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
 /// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
 /// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded).
@@ -34,9 +35,8 @@ bool isEngineTileWidth(int64_t columns) {
                       [&](EngineTileWidth width) { return width.columns == columns; });
 }
 
-/// The main-loop depth whose rows are 128 bytes, halved (down to one mma.sync k-step) until it
-/// divides `extent`; where none does, the 128-byte one, its last slice zero-filled past the
-/// extent.
+/// The main-loop depth whose rows are 128 bytes, halved (down to kMinKTile) until it divides
+/// `extent`; where none does, the 128-byte one, its last slice zero-filled past the extent.
 int64_t chooseKTile(int64_t extent, Type element) {
   int64_t widest = 1024 / element.getIntOrFloatBitWidth();
   for (int64_t kTile = widest; kTile >= kMinKTile; kTile /= 2)
