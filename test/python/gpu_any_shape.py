@@ -66,16 +66,16 @@ def run_op(runtime, torch, mkc, name, M, N, K):
     generator = torch.Generator(device="cuda").manual_seed(SEED + M + N + K)
     a = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
     b = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
-    largest = lambda extent: -(-extent // world)  # noqa: E731 (the first shard's)
+    largest = -(-M // world), -(-N // world), -(-K // world)  # the first shards' extents
     partials = []
     if name == "allgather_gemm":  # A by rows, B and C by columns
-        inputs = [(shard(a, 0, world, rank), largest(M) * K), (shard(b, 1, world, rank),
-                                                               K * largest(N))]
-        out_capacity = M * largest(N)
+        inputs = [(shard(a, 0, world, rank), largest[0] * K),
+                  (shard(b, 1, world, rank), K * largest[1])]
+        out_capacity = M * largest[1]
         reference = a.float() @ shard(b, 1, world, rank).float()
     else:  # A by columns, B by rows: the partials of K's shards
-        inputs = [(shard(a, 1, world, rank), M * largest(K)), (shard(b, 0, world, rank),
-                                                               largest(K) * N)]
+        inputs = [(shard(a, 1, world, rank), M * largest[2]),
+                  (shard(b, 0, world, rank), largest[2] * N)]
         partials = [shard(a, 1, world, r).float() @ shard(b, 0, world, r).float()
                     for r in range(world)]
         reference = a.float() @ b.float()
@@ -83,7 +83,7 @@ def run_op(runtime, torch, mkc, name, M, N, K):
         if name == "gemm_reducescatter":  # C by rows
             reference = shard(reference, 0, world, rank)
             partials = [shard(p, 0, world, rank) for p in partials]
-            out_capacity = largest(M) * N
+            out_capacity = largest[0] * N
     tensors = [placed(runtime, torch, op.arguments[i], value, capacity)[0]
                for i, (value, capacity) in enumerate(inputs)]
     out, out_view = placed(runtime, torch, op.arguments[2], None, out_capacity)
