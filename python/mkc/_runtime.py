@@ -140,17 +140,23 @@ class Runtime:
                                                        ctypes.byref(counted))
         return NetworkStatistics(counted.commands, counted.writes, counted.bytes)
 
-    def empty(self, shape, dtype):
+    def empty(self, shape, dtype, *, capacity=None):
         """An uninitialised SymmetricTensor of `shape` and `dtype` ("bf16", "f16", "f32", "i32",
         their long names, or a torch dtype), in symmetric memory: at the same offset on every
-        rank, which peers may write. Freed with the runtime. Collective, with the same shape and
-        dtype on every rank."""
-        handle = self._live_handle()
+        rank, which peers may write. Freed with the runtime. Collective, with the same dtype and
+        allocation on every rank: `capacity` elements (at least the shape's; by default the
+        shape's), so that ranks holding uneven shards (torch.tensor_split's) each pass the shape
+        of its own and the capacity of the largest."""
         shape = shape_of(shape)
         element = _dtypes.element_of(dtype)
+        capacity = math.prod(shape) if capacity is None else _count("capacity", capacity, 1)
+        if capacity < math.prod(shape):
+            raise ValueError(f"capacity {capacity} is less than the {math.prod(shape)} elements "
+                             f"of shape {shape}")
+        handle = self._live_handle()
         pointer = ctypes.c_void_p()
         _capi.library().mkc_symmetric_alloc(
-            handle, math.prod(shape) * _dtypes.ITEM_BYTES[element], ctypes.byref(pointer))
+            handle, capacity * _dtypes.ITEM_BYTES[element], ctypes.byref(pointer))
         return SymmetricTensor(pointer.value, shape, element, self.device, runtime=self)
 
     def compile(self, program, shapes=None, *, options=None, sm_split=None, **shape_values):

@@ -8,14 +8,17 @@
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
-// Shards that are not a multiple of the tile are refused, on one node as across nodes: the
-// reduction of GPU 1 would number its tiles from row 512, leaving rows 500-511 (M = 1000) or all
-// of its 64 rows (M = 128) unwritten.
-// RUN: not mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=7000,K=2880 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHARDS
-// RUN: not mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=128,N=8192,K=8192 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHARDS
-// RUN: not mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x8 --shape M=128,N=8192,K=8192 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHARDS
-// RUN: not mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=1000,N=7000,K=2880 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHARDS
-// SHARDS: gemm_reducescatter.mlir:{{[0-9]+}}:{{[0-9]+}}: error: 'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet: dim 0
+// Shards that are not a multiple of the tile (500 rows, 16 rows), uneven shards (1000 rows over
+// 3 ranks: 334, 333, 333; one row over 2: 1 and 0) and a local K of 360 (2880 over 8), on one
+// node as across nodes: the tiles are numbered shard by shard (TileNumbering), and run on the
+// tile library (128 columns), which masks them, where TMA cannot address them.
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=7000,K=2880 -o %t.shards.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x8 --shape M=128,N=7000,K=2880 -o %t.short.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 3x1 --shape M=1000,N=4096,K=4096 -o %t.uneven.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1,N=4096,K=4096 -o %t.empty.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=1000,N=7000,K=2880 --emit=cuda | FileCheck %s --check-prefix=TILES
+// TILES-NOT: mk::GemmEngine
+// TILES: mk::matmul<128, 128, {{[0-9]+}}, false, false, mk::bf16>
 
 // Scheduled level: every rank computes a partial of every tile and puts it in the slot of the GPU
 // of its node that is rail-aligned with the tile's owner; that GPU sums the 4 partials and sends

@@ -4,8 +4,8 @@
 Each (program, topology, shape) is compiled to the scheduled level and run for several launches
 and interleavings. What the passes refuse is fine (mk-sim exits 2: mkc refuses it too); what they
 accept must simulate with no finding. The shapes are small (the simulator computes every element
-and orders every access) and include dims that are not tile multiples, tiny ones, and shards that
-are not tile multiples.
+and orders every access) and include dims that are not tile multiples, tiny ones, shards that
+are not tile multiples, uneven and empty shards.
 
     library_matrix.py --mk-sim build/bin/mk-sim --lib lib [--seeds 6] [--jobs 2]
 """
@@ -23,14 +23,18 @@ TOPOLOGIES = ["1x1", "1x2", "2x1", "2x2", "1x4", "2x4", "3x1", "4x2"]
 
 def shapes(program, w):
     """Three or more shapes of `program` on W ranks: NAME=VALUE bindings."""
+    # The last shapes of the GEMMs split unevenly (torch.tensor_split's), into shards that are
+    # not tile multiples or are empty, with rows that are not 16-byte multiples and a local K
+    # that is not a multiple of 16.
     if program in ("gemm_allreduce",):
-        return [f"M=300,N=256,K={32 * w}", f"M=7,N=136,K={16 * w}", f"M=256,N=384,K={64 * w}"]
+        return [f"M=300,N=256,K={32 * w}", f"M=7,N=136,K={16 * w}", f"M=256,N=384,K={64 * w}",
+                "M=100,N=300,K=100"]
     if program == "gemm_reducescatter":
         return [f"M={128 * w},N=136,K={32 * w}", f"M={256 * w},N=72,K={16 * w}",
-                f"M=1000,N=256,K={32 * w}"]
+                f"M=1000,N=256,K={32 * w}", "M=130,N=300,K=100", "M=1,N=72,K=40"]
     if program == "allgather_gemm":
         return [f"M={128 * w},N={128 * w},K=64", f"M={256 * w},N={128 * w},K=48",
-                f"M=7,N={128 * w},K=32"]
+                f"M=7,N={128 * w},K=32", "M=300,N=700,K=40", "M=1,N=100,K=24"]
     if program == "allreduce":
         return ["M=300,N=136", "M=7,N=256", "M=384,N=128"]
     if program.startswith("ring_attention"):

@@ -16,8 +16,10 @@
 // MOE-BEFORE: moe_rows_bounded.mlir:{{[0-9]+}}:9: error: deadlock: no thread can go on and nothing is in flight; rank {{[01]}} (CTA {{[0-9]+}}, intra_transfer 0 of 1, launch 1) waits at {{.*}} for 1 of @ready1 word {{[0-9]+}}, which holds 0;
 
 // A 1x2 reduce-scatter whose shards are not a multiple of the tile left rows 500-511 unwritten
-// (M = 1000): it is refused, by mk-sim as by mkc (exit status 2).
-// RUN: not mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=512,K=256 2>&1 | FileCheck %s --check-prefix=SHARDS
-// RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=512,K=256 > /dev/null 2>&1 || test $? -eq 2
-// SHARDS: error: 'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet: dim 0 (1000 over 2 ranks) holds 500 a rank, not a multiple of the 128 of a tile; use a multiple of 256 (768 or 1024)
-// SHARDS: mk-sim: the lowering refuses @gemm_reducescatter; nothing to simulate
+// (M = 1000), numbering the second shard's tiles from row 512; it was refused, and now numbers
+// tiles shard by shard (TileNumbering), as do uneven shards (1000 rows over 3 ranks) and empty
+// ones (one row over 2).
+// RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1000,N=512,K=256 --seeds 4 | FileCheck %s --check-prefix=SHARDS
+// RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 3x1 --shape M=1000,N=300,K=96 --seeds 4 | FileCheck %s --check-prefix=SHARDS
+// RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1,N=300,K=96 --seeds 4 | FileCheck %s --check-prefix=SHARDS
+// SHARDS: @gemm_reducescatter on #mk.mesh<{{.*}}>: 3 launches x 4 interleavings (seeds 0-3), {{[0-9]+}} steps: no findings

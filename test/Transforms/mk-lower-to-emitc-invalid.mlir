@@ -55,24 +55,15 @@ mk.program @row_counts [] mesh <1x1> (%r: !R, %n: !N) grid 132 {
 
 // -----
 
+// Shards that do not hold whole tiles are numbered shard by shard, along every dim of their
+// extent (TileNumbering), unless the program splits that extent over different numbers of ranks:
+// 1000 rows over the 4 ranks and over the 2 GPUs of a node.
 !C = !mk.tensor<[1000, 64], bf16, shard 0 over world>
-mk.program @masked_shard [] mesh <1x2> (%c: !C) grid 132 {
+!D = !mk.tensor<[1000, 64], bf16, shard 0 over gpus>
+mk.program @masked_shard_two_ways [] mesh <2x2> (%c: !C, %d: !D) grid 132 {
   mk.role compute ctas 132 {
-    // expected-error @+1 {{'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet: dim 0 (1000 over 2 ranks) holds 500 a rank, not a multiple of the 128 of a tile; use a multiple of 256 (768 or 1024)}}
+    // expected-error @+1 {{'mk.tile_grid' op masks the tiles of a shard, which the program's tensors split over different numbers of ranks: dim 0 (1000 over 4 ranks) holds 250 a rank, not a multiple of the 128 of a tile; use a multiple of 512 (512 or 1024)}}
     mk.tile_grid (%i, %j) over %c tiles [128, 64] masked : !C {
-    }
-  }
-}
-
-// -----
-
-// The same for the shards of one GPU index (a reduce-scatter's reduction on one node): the tiles
-// of the second shard would start at row 512, not 500, and rows 500-511 would go unwritten.
-!C = !mk.tensor<[1000, 64], bf16, shard 0 over world>
-mk.program @masked_shard_distributed [] mesh <1x2> (%c: !C) grid 132 {
-  mk.role compute ctas 132 {
-    // expected-error @+1 {{'mk.tile_grid' op masks the tiles of a shard, which has no CUDA lowering yet: dim 0 (1000 over 2 ranks) holds 500 a rank}}
-    mk.tile_grid (%i, %j) over %c global tiles [128, 64] masked distribute gpus : !C {
     }
   }
 }

@@ -337,7 +337,7 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: if
 // CHECK: %[[REF:.+]] = call_opaque "mk::tensor_ref"
-// CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index, #emitc.opaque<"1024">, 6 : index, 7 : index, 8 : index, 9 : index]
+// CHECK: call_opaque "mk::gemm_store_gpus"(%[[ENGINE]], %[[ACC]], %{{.*}}, %{{.*}}, %[[REF]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {args = [0 : index, 1 : index, 2 : index, 3 : index, #emitc.opaque<"1">, #emitc.opaque<"3">, #emitc.opaque<"2">, 4 : index, 5 : index, 6 : index, 7 : index, 8 : index, 9 : index, 10 : index]
 // CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: } else {
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]

@@ -99,6 +99,30 @@ mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>
 
 // -----
 
+// Rows of 300 bf16 (600 bytes) are not whole 16-byte units, which TMA's strides must be: the
+// matmul stays on the tile library, and the reduction into them, of 2 copies, is combined and
+// stored in chunks.
+// CHECK-LABEL: mk.program @rows_tma_cannot_address
+// CHECK: mk.role compute ctas 132 {
+// CHECK-NOT: mk.lowering = #mk.lowering<mma>
+// CHECK: mk.accumulate sum {{.*}}{mk.lowering = #mk.lowering<chunks>}
+// CHECK: mk.store {{.*}}{mk.lowering = #mk.lowering<chunks>}
+mk.program @rows_tma_cannot_address [] mesh <1x2> (%a: !mk.tensor<[512, 256], bf16, replicated>, %b: !mk.tensor<[256, 300], bf16, replicated>, %c: !mk.tensor<[512, 300], bf16, replicated>) grid 132 {
+    %s = mk.buffer : !mk.tensor<[2, 512, 300], bf16, symmetric>
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] masked : !mk.tensor<[512, 300], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[512, 256], bf16, replicated>, !mk.tensor<[256, 300], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.convert %1 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 300], bf16, replicated>
+        %4 = mk.accumulate sum %s[:, %m, %n] : !mk.tensor<[2, 512, 300], bf16, symmetric> -> !mk.tile<[128, 128], f32>
+        %5 = mk.convert %4 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %5, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 300], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
 // The engine's all-reduce in place to the node's 4 GPUs: each loop over the other GPUs (1 to 3)
 // whose only effect is the engine's put becomes one put to all of them.
 // CHECK-LABEL: mk.program @gemm_allreduce

@@ -23,9 +23,3 @@ mk.program @fixed [M] mesh <1x8> () {}
 // A binding that conflicts with the program's own.
 // expected-error @+1 {{shape symbol 'M' of @conflict is 64, not 100}}
 mk.program @conflict [M = 64] mesh <?x?> () {}
-
-// -----
-
-// A shape the placement cannot split: 100 rows over 8 ranks, found once M is bound.
-// expected-error @+1 {{'mk.program' op places '!mk.tensor<[100, 64], bf16, shard 0 over world>' on #mk.mesh<2x4>, but dim 0 (extent 100) does not split evenly over world (8 ranks)}}
-mk.program @uneven [M] mesh <?x?> (%a: !mk.tensor<[M, 64], bf16, shard 0 over world>) {}

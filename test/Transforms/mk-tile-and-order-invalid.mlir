@@ -8,16 +8,6 @@
 // SM-COUNT: mk-tile-and-order-invalid.mlir:[[# @LINE + 4]]:1: error: sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
 // SM-COUNT-HIGH: mk-tile-and-order-invalid.mlir:[[# @LINE + 3]]:1: error: sm-count=1025: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
 
-// A contracted extent that no mma depth divides.
-mk.program @odd [] mesh <1x1> (%a: !mk.tensor<[128, 40], bf16, replicated>, %b: !mk.tensor<[40, 128], bf16, replicated>, %c: !mk.tensor<[128, 128], bf16, replicated>) {
-  mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[128, 128], bf16, replicated> {
-    // expected-error @+1 {{'mk.matmul' op contracts a local extent of 40, which is not a multiple of 16}}
-    %acc = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 40], bf16, replicated>, !mk.tensor<[40, 128], bf16, replicated> -> !mk.tile<[128, 128], f32>
-  }
-}
-
-// -----
-
 // A program not specialized yet.
 mk.program @unbound [K] mesh <?x?> (%a: !mk.tensor<[128, K], bf16, shard 1 over world>, %b: !mk.tensor<[K, 128], bf16, shard 0 over world>, %c: !mk.tensor<[128, 128], bf16, replicated>) {
   mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[128, 128], bf16, replicated> {

@@ -18,20 +18,25 @@ mk.program @swizzle [] mesh <1x2> (%a: !mk.tensor<[4096, 4096], bf16, shard 1 ov
 
 // -----
 
-// With fewer tile rows than a band, the band is the whole grid; f32 operands get k_tile 32, and a
-// local contracted extent of 48 brings it down to 16.
+// With fewer tile rows than a band, the band is the whole grid; f32 operands get k_tile 32; a
+// local contracted extent of 48, which no depth of 32 or more divides, keeps 64 with a last step
+// zero-filled past the extent, as one of 40 does.
 // CHECK-LABEL: mk.program @small
 // CHECK: mk.tile_grid {{.*}} order <swizzle 2> :
 // CHECK: mk.matmul {{.*}} {k_tile = 32 : i64}
-// CHECK: mk.matmul {{.*}} {k_tile = 16 : i64}
+// CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
+// CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
 mk.program @small [] mesh <1x2> (%a: !mk.tensor<[256, 64], f32, replicated>,
                                  %b: !mk.tensor<[64, 256], f32, replicated>,
                                  %a2: !mk.tensor<[256, 96], bf16, shard 1 over world>,
                                  %b2: !mk.tensor<[96, 256], bf16, shard 0 over world>,
+                                 %a3: !mk.tensor<[256, 40], bf16, replicated>,
+                                 %b3: !mk.tensor<[40, 256], bf16, replicated>,
                                  %c: !mk.tensor<[256, 256], f32, replicated>) {
   mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], f32, replicated> {
     %acc = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[256, 64], f32, replicated>, !mk.tensor<[64, 256], f32, replicated> -> !mk.tile<[128, 128], f32>
     %acc2 = mk.matmul %a2[%m, :], %b2[:, %n] : !mk.tensor<[256, 96], bf16, shard 1 over world>, !mk.tensor<[96, 256], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+    %acc3 = mk.matmul %a3[%m, :], %b3[:, %n] : !mk.tensor<[256, 40], bf16, replicated>, !mk.tensor<[40, 256], bf16, replicated> -> !mk.tile<[128, 128], f32>
   }
 }
 

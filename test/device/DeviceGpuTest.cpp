@@ -747,6 +747,12 @@ void runAll() {
     testMatmul<bf16>(matmul, 64, 64, 64, true, false, 100, 200, 64);
     testMatmul<f16>(matmul, 128, 256, 64, false, false, 229, 450, 320);
     testMatmul<f16>(matmul, 64, 64, 64, true, true, 100, 200, 192);
+    // A last k slice of 40 (K = 2880 over 8 ranks), zero-filled past K.
+    for (bool bT : {false, true})
+      testMatmul<bf16>(matmul, 128, 256, 64, false, bT, 229, 450, 360);
+    // Rows of 333 elements, not whole 16-byte chunks: loaded element by element.
+    testMatmul<bf16>(matmul, 128, 256, 64, false, true, 229, 450, 333);
+    testMatmul<bf16>(matmul, 128, 128, 64, false, false, 1, 7, 5);
   });
   guarded("tile ops", [&] {
     for (long long ld : {208, 203}) {

@@ -114,17 +114,25 @@ def script_main(script, rank_main, main):
     return main()
 
 
-def close_to(result, reference, label, partials=()):
-    """Checks `result` against `reference` within 2^-7 relative plus rms/64 absolute. A result
-    summed from bf16 `partials` (their f32 values) also gets 2^-8 of sum |P_i| for each of them:
-    every rounding to bf16 of a partial or of a partial sum costs up to that."""
+def within_tolerance(result, reference, partials=()):
+    """Whether `result` is `reference` within 2^-7 relative plus rms/64 absolute, its largest
+    error and least tolerance. A result summed from bf16 `partials` (their f32 values) also gets
+    2^-8 of sum |P_i| for each of them: every rounding to bf16 of a partial or of a partial sum
+    costs up to that. NaN, the poison, is never within."""
     error = (result.float() - reference).abs()
     tolerance = reference.abs() * 2**-7 + reference.pow(2).mean().sqrt() / 64
     if partials:
         tolerance += sum(partial.abs() for partial in partials) * (len(partials) * 2**-8)
-    check(bool((error <= tolerance).all()),  # NaN, the poison, fails
-          f"{label} (max error {error.max().item():.3g}, tolerance at least "
-          f"{tolerance.min().item():.3g})")
+    if error.numel() == 0:
+        return True, 0.0, float("inf")
+    return (bool((error <= tolerance).all()), error.nan_to_num(float("inf")).max().item(),
+            tolerance.min().item())
+
+
+def close_to(result, reference, label, partials=()):
+    """Checks `result` against `reference` (within_tolerance)."""
+    ok, error, tolerance = within_tolerance(result, reference, partials)
+    check(ok, f"{label} (max error {error:.3g}, tolerance at least {tolerance:.3g})")
 
 
 def same_on_every_rank(tensor, label):

@@ -18,6 +18,7 @@ JIT's disk cache in parallel, on every core, so that the jobs find their cubins 
 """
 
 import concurrent.futures
+import math
 import os
 import pathlib
 import re
@@ -55,8 +56,21 @@ def part(torch, value, placement, rank, nodes, gpus):
     dim, axis = int(match.group(1)), match.group(2)
     index, size = {"world": (rank, nodes * gpus), "gpus": (rank % gpus, gpus),
                    "nodes": (rank // gpus, nodes)}[axis]
-    extent = value.shape[dim] // size
-    return value.narrow(dim, index * extent, extent)
+    lo, hi = programs.shard_range(value.shape[dim], size, index)
+    return value.narrow(dim, lo, hi - lo)
+
+
+def symmetric(runtime, shape, dtype, dims, placement, nodes, gpus):
+    """An empty symmetric tensor of this rank's `shape` (of a global `dims` placed as
+    `placement`), in an allocation of the largest shard's elements, which every rank makes
+    alike."""
+    largest = list(dims)
+    match = re.fullmatch(r"shard (\d) over (\w+)", placement)
+    if match:
+        dim, axis = int(match.group(1)), match.group(2)
+        size = {"world": nodes * gpus, "gpus": gpus, "nodes": nodes}[axis]
+        largest[dim] = -(-dims[dim] // size)
+    return runtime.empty(shape, dtype, capacity=math.prod(largest))
 
 
 def run_program(runtime, torch, mkc, spec):
@@ -79,7 +93,7 @@ def run_program(runtime, torch, mkc, spec):
         if argument.output:
             local = list(op.arguments[index].shape)
             if op.arguments[index].symmetric:
-                handle = runtime.empty(local, dtype)
+                handle = symmetric(runtime, local, dtype, dims, argument.placement, nodes, gpus)
                 view = handle.torch()
             else:
                 handle = view = torch.empty(local, dtype=dtype, device="cuda")
@@ -97,7 +111,8 @@ def run_program(runtime, torch, mkc, spec):
             inputs[argument.name] = value.float()
             mine = part(torch, value, argument.placement, rank, nodes, gpus).contiguous()
         if op.arguments[index].symmetric:
-            handle = runtime.empty(list(mine.shape), dtype)
+            handle = symmetric(runtime, list(mine.shape), dtype, dims, argument.placement, nodes,
+                               gpus)
             handle.torch().copy_(mine)
             mine = handle
         tensors.append(mine)

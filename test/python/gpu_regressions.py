@@ -4,8 +4,8 @@ or right, over 3 launches with outputs poisoned, on 1x2 (two ranks, taking turns
 where there is one).
 
 1. lib/gemm_reducescatter.mlir where M / 2 is not a multiple of the 128-row tile (M = 1000,
-   N = 7000, K = 2880 left rows 500-511 unwritten; M = 128 left rank 1 nothing): refused, naming
-   the rule; the nearest shape that works, M = 1024, right.
+   N = 7000, K = 2880 left rows 500-511 unwritten; M = 128 left rank 1 nothing): refused, then
+   numbering tiles shard by shard, right, as M = 1024 is.
 2. test/Pipeline/gemm_allreduce_epilogue.mlir: an epilogue grid (bias, GeLU) reading the output
    of the in-place all-reduce, which read partial sums: right.
 3. test/Pipeline/gemm_allreduce_bias.mlir at M = 128, whose GEMM tiles the compiler narrowed to
@@ -20,11 +20,14 @@ import sys
 
 import gpu_gemm_allreduce as common  # check, close_to, launch_ranks; also puts mkc on the path
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "random"))
+import programs  # noqa: E402 (shard_range: torch.tensor_split's shards)
+
 PIPELINE = pathlib.Path(__file__).resolve().parents[1] / "Pipeline"
 
 
-def poisoned(runtime, torch, shape):
-    tensor = runtime.empty(list(shape), torch.bfloat16)
+def poisoned(runtime, torch, shape, capacity=None):
+    tensor = runtime.empty(list(shape), torch.bfloat16, capacity=capacity)
     return tensor, tensor.torch()
 
 
@@ -40,27 +43,20 @@ def launches(runtime, torch, op, tensors, out, reference, label, partials=()):
 
 def reduce_scatter(runtime, torch, mkc):
     rank, world = runtime.rank, runtime.world_size
-    for M, N, K in [(1000, 7000, 2880), (128, 8192, 8192)]:
-        try:
-            runtime.compile(mkc.library_program("gemm_reducescatter"), M=M, N=N, K=K)
-            common.check(False, f"rank {rank}: gemm_reducescatter M={M} compiled")
-        except mkc.Error as error:
-            common.check("masks the tiles of a shard" in str(error) and ".mlir:" in str(error),
-                         f"rank {rank}: gemm_reducescatter M={M} N={N} K={K} refused: "
-                         f"{str(error).splitlines()[0]}")
-    M, N, K = 1024, 7000, 2880
-    op = runtime.compile(mkc.library_program("gemm_reducescatter"), M=M, N=N, K=K)
-    generator = torch.Generator(device="cuda").manual_seed(11)
-    a = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
-    b = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
-    shards = [slice(r * K // world, (r + 1) * K // world) for r in range(world)]
-    rows = slice(rank * M // world, (rank + 1) * M // world)
-    c, c_view = poisoned(runtime, torch, (M // world, N))
-    partials = [(a[:, s].float() @ b[s].float())[rows] for s in shards]
-    launches(runtime, torch, op, [a[:, shards[rank]].contiguous(), b[shards[rank]].contiguous(), c],
-             c_view, (a.float() @ b.float())[rows], f"rank {rank}: gemm_reducescatter M={M}",
-             partials)
-    op.close()
+    for M, N, K in [(1000, 7000, 2880), (128, 8192, 8192), (1024, 7000, 2880)]:
+        op = runtime.compile(mkc.library_program("gemm_reducescatter"), M=M, N=N, K=K)
+        generator = torch.Generator(device="cuda").manual_seed(11 + M)
+        a = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
+        b = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
+        shards = [slice(*programs.shard_range(K, world, r)) for r in range(world)]
+        rows = slice(*programs.shard_range(M, world, rank))
+        c, c_view = poisoned(runtime, torch, (rows.stop - rows.start, N), -(-M // world) * N)
+        partials = [(a[:, s].float() @ b[s].float())[rows] for s in shards]
+        launches(runtime, torch, op,
+                 [a[:, shards[rank]].contiguous(), b[shards[rank]].contiguous(), c], c_view,
+                 (a.float() @ b.float())[rows], f"rank {rank}: gemm_reducescatter M={M}",
+                 partials)
+        op.close()
 
 
 def epilogue(runtime, torch, mkc, program, M, N, K, finish):

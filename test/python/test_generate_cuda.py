@@ -96,9 +96,14 @@ class GenerateCuda(unittest.TestCase):
                                   r"is unknown")
 
     def test_bad_shapes(self):
-        message = self.compile_error(support.GEMM_ALLREDUCE, M=1024, N=2048, K=4095)
-        self.assertRegex(message, r"gemm_allreduce.mlir:\d+:\d+: error: .* dim 1 \(extent 4095\) "
-                                  r"does not split evenly over world \(2 ranks\)")
+        # Uneven shards compile (torch.tensor_split's); ring attention's unmasked tiles do not
+        # take shards of partial tiles, and the message names shapes that work.
+        mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", M=1000, N=2048, K=4095)
+        message = self.compile_error(mkc.library_program("ring_attention"), B=1, H=1, S=1000,
+                                     D=64)
+        self.assertRegex(message, r"ring_attention.mlir:\d+:\d+: error: .* tile size 128 does not "
+                                  r"divide the shards of dim 2 \(1000 over 2 ranks: shards of "
+                                  r"500\); .* use a multiple of 256 \(768 or 1024\)")
         message = self.compile_error(support.GEMM_ALLREDUCE, M=1024, N=2048)
         self.assertRegex(message, r"gemm_allreduce.mlir:\d+:\d+: error: shape symbol 'K' of "
                                   r"@gemm_allreduce is not bound")

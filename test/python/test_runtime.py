@@ -160,6 +160,17 @@ class Calls(RuntimeTest):
         self.assertEqual((tensor.data_ptr(), tensor.shape, tensor.dtype, tensor.device),
                          (0x7F0000000000, (1024, 2048), "f32", 1))
 
+    def test_empty_with_capacity(self):
+        # A rank of uneven shards: its own shape, the largest shard's allocation.
+        tensor = mkc.Runtime().empty((333, 4096), "bf16", capacity=334 * 4096)
+        self.assertEqual(self.last("alloc"), ("alloc", 334 * 4096 * 2))
+        self.assertEqual((tensor.shape, tensor.nbytes), ((333, 4096), 333 * 4096 * 2))
+        with self.assertRaisesRegex(ValueError, r"capacity 100 is less than the 333 elements of "
+                                                r"shape \(333,\)"):
+            mkc.Runtime().empty(333, "bf16", capacity=100)
+        with self.assertRaisesRegex(TypeError, "capacity must be an int, not float"):
+            mkc.Runtime().empty(333, "bf16", capacity=1e3)
+
     def test_compile_a_file(self):
         op = mkc.Runtime().compile(support.GEMM_ALLREDUCE, {"M": 1024, "N": 2048}, K=4096,
                                    sm_split={"compute": 120, "intra_reduce": 12})

@@ -7,10 +7,11 @@ gated pair of GEMMs), a topology, shapes from 1 to a few thousand (primes among 
 types, placements, tile sizes (masked where they do not divide) and an epilogue between the
 matmul and the tile's store or collective (or after the collective): arithmetic, activations,
 elementary functions, min and max with a constant and, where no tile is partial, norms of the
-tile's rows and its columns' maxima (reductions and broadcasts). Some draws
-are programs mkc must refuse (rows that are not whole 16-byte pieces, a contracted dim that is
-not a multiple of 16 on each rank, shards that are not a multiple of the tile): they must be
-refused with a located message.
+tile's rows and its columns' maxima (reductions and broadcasts). Some draws have awkward shapes,
+which mkc once refused: rows that are not whole 16-byte pieces, a contracted dim that is not a
+multiple of 16 on each rank or does not split evenly, shards that are not a multiple of the tile
+or are uneven (split as torch.tensor_split splits them: shard_range).
+
 
     spec = draw(seed, topologies=["1x2", "2x1"], max_dim=512)
     spec.text()                        # the program, an mk.program
@@ -36,6 +37,14 @@ UNARY = {
 # a tile's zeros past an edge count in its reductions.
 TILE_REDUCTIONS = ("rownorm", "colmax")
 ITEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+
+
+def shard_range(extent, parts, index):
+    """The elements [lo, hi) of shard `index` of `extent` split over `parts` ranks, as
+    torch.tensor_split splits it: the first extent % parts shards hold one more."""
+    base, extra = divmod(extent, parts)
+    lo = index * base + min(index, extra)
+    return lo, lo + base + (index < extra)
 
 
 @dataclasses.dataclass
@@ -257,8 +266,11 @@ class Spec:
     def _masked(self):
         m, n = self.shapes["M"], self.shapes["N"]
         tm, tn = self.tile
-        return m % tm != 0 or n % tn != 0 or (n // self._column_shards()) % tn != 0 \
-            or (m // self._row_shards()) % tm != 0
+
+        def whole(extent, tile, shards):  # every shard holds whole tiles
+            return extent % shards == 0 and extent // shards % tile == 0
+
+        return not (whole(m, tm, self._row_shards()) and whole(n, tn, self._column_shards()))
 
     def _column_shards(self):
         if self.family in ("all_gather_gemm", "gated") or (
@@ -335,9 +347,8 @@ class Spec:
                 x = inputs["X"][part]
                 partials.append(finish(x, pre).to(out).float())
             else:
-                k = inputs["A"].shape[1] // axis_size
-                lo = part * k
-                p = inputs["A"][:, lo:lo + k] @ inputs["B"][lo:lo + k]
+                lo, hi = shard_range(inputs["A"].shape[1], axis_size, part)
+                p = inputs["A"][:, lo:hi] @ inputs["B"][lo:hi]
                 partials.append(finish(p, pre).to(out).float())
         total = sum(partials)
         if after:
@@ -383,22 +394,22 @@ def draw(seed, topologies, max_dim=512):
         axis = rng.choice(["gpus", "nodes"])
     axis_size = {"world": world, "gpus": gpus, "nodes": nodes}[axis]
     tile = (rng.choice([64, 128, 128]), rng.choice([64, 128, 256, 256]))
-    # Mostly shapes mkc takes; some it must refuse (rows not of 16-byte pieces, a contracted dim
-    # not a multiple of 16 on each rank, shards not a multiple of the tile).
-    refusable = rng.random() < 0.15
+    # Mostly shapes of whole tiles per shard; some awkward (rows not of 16-byte pieces, a
+    # contracted dim not a multiple of 16 on each rank or split unevenly, shards not a multiple of
+    # the tile or uneven).
+    awkward = rng.random() < 0.15
     m = _dim(rng, max_dim)
-    n = _dim(rng, max_dim, 8, prime_chance=0.5 if refusable else 0.0)
-    # The contracted dim on each rank: mostly multiples of 32, now and then 16 or 48, whose k
-    # slices of 16 the tile library refuses for most tiles.
+    n = _dim(rng, max_dim, 8, prime_chance=0.5 if awkward else 0.0)
+    # The contracted dim on each rank: mostly multiples of 32, now and then 16 or 48.
     k = rng.choice([32, 64, 64, 96, 128, 192, 16, 48]) * axis_size
-    if refusable and rng.random() < 0.5:
-        k = rng.choice([8, 24, 40]) * axis_size
-    if family in ("gemm_reduce_scatter", "reduce_scatter_epilogue") and not refusable:
+    if awkward and rng.random() < 0.5:
+        k = rng.choice([8, 24, 40]) * axis_size + rng.choice([0, 1, axis_size - 1])
+    if family in ("gemm_reduce_scatter", "reduce_scatter_epilogue") and not awkward:
         m = max(1, m // (tile[0] * world)) * tile[0] * world
-    if family == "all_gather_gemm" and not refusable:
+    if family == "all_gather_gemm" and not awkward:
         m = max(1, m // (128 * world)) * 128 * world
         n = max(1, n // (tile[1] * world)) * tile[1] * world
-    if family == "gated" or (family == "gemm" and not refusable):
+    if family == "gated" or (family == "gemm" and not awkward):
         n = max(1, n // (tile[1] * world)) * tile[1] * world
     a_sharding = "replicated"
     if family == "gemm" and rng.random() < 0.5:

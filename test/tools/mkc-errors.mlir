@@ -44,9 +44,10 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
 // EMIT: Cannot find option named 'sass'!
 
-// A shape the program rejects: a contracted dim of 1004 cannot be split over 8 ranks.
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=1024,N=1024,K=1004 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
-// SHAPE: gemm_allreduce.mlir:{{[0-9]+}}:1: error: 'mk.program' op places '!mk.tensor<[1024, 1004], bf16, shard 1 over world>' on #mk.mesh<2x4>, but dim 1 (extent 1004) does not split evenly over world (8 ranks)
+// A shape the program rejects: ring attention's tiles are not masked, so its sequence shards
+// must hold whole tiles of 128 (1000 over 2 ranks are 500 each).
+// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1000,D=64 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
+// SHAPE: ring_attention.mlir:{{[0-9]+}}:3: error: 'mk.tile_grid' op tile size 128 does not divide the shards of dim 2 (1000 over 2 ranks: shards of 500); declare 'masked' to allow partial tiles, or use a multiple of 256 (768 or 1024)
 
 // Shape bindings that are not positive integers.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=0,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=ZERO
@@ -67,10 +68,6 @@
 // INT64: gemm_allreduce.mlir:8:5: error: tensor '!mk.tensor<[4611686018427387904, 1024], bf16, shard 1 over world>' (argument #0 of @gemm_allreduce) has more bytes than int64 counts (2^63 - 1)
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=600000,N=600000,K=600000 --emit=cuda 2>&1 | FileCheck %s --check-prefix=TOTAL-BYTES
 // TOTAL-BYTES: gemm_allreduce.mlir:7:1: error: 'mk.program' op keeps more than 1 TiB of tensors and buffers on each rank
-
-// Rows the device library cannot move: 300 bf16 are 600 bytes, not a multiple of 16.
-// RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=257,N=300,K=512 --emit=cuda 2>&1 | FileCheck %s --check-prefix=ROWS
-// ROWS: gemm_allreduce.mlir:9:5: error: a tensor with rows of 300 bf16 elements (600 bytes) on each rank: the device library moves rows in 16-byte pieces, so rows must be a multiple of 16 bytes
 
 // A shape that breaks a tile size: 1000 rows in tiles of 128, not masked.
 // RUN: not mkc %t/unmasked.mlir --topology 1x2 --shape M=1000 --emit=mlir 2>&1 | FileCheck %s --check-prefix=TILE

@@ -81,8 +81,10 @@ Global random(DistTensorType type, std::mt19937 &rng) {
   return g;
 }
 
-TensorData partOf(const Global &global, DistTensorType type, MeshAttr mesh, int64_t rank) {
-  TensorData part(Layout::of(type, mesh, rank / mesh.getGpus(), rank % mesh.getGpus()), NAN);
+TensorData partOf(const Global &global, DistTensorType type, MeshAttr mesh,
+                  const TileNumbering &numbering, int64_t rank) {
+  TensorData part(Layout::of(type, mesh, numbering, rank / mesh.getGpus(), rank % mesh.getGpus()),
+                  NAN);
   part.layout.held().forEach([&](ArrayRef<int64_t> at) {
     int64_t offset = 0;
     for (size_t d = 0; d < at.size(); ++d)
@@ -101,10 +103,11 @@ RankArguments arguments(ProgramOp program, std::vector<Global> &globals,
   for (BlockArgument arg : body.getArguments())
     globals.push_back(random(cast<DistTensorType>(arg.getType()), rng));
   RankArguments ranks(mesh.getWorldSize());
+  TileNumbering numbering = TileNumbering::of(program);
   for (int64_t r = 0; r < mesh.getWorldSize(); ++r)
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<DistTensorType>(arg.getType());
-      ranks[r].push_back(partOf(globals[arg.getArgNumber()], type, mesh, r));
+      ranks[r].push_back(partOf(globals[arg.getArgNumber()], type, mesh, numbering, r));
       if (llvm::is_contained(outputs, int64_t(arg.getArgNumber())))
         std::fill(ranks[r].back().data.begin(), ranks[r].back().data.end(), NAN);
     }

@@ -99,7 +99,7 @@ FailureOr<Machine::Outcome> Machine::enterGrid(Thread &thread, TileGridOp grid) 
 
 bool Machine::held(Operation *op, Thread &thread, int64_t r, Value tensor, const Box &box) {
   const Layout &layout = tensorOf(r, tensor).data.layout;
-  if (layout.holds(box) && !box.empty())
+  if (layout.holds(box) && (!box.empty() || layout.isShortShardTile(box)))
     return true;
   std::string coords;
   llvm::raw_string_ostream os(coords);
@@ -201,7 +201,7 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         IntIndexOps ops;
         auto [node, gpu] =
             tileOwner(ops, owner.getTensor().getType(), ints(owner.getIndices()), owner.getTile(),
-                      owner.getRowSlices(), mesh, rank.node, rank.gpu);
+                      owner.getRowSlices(), mesh, numbering, rank.node, rank.gpu);
         thread.env[owner.getNode()] = node;
         thread.env[owner.getGpu()] = gpu;
         return Outcome::next;

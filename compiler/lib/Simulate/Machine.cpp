@@ -66,7 +66,7 @@ LogicalResult Machine::prepare() {
     else if (auto engine = dyn_cast<EngineCopyOp>(op))
       mark(engine.getTensor());
     if (auto grid = dyn_cast<TileGridOp>(op)) {
-      FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);
+      FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, numbering);
       if (failed(walk))
         return WalkResult::interrupt();
       walks.try_emplace(grid, *walk);
@@ -102,9 +102,10 @@ LogicalResult Machine::prepare() {
     rank.weight = weight(rng);
     for (auto [index, value] : llvm::enumerate(tensorValues)) {
       auto type = cast<DistTensorType>(value.getType());
-      Tensor &tensor = rank.tensors.emplace_back(Tensor{
-          index < outputs.size() ? launches[0].inputs[r][index]
-                                 : TensorData(Layout::of(type, mesh, rank.node, rank.gpu), NAN)});
+      Tensor &tensor = rank.tensors.emplace_back(
+          Tensor{index < outputs.size()
+                     ? launches[0].inputs[r][index]
+                     : TensorData(Layout::of(type, mesh, numbering, rank.node, rank.gpu), NAN)});
       tensor.tracked = tracked[index];
       if (tensor.tracked) {
         tensor.shadow.resize(tensor.data.data.size());

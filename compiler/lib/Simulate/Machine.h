@@ -180,8 +180,9 @@ class Machine {
 public:
   Machine(ProgramOp program, ArrayRef<Launch> launches, ArrayRef<bool> outputs, uint64_t seed,
           const SimulationOptions &options)
-      : program(program), mesh(program.getMesh()), launches(launches), outputs(outputs),
-        options(options), seed(seed), rng(seed * 0x9e3779b97f4a7c15ull + 1) {}
+      : program(program), mesh(program.getMesh()), numbering(TileNumbering::of(program)),
+        launches(launches), outputs(outputs), options(options), seed(seed),
+        rng(seed * 0x9e3779b97f4a7c15ull + 1) {}
 
   FailureOr<MachineResult> run();
 
@@ -253,6 +254,7 @@ private:
 
   ProgramOp program;
   MeshAttr mesh;
+  TileNumbering numbering;
   ArrayRef<Launch> launches;
   ArrayRef<bool> outputs;
   const SimulationOptions &options;

@@ -13,21 +13,27 @@ int64_t Box::elements() const {
   return n;
 }
 
-Layout Layout::of(DistTensorType type, MeshAttr mesh, int64_t node, int64_t gpu) {
+Layout Layout::of(DistTensorType type, MeshAttr mesh, const TileNumbering &numbering, int64_t node,
+                  int64_t gpu) {
   Layout layout;
   layout.type = type;
   layout.precision = precisionOf(type.getElementType());
   PlacementAttr placement = type.getPlacement();
   for (int64_t d = 0; d < type.getRank(); ++d) {
-    int64_t local = type.getLocalExtent(d, mesh);
-    layout.global.push_back(type.getShape()[d]);
-    layout.local.push_back(local);
-    int64_t index = 0;
-    if (placement.shardsDim(d))
-      index = placement.getAxis() == MeshAxis::world   ? node * mesh.getGpus() + gpu
-              : placement.getAxis() == MeshAxis::nodes ? node
-                                                       : gpu;
-    layout.first.push_back(index * local);
+    int64_t extent = type.getShape()[d];
+    layout.global.push_back(extent);
+    layout.numbered.push_back(numbering.splitOf(extent));
+    if (!placement.shardsDim(d)) {
+      layout.local.push_back(extent);
+      layout.first.push_back(0);
+      continue;
+    }
+    int64_t index = placement.getAxis() == MeshAxis::world   ? node * mesh.getGpus() + gpu
+                    : placement.getAxis() == MeshAxis::nodes ? node
+                                                             : gpu;
+    ShardSplit split = type.getShardSplit(d, mesh);
+    layout.local.push_back(split.extentOf(index));
+    layout.first.push_back(split.startOf(index));
   }
   return layout;
 }
@@ -44,6 +50,17 @@ bool Layout::holds(const Box &box) const {
     if (box.lo[d] < first[d] || box.hi[d] > first[d] + local[d])
       return false;
   return true;
+}
+
+bool Layout::isShortShardTile(const Box &box) const {
+  for (int64_t d = 0; d < rank(); ++d) {
+    if (!numbered[d] || box.lo[d] != box.hi[d])
+      continue;
+    for (int64_t s = 0; s < numbered[d]->parts; ++s)
+      if (box.lo[d] == numbered[d]->startOf(s) + numbered[d]->extentOf(s))
+        return true;
+  }
+  return false;
 }
 
 int64_t Layout::offset(ArrayRef<int64_t> coords) const {
@@ -82,10 +99,17 @@ Box Layout::access(ArrayRef<int64_t> indices, ArrayRef<int64_t> wholeDims,
       box.hi.push_back(first[d] + local[d]);
       continue;
     }
-    int64_t extent = d >= firstTileDim ? tile[d - firstTileDim] : 1;
-    int64_t lo = *index++ * extent;
-    box.lo.push_back(lo);
-    box.hi.push_back(std::min(lo + extent, global[d]));
+    // Leading dims index single elements; tile dims are numbered (TileNumbering).
+    if (d < firstTileDim) {
+      box.lo.push_back(*index);
+      box.hi.push_back(std::min(*index++ + 1, global[d]));
+      continue;
+    }
+    IntIndexOps ops;
+    TileSpan<int64_t> span =
+        TileNumbering::span(ops, numbered[d], global[d], tile[d - firstTileDim], *index++);
+    box.lo.push_back(span.start);
+    box.hi.push_back(span.start + span.size);
   }
   return box;
 }

@@ -12,6 +12,8 @@
 
 #include "Values.h"
 
+#include "mk/Transforms/TileWalk.h"
+
 #include <functional>
 
 namespace mlir::mk::sim {
@@ -57,13 +59,19 @@ struct Layout {
   DistTensorType type;
   Precision precision;
   SmallVector<int64_t, 4> global, local, first;
+  /// The split that numbers the tiles along each dim, if any (TileNumbering).
+  SmallVector<std::optional<ShardSplit>, 4> numbered;
 
-  /// The part of `type` rank (`node`, `gpu`) of `mesh` holds.
-  static Layout of(DistTensorType type, MeshAttr mesh, int64_t node, int64_t gpu);
+  /// The part of `type` rank (`node`, `gpu`) of `mesh` holds, its tiles numbered by `numbering`.
+  static Layout of(DistTensorType type, MeshAttr mesh, const TileNumbering &numbering, int64_t node,
+                   int64_t gpu);
   int64_t rank() const { return global.size(); }
   int64_t elements() const;
   /// Whether every element of `box` is held here.
   bool holds(const Box &box) const;
+  /// Whether `box` is an empty tile of a short shard: empty along a dim numbered by shards, at
+  /// the end of a shard (TileNumbering).
+  bool isShortShardTile(const Box &box) const;
   /// The offset of global element `coords` (held here) in the rank's row-major part.
   int64_t offset(ArrayRef<int64_t> coords) const;
   /// The global coordinates of the element at `offset`.
@@ -71,8 +79,9 @@ struct Layout {
   /// All the elements held here.
   Box held() const;
   /// The box an access names: `indices` are global tile coordinates of the dims not in
-  /// `wholeDims`, the trailing dims take their extents from `tile` and the others extent 1; a
-  /// whole dim is the part held here. Cut by the tensor's global edges.
+  /// `wholeDims`, the trailing dims take their extents from `tile` (where TileNumbering puts
+  /// them) and the others extent 1; a whole dim is the part held here. Cut by the tensor's
+  /// global edges, and by shards where they number the tiles.
   Box access(ArrayRef<int64_t> indices, ArrayRef<int64_t> wholeDims, ArrayRef<int64_t> tile) const;
 };
 

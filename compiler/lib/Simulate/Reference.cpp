@@ -56,7 +56,8 @@ struct Combination {
 class Reference {
 public:
   Reference(ProgramOp program, RankArguments arguments)
-      : program(program), mesh(program.getMesh()), ranks(mesh.getWorldSize()) {
+      : program(program), mesh(program.getMesh()), numbering(TileNumbering::of(program)),
+        ranks(mesh.getWorldSize()) {
     int64_t world = mesh.getWorldSize();
     Block &body = program.getBodyBlock();
     for (int64_t r = 0; r < world; ++r)
@@ -105,7 +106,7 @@ private:
   void allocate(Value tensor) {
     auto type = cast<DistTensorType>(tensor.getType());
     for (int64_t r = 0; r < world(); ++r)
-      define(r, tensor, TensorData(Layout::of(type, mesh, nodeOf(r), gpuOf(r)), NAN));
+      define(r, tensor, TensorData(Layout::of(type, mesh, numbering, nodeOf(r), gpuOf(r)), NAN));
   }
 
   TensorData &data(const TensorView &view) {
@@ -268,21 +269,33 @@ private:
     return success();
   }
 
-  /// The tiles of `grid` that rank `r` visits: all of the global tensor, or those whose first
-  /// element the rank holds; past the row counts, none.
+  /// The tiles of `grid` that rank `r` visits: all of the global tensor, or those of the shard
+  /// the rank holds (TileNumbering); past the row counts, none.
   std::vector<SmallVector<int64_t>> tilesOf(TileGridOp grid, int64_t r) {
     DistTensorType type = grid.getTargetType();
-    Layout layout = Layout::of(type, mesh, nodeOf(r), gpuOf(r));
+    PlacementAttr placement = type.getPlacement();
+    Layout layout = Layout::of(type, mesh, numbering, nodeOf(r), gpuOf(r));
     SmallVector<int64_t> sizes;
     Box tiles;
     for (int64_t d = 0; d < type.getRank(); ++d) {
       int64_t size =
           ShapedType::isDynamic(grid.getTileSizes()[d]) ? layout.global[d] : grid.getTileSizes()[d];
       sizes.push_back(size);
-      int64_t lo = grid.getGlobal() ? 0 : layout.first[d];
-      int64_t hi = grid.getGlobal() ? layout.global[d] : layout.first[d] + layout.local[d];
-      tiles.lo.push_back(llvm::divideCeil(lo, size));
-      tiles.hi.push_back(llvm::divideCeil(hi, size));
+      std::optional<ShardSplit> split = layout.numbered[d];
+      if (grid.getGlobal() || !placement.shardsDim(d)) {
+        tiles.lo.push_back(0);
+        tiles.hi.push_back(TileNumbering::count(split, layout.global[d], size));
+      } else if (!TileNumbering::plain(split, size)) {
+        int64_t perShard = TileNumbering::perShard(*split, size);
+        int64_t shard = placement.getAxis() == MeshAxis::world   ? r
+                        : placement.getAxis() == MeshAxis::nodes ? nodeOf(r)
+                                                                 : gpuOf(r);
+        tiles.lo.push_back(shard * perShard);
+        tiles.hi.push_back((shard + 1) * perShard);
+      } else {
+        tiles.lo.push_back(llvm::divideCeil(layout.first[d], size));
+        tiles.hi.push_back(llvm::divideCeil(layout.first[d] + layout.local[d], size));
+      }
     }
     const TensorData *counts = grid.getRowCounts() ? &data({grid.getRowCounts(), r}) : nullptr;
     std::vector<SmallVector<int64_t>> visits;
@@ -609,6 +622,7 @@ private:
 
   ProgramOp program;
   MeshAttr mesh;
+  TileNumbering numbering;
   std::vector<Rank> ranks;
   /// The current grid's all-reduce and reduce-scatter tiles, by destination, group and tile.
   using CombinationKey = std::tuple<const void *, int64_t, std::vector<int64_t>>;

@@ -50,10 +50,10 @@ enum class Role { values, experts, weights };
 /// replicated arguments (each rank its part), one per rank for symmetric ones. Expert indices
 /// are top_k distinct experts per token; routing weights lie in (0, 1]; other values in [-1, 1);
 /// outputs are NaN.
-std::vector<TensorData> inputsOf(DistTensorType type, MeshAttr mesh, Role role, int64_t numExperts,
-                                 bool output, std::mt19937_64 &rng) {
+std::vector<TensorData> inputsOf(DistTensorType type, MeshAttr mesh, const TileNumbering &numbering,
+                                 Role role, int64_t numExperts, bool output, std::mt19937_64 &rng) {
   int64_t world = mesh.getWorldSize();
-  Layout whole = Layout::of(type, mesh, 0, 0);
+  Layout whole = Layout::of(type, mesh, numbering, 0, 0);
   whole.local = whole.global;
   whole.first.assign(whole.rank(), 0);
   auto fill = [&](TensorData &t) {
@@ -84,7 +84,7 @@ std::vector<TensorData> inputsOf(DistTensorType type, MeshAttr mesh, Role role, 
     }
   };
   auto part = [&](const TensorData &global, int64_t r) {
-    TensorData local(Layout::of(type, mesh, r / mesh.getGpus(), r % mesh.getGpus()));
+    TensorData local(Layout::of(type, mesh, numbering, r / mesh.getGpus(), r % mesh.getGpus()));
     local.layout.held().forEach([&](ArrayRef<int64_t> at) { local.at(at) = global.at(at); });
     return local;
   };
@@ -121,8 +121,10 @@ FailureOr<SimulationReport> sim::simulate(ProgramOp reference, ProgramOp schedul
                                     "and 65535 launches; this program has "
                                  << threads << " and " << options.launches;
   SimulationReport report;
+  TileNumbering scheduledNumbering = TileNumbering::of(scheduled);
   WalkResult walks = scheduled.walk([&](TileGridOp grid) {
-    return failed(TileWalk::get(grid, mesh)) ? WalkResult::interrupt() : WalkResult::advance();
+    return failed(TileWalk::get(grid, mesh, scheduledNumbering)) ? WalkResult::interrupt()
+                                                                 : WalkResult::advance();
   });
   if (walks.wasInterrupted()) {
     report.refused = true;
@@ -155,6 +157,7 @@ FailureOr<SimulationReport> sim::simulate(ProgramOp reference, ProgramOp schedul
         outputs[arg.getArgNumber()] = true;
   });
 
+  TileNumbering numbering = TileNumbering::of(reference);
   std::vector<Launch> launches;
   for (int64_t l = 0; l < options.launches; ++l) {
     Launch &launch = launches.emplace_back();
@@ -163,7 +166,7 @@ FailureOr<SimulationReport> sim::simulate(ProgramOp reference, ProgramOp schedul
       std::mt19937_64 rng(options.dataSeed * 1000003 + l * 1009 + a);
       auto type = cast<DistTensorType>(body.getArgument(a).getType());
       std::vector<TensorData> values =
-          inputsOf(type, mesh, roles[a], numExperts[a], outputs[a], rng);
+          inputsOf(type, mesh, numbering, roles[a], numExperts[a], outputs[a], rng);
       for (int64_t r = 0; r < mesh.getWorldSize(); ++r)
         launch.inputs[r].push_back(std::move(values[r]));
     }

@@ -64,8 +64,8 @@ class Expander {
 public:
   Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines)
       : program(program), context(program.getContext()), mesh(program.getMesh()),
-        nodes(mesh.getNodes()), gpus(mesh.getGpus()), inPlaceAllReduce(inPlaceAllReduce),
-        copyEngines(copyEngines) {}
+        numbering(TileNumbering::of(program)), nodes(mesh.getNodes()), gpus(mesh.getGpus()),
+        inPlaceAllReduce(inPlaceAllReduce), copyEngines(copyEngines) {}
 
   LogicalResult run();
 
@@ -128,6 +128,8 @@ private:
   ProgramOp program;
   MLIRContext *context;
   MeshAttr mesh;
+  /// Where tiles lie along the program's dims; the buffers the expansion adds shard nothing.
+  TileNumbering numbering;
   int64_t nodes, gpus;
   bool inPlaceAllReduce;
   bool copyEngines;
@@ -289,8 +291,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   SmallVector<int64_t> tileMajorShape;
   if (!scatter && destType.getRank() == 2 && dest.wholeDims.empty() && tile.getRank() == 2 &&
       destType.hasStaticShape()) {
-    tileCols = llvm::divideCeil(destType.getShape()[1], sizes[1]);
-    int64_t tiles = llvm::divideCeil(destType.getShape()[0], sizes[0]) * tileCols;
+    tileCols = numbering.count(destType.getShape()[1], sizes[1]);
+    int64_t tiles = numbering.count(destType.getShape()[0], sizes[0]) * tileCols;
     tileMajorShape = {(tiles + dealtOver - 1) / dealtOver * extents[0], extents[1]};
   }
   // A staging buffer of `slots` slots, tile-major where it can be, else shaped as dest.
@@ -423,7 +425,8 @@ bool Expander::allReducesInPlace(AllReduceOp op) {
   return inPlaceAllReduce && fromEngine && op.getKind() == ReduceKind::sum && nodes == 1 &&
          gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&
          producer->getParentOp() == computeRole && dest.getRank() == 2 && dest.hasStaticShape() &&
-         op.getWholeDims().empty() && op.getValue().getType().getRank() == 2;
+         op.getWholeDims().empty() && op.getValue().getType().getRank() == 2 &&
+         tmaAddresses(dest, op.getValue().getType().getShape(), mesh, TileNumbering::of(program));
 }
 
 void Expander::expandAllReduceInPlace(AllReduceOp op) {
@@ -440,7 +443,7 @@ void Expander::expandAllReduceInPlace(AllReduceOp op) {
   Access dest{op.getDest(), llvm::to_vector(op.getIndices()), {}};
   SmallVector<int64_t> flagShape;
   for (auto [extent, size] : llvm::zip(destType.getShape(), sizes))
-    flagShape.push_back(llvm::divideCeil(extent, size));
+    flagShape.push_back(numbering.count(extent, size));
   // The one ordering the transfers cannot show: a tile is added to only once it holds the first
   // contribution, on both GPUs.
   OpBuilder pb = OpBuilder::atBlockBegin(&program.getBodyBlock());
@@ -644,8 +647,12 @@ Value Expander::gather(Location loc, Value source, ArrayRef<int64_t> chunk) {
   }
   SmallVector<int64_t> extents = tileExtents(sourceType, sizes);
   bool masked = llvm::any_of(llvm::enumerate(sizes), [&](auto size) {
-    return !ShapedType::isDynamic(size.value()) &&
-           sourceType.getLocalExtent(size.index(), mesh) % size.value() != 0;
+    if (ShapedType::isDynamic(size.value()))
+      return false;
+    ShardSplit split = placement.shardsDim(size.index())
+                           ? sourceType.getShardSplit(size.index(), mesh)
+                           : ShardSplit{sourceType.getShape()[size.index()], 1};
+    return !split.even() || split.base() % size.value() != 0;
   });
   auto chunkAt = [&](Value tensor, ValueRange coords) {
     return Access::at(tensor, wholeDims, coords);

@@ -3,6 +3,7 @@
 #include "TileAccess.h"
 
 #include "mk/Transforms/Passes.h"
+#include "mk/Transforms/TileNumbering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -30,7 +31,8 @@ struct FlagPlan {
 class SignalInserter {
 public:
   SignalInserter(ProgramOp program)
-      : program(program), mesh(program.getMesh()), nodes(mesh.getNodes()), gpus(mesh.getGpus()) {}
+      : program(program), mesh(program.getMesh()), numbering(TileNumbering::of(program)),
+        nodes(mesh.getNodes()), gpus(mesh.getGpus()) {}
 
   LogicalResult run() {
     if (program.getBodyBlock().getOps<RoleOp>().empty())
@@ -130,7 +132,7 @@ private:
       if (llvm::is_contained(plan.slotDims, d) || plan.extents[d] == 0)
         continue;
       plan.flagDims.push_back(d);
-      shape.push_back(llvm::divideCeil(type.getShape()[d], plan.extents[d]));
+      shape.push_back(numbering.count(type.getShape()[d], plan.extents[d]));
     }
     if (shape.empty())
       shape.push_back(1);
@@ -403,6 +405,7 @@ private:
 
   ProgramOp program;
   MeshAttr mesh;
+  TileNumbering numbering;
   int64_t nodes, gpus;
   int64_t flagCount = 0;
   llvm::StringMap<SmallVector<int64_t>> flagShapes;

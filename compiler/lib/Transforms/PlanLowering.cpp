@@ -52,7 +52,9 @@ bool sameTmaReduction(AccumulateOp a, AccumulateOp b) {
 /// rank-3 buffer, at most 3, in boxes of 64 columns), else combined and stored chunk by chunk
 /// (chunks), without a tile in registers or shared memory.
 void markReductions(ProgramOp program) {
-  program.walk([](AccumulateOp accumulate) {
+  MeshAttr mesh = program.getMesh();
+  TileNumbering numbering = TileNumbering::of(program);
+  program.walk([&](AccumulateOp accumulate) {
     TileType tile = accumulate.getResult().getType();
     Type source = accumulate.getSource().getType().getElementType();
     if (tile.getRank() != 2 || source.getIntOrFloatBitWidth() != 16 || !accumulate->hasOneUse())
@@ -74,9 +76,11 @@ void markReductions(ProgramOp program) {
     bool tma = buffer.getRank() == 3 && accumulate.getWholeDims() == ArrayRef<int64_t>{0} &&
                buffer.getShape()[0] <= 3 && tile.getShape()[0] <= 256 &&
                tile.getShape()[1] % 64 == 0 &&
-               llvm::all_of(convert->getUsers(), [](Operation *user) {
+               tmaAddresses(buffer, tile.getShape(), mesh, numbering) &&
+               llvm::all_of(convert->getUsers(), [&](Operation *user) {
                  auto dest = cast<DistTensorType>(user->getOperand(1).getType());
-                 return dest.getRank() == 2 || dest.getRank() == 3;
+                 return (dest.getRank() == 2 || dest.getRank() == 3) &&
+                        tmaAddresses(dest, tile.getShape(), mesh, numbering);
                });
     // The role's publisher raises flags on this node only, and serves one configuration.
     auto role = accumulate->getParentOfType<RoleOp>();
@@ -215,6 +219,7 @@ struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
     if (failed(checkLowerable(program)))
       return signalPassFailure();
     mesh = program.getMesh();
+    numbering = TileNumbering::of(program);
     markReductions(program);
     rolesPairUp = llvm::all_of(program.getBodyBlock().getOps<RoleOp>(),
                                [](RoleOp role) { return role.getCtas().value_or(1) % 2 == 0; });
@@ -247,14 +252,15 @@ private:
         dest = put.getDest().getType();
       else
         return GemmEngineAttr();
-      if (dest.getRank() < 2 || dest.getRank() > 3)
+      if (dest.getRank() < 2 || dest.getRank() > 3 ||
+          !tmaAddresses(dest, matmul.getResult().getType().getShape(), mesh, numbering))
         return GemmEngineAttr();
     }
     // The producer walks the role's tile grids, loading for every tile it visits.
     auto grid = dyn_cast<TileGridOp>(matmul->getParentOp());
     if (!grid || !isa<RoleOp>(grid->getParentOp()) || grid.getRowCounts())
       return GemmEngineAttr();
-    FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);
+    FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, numbering);
     if (failed(walk))
       return failure();
     if (walk->skipsTiles())
@@ -292,7 +298,8 @@ private:
     for (MatmulOp matmul : matmuls) {
       if (!why.empty())
         break;
-      FailureOr<TileWalk> walk = TileWalk::get(cast<TileGridOp>(matmul->getParentOp()), mesh);
+      FailureOr<TileWalk> walk =
+          TileWalk::get(cast<TileGridOp>(matmul->getParentOp()), mesh, numbering);
       if (failed(walk))
         return failure();
       if (!walk->pairsRows(*role.getCtas()))
@@ -375,6 +382,7 @@ private:
   }
 
   MeshAttr mesh;
+  TileNumbering numbering;
   /// Whether every role has an even number of CTAs, so that no cluster of 2 spans two roles.
   bool rolesPairUp = false;
 };

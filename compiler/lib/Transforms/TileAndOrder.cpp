@@ -2,6 +2,7 @@
 
 #include "TileAccess.h"
 
+#include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/Passes.h"
 
 namespace mlir::mk {
@@ -16,8 +17,9 @@ namespace {
 
 /// Tile rows that share panels of B in L2 when swizzled.
 constexpr int64_t kSwizzleGroup = 8;
-/// Smallest main-loop depth: one mma.sync k-step.
-constexpr int64_t kMinKTile = 16;
+/// Smallest main-loop depth taken where it divides the contracted extent: the tile library's
+/// copies take slices of 32 of every tile (of 16, not of 64-row ones).
+constexpr int64_t kMinKTile = 32;
 /// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
 /// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
 /// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded).
@@ -26,21 +28,21 @@ struct EngineTileWidth {
   int64_t columns, time;
 };
 constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}};
+constexpr int64_t kNarrowestEngineTile = 128;
 
 bool isEngineTileWidth(int64_t columns) {
   return llvm::any_of(kEngineTileWidths,
                       [&](EngineTileWidth width) { return width.columns == columns; });
 }
 
-/// The main-loop depth whose rows are 128 bytes, halved until it divides `extent`.
-FailureOr<int64_t> chooseKTile(MatmulOp matmul, int64_t extent, Type element) {
-  int64_t kTile = 1024 / element.getIntOrFloatBitWidth();
-  while (kTile > kMinKTile && extent % kTile != 0)
-    kTile /= 2;
-  if (extent % kTile != 0)
-    return matmul.emitOpError() << "contracts a local extent of " << extent
-                                << ", which is not a multiple of " << kMinKTile;
-  return kTile;
+/// The main-loop depth whose rows are 128 bytes, halved (down to kMinKTile) until it divides
+/// `extent`; where none does, the 128-byte one, its last slice zero-filled past the extent.
+int64_t chooseKTile(int64_t extent, Type element) {
+  int64_t widest = 1024 / element.getIntOrFloatBitWidth();
+  for (int64_t kTile = widest; kTile >= kMinKTile; kTile /= 2)
+    if (extent % kTile == 0)
+      return kTile;
+  return widest;
 }
 
 /// The extent of `grid`'s target along `d` that its tiles cover: the whole tensor or this rank's
@@ -81,6 +83,27 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   if (!computesMatmuls(grid) || !uniform)
     return std::nullopt;
   return sizes[1];
+}
+
+/// Whether TMA addresses the tiles of `grid` `width` columns wide, with its matmuls' panels, as
+/// the GEMM engine needs. Where it does not, the tile library multiplies: its accumulator of a
+/// 256-column tile does not fit in registers beside the rest of a kernel.
+bool engineAddresses(TileGridOp grid, int64_t width, const TileNumbering &numbering) {
+  MeshAttr mesh = grid->getParentOfType<ProgramOp>().getMesh();
+  if (!tmaAddresses(grid.getTargetType(), {kEngineTileRows, width}, mesh, numbering))
+    return false;
+  return !grid.getBody()
+              .walk([&](MatmulOp matmul) {
+                bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
+                SmallVector<int64_t> panel =
+                    bKMajor ? SmallVector<int64_t>{width, 1} : SmallVector<int64_t>{1, width};
+                return tmaAddresses(matmul.getLhs().getType(), {kEngineTileRows, 1}, mesh,
+                                    numbering) &&
+                               tmaAddresses(matmul.getRhs().getType(), panel, mesh, numbering)
+                           ? WalkResult::advance()
+                           : WalkResult::interrupt();
+              })
+              .wasInterrupted();
 }
 
 /// Of the engine's tile widths that `allowed` admits (at least one), the one that takes the
@@ -187,10 +210,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         matmul.emitOpError() << "needs a specialized program (run mk-specialize first)";
         return WalkResult::interrupt();
       }
-      FailureOr<int64_t> kTile = chooseKTile(matmul, extent, lhs.getElementType());
-      if (failed(kTile))
-        return WalkResult::interrupt();
-      matmul.setKTile(*kTile);
+      matmul.setKTile(chooseKTile(extent, lhs.getElementType()));
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
@@ -212,12 +232,14 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         return WalkResult::interrupt();
       }
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
+      TileNumbering numbering = TileNumbering::of(program);
       int64_t chosen = forced ? forced : *width;
       if (!forced && !ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols)) {
         // The other grids' tiles of a tensor this one writes or reads may pin its width.
         ProgramAccesses accesses(program);
         const auto allowed = [&](int64_t columns) {
-          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses);
+          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses) &&
+                 (columns == kNarrowestEngineTile || engineAddresses(grid, columns, numbering));
         };
         // Where no width agrees, the program's own stands, for mk-insert-signals to report.
         if (llvm::any_of(kEngineTileWidths, [&](EngineTileWidth w) { return allowed(w.columns); }))

@@ -5,7 +5,23 @@
 using namespace mlir;
 using namespace mlir::mk;
 
-FailureOr<TileWalk> TileWalk::get(TileGridOp grid, MeshAttr mesh) {
+/// The error for a dim of `extent` over `parts` ranks whose shards do not hold whole tiles of
+/// `size`, and the nearest extents that do.
+static InFlightDiagnostic refuseShards(TileGridOp grid, int64_t d, int64_t extent, int64_t parts,
+                                       int64_t size, StringRef why) {
+  int64_t whole = parts * size;
+  int64_t below = extent / whole * whole;
+  InFlightDiagnostic diag =
+      grid.emitOpError() << "masks the tiles of a shard, which " << why << ": dim " << d << " ("
+                         << extent << " over " << parts << " ranks) holds "
+                         << ShardSplit{extent, parts}.largest() << " a rank, not a multiple of the "
+                         << size << " of a tile; use a multiple of " << whole;
+  if (below)
+    diag << " (" << below << " or " << below + whole << ")";
+  return diag;
+}
+
+FailureOr<TileWalk> TileWalk::get(TileGridOp grid, MeshAttr mesh, const TileNumbering &numbering) {
   DistTensorType target = grid.getTargetType();
   PlacementAttr placement = target.getPlacement();
   TileWalk walk;
@@ -16,26 +32,28 @@ FailureOr<TileWalk> TileWalk::get(TileGridOp grid, MeshAttr mesh) {
   bool byShard = placement.isSharded() && (!grid.getGlobal() || grid.getDistribute());
   int64_t rank = target.getRank();
   for (int64_t d = 0; d < rank; ++d) {
-    int64_t extent = byShard ? target.getLocalExtent(d, mesh) : target.getShape()[d];
+    int64_t extent = target.getShape()[d];
     int64_t size = grid.getTileSizes()[d];
-    // Tiles are numbered shard after shard, so a partial tile inside the global tensor would
-    // shift every later shard's tiles (a shard that is the whole dim is the unsharded case).
-    int64_t ranks = target.getShape()[d] / std::max<int64_t>(extent, 1);
-    if (byShard && placement.shardsDim(d) && ranks > 1 && !ShapedType::isDynamic(size) &&
-        extent % size) {
-      int64_t whole = ranks * size;
-      int64_t below = target.getShape()[d] / whole * whole;
-      InFlightDiagnostic diag = grid.emitOpError()
-                                << "masks the tiles of a shard, which has no CUDA lowering yet: "
-                                   "dim "
-                                << d << " (" << target.getShape()[d] << " over " << ranks
-                                << " ranks) holds " << extent << " a rank, not a multiple of the "
-                                << size << " of a tile; use a multiple of " << whole;
-      if (below)
-        diag << " (" << below << " or " << below + whole << ")";
-      return diag;
+    if (ShapedType::isDynamic(size)) {
+      walk.counts_.push_back(1);
+      continue;
     }
-    walk.counts_.push_back(ShapedType::isDynamic(size) ? 1 : llvm::divideCeil(extent, size));
+    if (numbering.splitsAmbiguously(extent) && placement.shardsDim(d)) {
+      ShardSplit split = target.getShardSplit(d, mesh);
+      if (!split.even() || split.base() % size)
+        return refuseShards(grid, d, extent, split.parts, size,
+                            "the program's tensors split over different numbers of ranks");
+    }
+    std::optional<ShardSplit> split = numbering.splitOf(extent);
+    if (split && !numbering.plain(extent, size) && !numbering.plainTilesOnly().empty())
+      return refuseShards(grid, d, extent, split->parts, size,
+                          ("'" + numbering.plainTilesOnly() + "' does not take yet").str());
+    // Tiles are numbered shard after shard (TileNumbering).
+    int64_t count = numbering.count(extent, size);
+    if (byShard && placement.shardsDim(d))
+      count = split ? TileNumbering::perShard(*split, size)
+                    : llvm::divideCeil(target.getLocalExtent(d, mesh), size);
+    walk.counts_.push_back(count);
     walk.perShard *= walk.counts_.back();
   }
 

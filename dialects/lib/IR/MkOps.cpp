@@ -73,18 +73,25 @@ static Dim resolveDim(Operation *op, Dim dim) {
   return dim;
 }
 
-/// Dim `d` of `type` as one rank holds it (`local`) or of the whole tensor. A sharded dim held
-/// locally has no symbol: its extent is known once the global extent and the mesh are.
-static Dim resolvedDim(Operation *op, DistTensorType type, int64_t d, bool local) {
+/// How dim `d` of `type`, sharded, splits over its axis, once the extent and the mesh are known.
+static std::optional<ShardSplit> resolvedSplit(Operation *op, DistTensorType type, int64_t d) {
   Dim dim = resolveDim(op, type.getDim(d));
-  if (!local || !type.getPlacement().shardsDim(d))
-    return dim;
   ProgramOp program = enclosingProgram(op);
   int64_t parts =
       program ? program.getMesh().getAxisSize(type.getPlacement().getAxis()) : ShapedType::kDynamic;
   if (!dim.isKnown() || ShapedType::isDynamic(parts))
-    return Dim{};
-  return Dim{dim.extent / parts, nullptr};
+    return std::nullopt;
+  return ShardSplit{dim.extent, parts};
+}
+
+/// Dim `d` of `type` as one rank holds it (`local`: the largest shard, where it is sharded) or of
+/// the whole tensor. A sharded dim held locally has no symbol: its extent is known once the
+/// global extent and the mesh are.
+static Dim resolvedDim(Operation *op, DistTensorType type, int64_t d, bool local) {
+  if (!local || !type.getPlacement().shardsDim(d))
+    return resolveDim(op, type.getDim(d));
+  std::optional<ShardSplit> split = resolvedSplit(op, type, d);
+  return split ? Dim{split->largest(), nullptr} : Dim{};
 }
 
 static LogicalResult verifyAccess(Operation *op, StringRef what, const Access &access) {
@@ -402,8 +409,7 @@ LogicalResult ProgramOp::verify() {
   return verifyTensorBytes(*this);
 }
 
-/// Checks one type used in the program: its shape symbols are declared, and a sharded tensor's
-/// sharded dim splits evenly over its axis on a bound mesh.
+/// Checks one type used in the program: its shape symbols are declared.
 static LogicalResult verifyTypeInProgram(ProgramOp program, Operation *user, Type type) {
   auto shaped = dyn_cast<SymbolicShapeType>(type);
   if (!shaped)
@@ -418,22 +424,7 @@ static LogicalResult verifyTypeInProgram(ProgramOp program, Operation *user, Typ
                                << program.getSymName() << " does not declare (it declares ["
                                << declared << "])";
   }
-  auto tensor = dyn_cast<DistTensorType>(type);
-  if (!tensor || !tensor.getPlacement().isSharded())
-    return success();
-  PlacementAttr placement = tensor.getPlacement();
-  int64_t parts = program.getMesh().getAxisSize(placement.getAxis());
-  int64_t extent = program.resolve(tensor.getDim(placement.getDim()));
-  if (ShapedType::isDynamic(parts) || ShapedType::isDynamic(extent) || extent % parts == 0)
-    return success();
-  std::string mesh;
-  llvm::raw_string_ostream os(mesh);
-  os << program.getMesh();
-  return user->emitOpError() << "places " << type << " on " << mesh << ", but dim "
-                             << placement.getDim() << " (extent " << extent
-                             << ") does not split evenly over "
-                             << stringifyMeshAxis(placement.getAxis()) << " (" << parts
-                             << " ranks)";
+  return success();
 }
 
 LogicalResult ProgramOp::verifyRegions() {
@@ -624,12 +615,30 @@ LogicalResult TileGridOp::verify() {
     if (size < 1)
       return emitOpError() << "has tile size " << size << " on dim " << d
                            << "; tile sizes must be positive";
-    int64_t extent = resolvedDim(*this, target, d, /*local=*/!getGlobal()).extent;
-    if (ShapedType::isDynamic(extent) || extent % size == 0 || getMasked())
+    if (getMasked())
       continue;
-    return emitOpError() << "tile size " << size << " does not divide dim " << d << " ("
-                         << (getGlobal() || !target.getPlacement().shardsDim(d) ? "extent "
-                                                                                : "local extent ")
+    // Tiles are numbered shard by shard along a sharded dim, so every shard must hold whole ones.
+    if (std::optional<ShardSplit> split =
+            target.getPlacement().shardsDim(d) ? resolvedSplit(*this, target, d) : std::nullopt) {
+      if (split->base() % size == 0 && (split->even() || size == 1))
+        continue;
+      int64_t whole = split->parts * size, below = split->extent / whole * whole;
+      InFlightDiagnostic diag = emitOpError()
+                                << "tile size " << size << " does not divide the shards of dim "
+                                << d << " (" << split->extent << " over " << split->parts
+                                << " ranks: shards of " << split->largest()
+                                << (split->even() ? "" : " and " + std::to_string(split->base()))
+                                << "); declare 'masked' to allow partial tiles, or use a "
+                                   "multiple of "
+                                << whole;
+      if (below)
+        diag << " (" << below << " or " << below + whole << ")";
+      return diag;
+    }
+    int64_t extent = resolvedDim(*this, target, d, /*local=*/!getGlobal()).extent;
+    if (ShapedType::isDynamic(extent) || extent % size == 0)
+      continue;
+    return emitOpError() << "tile size " << size << " does not divide dim " << d << " (extent "
                          << extent << "); declare 'masked' to allow a partial last tile";
   }
   if (getHolder() && (!target.getPlacement().isSharded() || getGlobal()))
@@ -716,12 +725,10 @@ LogicalResult MatmulOp::verify() {
                          << describe(rhsAxis) << " in the rhs; both must hold the same slice";
   }
 
-  if (std::optional<int64_t> kTile = getKTile()) {
-    int64_t extent = resolvedDim(*this, lhs.type, *lhsK, /*local=*/true).extent;
-    if (!ShapedType::isDynamic(extent) && extent % *kTile != 0)
-      return emitOpError() << "k_tile " << *kTile << " does not divide the contracted extent "
-                           << extent;
-  }
+  // The last step may run past the contracted extent (zero-filled), not past an mma's k-step.
+  if (std::optional<int64_t> kTile = getKTile(); kTile && *kTile % 16 != 0)
+    return emitOpError() << "k_tile " << *kTile
+                         << " is not a multiple of 16, the depth of one mma step";
   return success();
 }
 

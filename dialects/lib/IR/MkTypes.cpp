@@ -148,7 +148,16 @@ int64_t DistTensorType::getLocalExtent(int64_t d, MeshAttr mesh) const {
   int64_t parts = mesh.getAxisSize(getPlacement().getAxis());
   if (ShapedType::isDynamic(extent) || ShapedType::isDynamic(parts))
     return ShapedType::kDynamic;
-  return extent / parts;
+  return ShardSplit{extent, parts}.largest();
+}
+
+ShardSplit DistTensorType::getShardSplit(int64_t d, MeshAttr mesh) const {
+  return {getShape()[d], mesh.getAxisSize(getPlacement().getAxis())};
+}
+
+bool DistTensorType::isEvenlySplit(MeshAttr mesh) const {
+  PlacementAttr placement = getPlacement();
+  return !placement.isSharded() || getShardSplit(placement.getDim(), mesh).even();
 }
 
 //===----------------------------------------------------------------------===//

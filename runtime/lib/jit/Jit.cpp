@@ -486,9 +486,10 @@ LaunchParameters decodeManifest(const std::string &kernel, std::string_view byte
     TensorType type{paddedName(argument.element), {}};
     if (type.element.empty() || argument.rank < 1 || argument.rank > MK_MAX_TENSOR_RANK)
       throw malformed("describes an argument without an element type or with no or too many dims");
+    // A dim may be empty: a rank's shard of an extent smaller than the ranks.
     for (mk_u64 extent : std::span(argument.extents, argument.rank)) {
-      if (extent == 0 || extent > static_cast<mk_u64>(std::numeric_limits<long long>::max()))
-        throw malformed("describes an argument with an empty or too large dim");
+      if (extent > static_cast<mk_u64>(std::numeric_limits<long long>::max()))
+        throw malformed("describes an argument with a dim too large");
       type.extents.push_back(static_cast<long long>(extent));
     }
     launch.argumentTypes.push_back(std::move(type));

@@ -55,6 +55,9 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
                        argument.type.element, fmt::join(argument.type.extents, ","),
                        argument.bytes);
   };
+  // An empty shard (of an extent smaller than the ranks) is never read or written.
+  if (!argument.bytes)
+    return mk_tensor_ref{pointer, {}};
   if (!pointer)
     throw RuntimeError(describe() + " is null");
   if (argument.symmetric) {

@@ -117,18 +117,6 @@ mk.program @undeclared_in_body [M] mesh <?x?> () {
 
 // -----
 
-// A placement that does not fit the topology: 100 rows cannot be split over 8 ranks.
-// expected-error @+1 {{'mk.program' op places '!mk.tensor<[100, 64], bf16, shard 0 over world>' on #mk.mesh<2x4>, but dim 0 (extent 100) does not split evenly over world (8 ranks)}}
-mk.program @uneven [] mesh <2x4> (%a: !mk.tensor<[100, 64], bf16, shard 0 over world>) {}
-
-// -----
-
-// The same through a bound shape symbol, sharded over the GPUs of a node.
-// expected-error @+1 {{dim 1 (extent 6) does not split evenly over gpus (4 ranks)}}
-mk.program @uneven_symbol [N = 6] mesh <2x4> (%a: !mk.tensor<[8, N], bf16, shard 1 over gpus>) {}
-
-// -----
-
 // A tensor whose bytes int64 cannot count.
 // expected-error @+1 {{tensor '!mk.tensor<[4611686018427387904, 4], bf16, replicated>' (argument #0 of @int64) has more bytes than int64 counts (2^63 - 1)}}
 mk.program @int64 [] mesh <?x?> (%a: !mk.tensor<[4611686018427387904, 4], bf16, replicated>) {}
@@ -248,8 +236,17 @@ mk.program @divide [] mesh <?x?> (%c: !mk.tensor<[4096, 4096], bf16, replicated>
 
 // The same for the rows one rank holds: 4096 / 8 = 512 local rows.
 mk.program @divide_local [M = 4096] mesh <2x4> (%c: !mk.tensor<[M, 4096], bf16, shard 0 over world>) {
-  // expected-error @+1 {{'mk.tile_grid' op tile size 384 does not divide dim 0 (local extent 512); declare 'masked' to allow a partial last tile}}
+  // expected-error @+1 {{'mk.tile_grid' op tile size 384 does not divide the shards of dim 0 (4096 over 8 ranks: shards of 512); declare 'masked' to allow partial tiles, or use a multiple of 3072 (3072 or 6144)}}
   mk.tile_grid (%m, %n) over %c tiles [384, 128] : !mk.tensor<[M, 4096], bf16, shard 0 over world> {}
+}
+
+// -----
+
+// Uneven shards (as torch.tensor_split: 1024 rows over 3 ranks are 342, 341 and 341) never hold
+// whole tiles of more than one row, even in a global grid.
+mk.program @divide_uneven [M = 1024] mesh <1x3> (%c: !mk.tensor<[M, 4096], bf16, shard 0 over world>) {
+  // expected-error @+1 {{'mk.tile_grid' op tile size 128 does not divide the shards of dim 0 (1024 over 3 ranks: shards of 342 and 341); declare 'masked' to allow partial tiles, or use a multiple of 384 (768 or 1152)}}
+  mk.tile_grid (%m, %n) over %c global tiles [128, 128] : !mk.tensor<[M, 4096], bf16, shard 0 over world> {}
 }
 
 // -----
@@ -456,8 +453,8 @@ mk.program @contracted_placement [M, N, K] mesh <?x?> (%a: !A, %b: !B) {
 !B = !mk.tensor<[4096, N], bf16, shard 0 over world>
 mk.program @k_tile [M, N] mesh <1x8> (%a: !A, %b: !B) {
   %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.matmul' op k_tile 96 does not divide the contracted extent 512}}
-  %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 96} : !A, !B -> !mk.tile<[128, 128], f32>
+  // expected-error @+1 {{'mk.matmul' op k_tile 40 is not a multiple of 16, the depth of one mma step}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 40} : !A, !B -> !mk.tile<[128, 128], f32>
 }
 
 //===----------------------------------------------------------------------===//

@@ -77,8 +77,9 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     (bands of up to 8 tile rows share panels in L2); a grid that reads a tensor an mk.all_gather
     is still bringing in gets `local_first`, so tiles whose rows this rank holds come first while
     remote rows arrive. Every matmul without a `k_tile` gets the depth that makes a 128-byte row
-    (64 for 16-bit, 128 for 8-bit, 32 for 32-bit operands), reduced until it divides the local
-    contracted extent. Every mk.all_gather without a `chunk` gets the granularity its consumers
+    (64 for 16-bit, 128 for 8-bit, 32 for 32-bit operands), reduced (to 32 at least, which the tile
+    library's copies take for every tile) until it divides the local contracted extent; where none
+    does, the 128-byte depth, whose last step is zero-filled past the extent. Every mk.all_gather without a `chunk` gets the granularity its consumers
     read: their tile rows by the whole of the other dims.
 
     ```mlir

@@ -8,9 +8,9 @@
 // it as arith ops (ArithIndexOps) and mk-sim evaluates it on integers (IntIndexOps) without the
 // two ever disagreeing.
 //
-//   FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);   // refuses walks with no lowering
-//   TileWalk::Bound<int64_t> bound = walk->bind(ops, place);
-//   for (int64_t p = cta; p < bound.positions; p += ctas)
+//   FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, numbering);  // refuses walks with no
+//   lowering TileWalk::Bound<int64_t> bound = walk->bind(ops, place); for (int64_t p = cta; p <
+//   bound.positions; p += ctas)
 //     if (auto tile = walk->tileAt(ops, bound, p, place); tile.visits.value_or(true))
 //       ... tile.coords ...
 //
@@ -20,6 +20,7 @@
 #define MK_TRANSFORMS_TILEWALK_H
 
 #include "mk/IR/MkOps.h"
+#include "mk/Transforms/TileNumbering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
@@ -37,6 +38,7 @@ struct IntIndexOps {
   Index mul(Index a, Index b) { return a * b; }
   Index div(Index a, Index b) { return a / b; }
   Index rem(Index a, Index b) { return a % b; }
+  Index min(Index a, Index b) { return std::min(a, b); }
   Bool lt(Index a, Index b) { return a < b; }
   Bool eq(Index a, Index b) { return a == b; }
   Index select(Bool p, Index a, Index b) { return p ? a : b; }
@@ -54,6 +56,7 @@ struct ArithIndexOps {
   Index mul(Index x, Index y) { return arith::MulIOp::create(b, loc, x, y); }
   Index div(Index x, Index y) { return arith::DivSIOp::create(b, loc, x, y); }
   Index rem(Index x, Index y) { return arith::RemSIOp::create(b, loc, x, y); }
+  Index min(Index x, Index y) { return arith::MinSIOp::create(b, loc, x, y); }
   Bool lt(Index x, Index y) {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
   }
@@ -65,9 +68,10 @@ struct ArithIndexOps {
 
 class TileWalk {
 public:
-  /// The walk of `grid` (scheduled, on a bound `mesh`), or failure, with the grid's error, for
-  /// walks that have no lowering. Row-count bounds (`rows`) are not part of the walk.
-  static FailureOr<TileWalk> get(TileGridOp grid, MeshAttr mesh);
+  /// The walk of `grid` (scheduled, on a bound `mesh`, its program's tiles numbered by
+  /// `numbering`), or failure, with the grid's error, for walks that have no lowering. Row-count
+  /// bounds (`rows`) are not part of the walk.
+  static FailureOr<TileWalk> get(TileGridOp grid, MeshAttr mesh, const TileNumbering &numbering);
 
   /// What a walk depends on at run time: this rank's node and GPU index, and the grid's `held_by`
   /// operand where it has one.
@@ -143,35 +147,38 @@ private:
 };
 
 /// mk.owner's meaning: the node and GPU index of the rank that owns tile `indices` (global tile
-/// coordinates, tiles of `tile` elements) of `type` on `mesh`, seen from rank (`node`, `gpu`).
-/// A sharded tensor's tile belongs to the shard holding its first element; a replicated or
-/// symmetric tensor's tiles are dealt round-robin by row-major index or, with `rowSlices`, in
-/// slices of tile rows, rank r owning rows [r * R / W, (r + 1) * R / W).
+/// coordinates, tiles of `tile` elements, numbered by `numbering`) of `type` on `mesh`, seen from
+/// rank (`node`, `gpu`). A sharded tensor's tile belongs to the shard holding its first element;
+/// a replicated or symmetric tensor's tiles are dealt round-robin by row-major index or, with
+/// `rowSlices`, in slices of tile rows, rank r owning rows [r * R / W, (r + 1) * R / W).
 template <typename Ops>
 std::pair<typename Ops::Index, typename Ops::Index>
 tileOwner(Ops &ops, DistTensorType type, ArrayRef<typename Ops::Index> indices,
-          ArrayRef<int64_t> tile, bool rowSlices, MeshAttr mesh, typename Ops::Index node,
-          typename Ops::Index gpu) {
+          ArrayRef<int64_t> tile, bool rowSlices, MeshAttr mesh, const TileNumbering &numbering,
+          typename Ops::Index node, typename Ops::Index gpu) {
   using Index = typename Ops::Index;
   PlacementAttr placement = type.getPlacement();
   Index along;
   MeshAxis axis = MeshAxis::world;
   if (placement.isSharded()) {
-    int64_t d = placement.getDim();
+    int64_t d = placement.getDim(), extent = type.getShape()[d];
     axis = placement.getAxis();
-    along = ops.div(ops.mul(indices[d], ops.c(tile[d])), ops.c(type.getLocalExtent(d, mesh)));
+    std::optional<ShardSplit> split = numbering.splitOf(extent);
+    along = split && !numbering.plain(extent, tile[d])
+                ? ops.div(indices[d], ops.c(TileNumbering::perShard(*split, tile[d])))
+                : shardOf(ops, type.getShardSplit(d, mesh), ops.mul(indices[d], ops.c(tile[d])));
   } else if (rowSlices) {
     // The slice of tile rows holding row m: the largest r with r * rows / W <= m.
     int64_t d = type.getRank() - 2, world = mesh.getWorldSize();
-    int64_t rows = llvm::divideCeil(type.getShape()[d], tile[d]);
+    int64_t rows = numbering.count(type.getShape()[d], tile[d]);
     along = ops.div(ops.sub(ops.mul(ops.add(indices[d], ops.c(1)), ops.c(world)), ops.c(1)),
                     ops.c(rows));
   } else {
     // Round-robin over the world by row-major tile index.
     Index linear = ops.c(0);
     for (int64_t d = 0; d < type.getRank(); ++d)
-      linear = ops.add(ops.mul(linear, ops.c(llvm::divideCeil(type.getShape()[d], tile[d]))),
-                       indices[d]);
+      linear =
+          ops.add(ops.mul(linear, ops.c(numbering.count(type.getShape()[d], tile[d]))), indices[d]);
     along = ops.rem(linear, ops.c(mesh.getWorldSize()));
   }
   Index ownerNode = axis == MeshAxis::world   ? ops.div(along, ops.c(mesh.getGpus()))

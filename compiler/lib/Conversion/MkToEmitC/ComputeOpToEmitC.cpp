@@ -73,18 +73,18 @@ struct AccumulateLowering : LoweringPattern<AccumulateOp> {
       std::string out = elementName(convert.getResult().getType().getElementType());
       auto chunks = emitc::OpaqueType::get(rewriter.getContext(), "mk::ChunkTile<" + out + ", " +
                                                                       rows + ", " + cols + ">");
-      rewriter.replaceOp(
-          op, call(rewriter, loc, chunks, "mk::accumulate_chunks",
-                   {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
-                    std::to_string(at.ld), at.rows, at.cols},
-                   {kind, out, element, rows, cols}));
+      rewriter.replaceOp(op,
+                         call(rewriter, loc, chunks, "mk::accumulate_chunks",
+                              {src, std::to_string(stride),
+                               std::to_string(type.getShape()[slotDim]), at.ld, at.rows, at.cols},
+                              {kind, out, element, rows, cols}));
       return success();
     }
     needSmem(tileTemplate("mk::tile_io_smem_bytes", result));
     rewriter.replaceOp(
         op, call(rewriter, loc, getTypeConverter()->convertType(result), "mk::accumulate_tiles",
-                 {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]),
-                  std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
+                 {src, std::to_string(stride), std::to_string(type.getShape()[slotDim]), at.ld,
+                  at.rows, at.cols, "mk_smem"},
                  {kind, element, std::to_string(tile.getShape()[0]),
                   std::to_string(tile.getShape()[1])}));
     return success();
@@ -114,10 +114,11 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
                 bTransposed ? ArrayRef<int64_t>{tn, 1} : ArrayRef<int64_t>{1, tn}, node, gpu);
     Value rows = aTransposed ? lhs.cols : lhs.rows;
     Value cols = bTransposed ? rhs.rows : rhs.cols;
-    int64_t k = lhsType.getLocalExtent(lhsK, layout.mesh);
     if (std::optional<Lowering> engine = loweringOf(op)) {
+      // The engine's tensors split evenly (mk-plan-lowering): K is the same on every rank.
       Value e = engineFor(op);
-      std::string kBlocks = std::to_string(llvm::divideCeil(k, 64));
+      std::string kBlocks =
+          std::to_string(llvm::divideCeil(lhsType.getLocalExtent(lhsK, layout.mesh), 64));
       if (*engine == Lowering::mma) {
         auto accumulator = emitc::OpaqueType::get(rewriter.getContext(),
                                                   "mk::GemmAccumulator<mk::GemmConfig<" +
@@ -144,8 +145,8 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
              std::to_string(tn) + ", " + std::to_string(kTile) + ">()");
     rewriter.replaceOp(
         op, call(rewriter, loc, getTypeConverter()->convertType(tile), "mk::matmul",
-                 {aPtr, std::to_string(lhs.ld), bPtr, std::to_string(rhs.ld), std::to_string(k),
-                  rows, cols, "mk_smem"},
+                 {aPtr, lhs.ld, bPtr, rhs.ld, localExtent(a, lhsType, lhsK, node, gpu), rows, cols,
+                  "mk_smem"},
                  {std::to_string(tm), std::to_string(tn), std::to_string(kTile),
                   aTransposed ? "true" : "false", bTransposed ? "true" : "false", element}));
     return success();

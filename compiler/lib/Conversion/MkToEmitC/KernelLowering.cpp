@@ -55,32 +55,34 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
                                << " tensors, more than a kernel can take (" << MK_MAX_TENSORS
                                << ", MK_MAX_TENSORS)";
   layout.arguments = body.getNumArguments();
+  // What a rank holds of a tensor: an argument, the shard of the rank compiled for (the largest
+  // where the rank is open); a buffer, the largest shard, the same on every rank (symmetric).
+  std::optional<int64_t> rank = program.getRank();
+  auto heldExtent = [&](DistTensorType type, int64_t d, bool argument) {
+    PlacementAttr placement = type.getPlacement();
+    if (!argument || !rank || !placement.shardsDim(d))
+      return type.getLocalExtent(d, mesh);
+    int64_t along = placement.getAxis() == MeshAxis::world   ? *rank
+                    : placement.getAxis() == MeshAxis::nodes ? *rank / mesh.getGpus()
+                                                             : *rank % mesh.getGpus();
+    return type.getShardSplit(d, mesh).extentOf(along);
+  };
   for (auto [index, tensor] : llvm::enumerate(tensors)) {
     auto type = cast<DistTensorType>(tensor.getType());
+    bool argument = index < body.getNumArguments();
     int64_t bytes = llvm::divideCeil(type.getElementType().getIntOrFloatBitWidth(), 8);
-    // The device library moves rows in 16-byte pieces (cp.async, bulk copies, vector stores).
-    int64_t rowElements = type.getLocalExtent(type.getRank() - 1, mesh);
-    if (bytes * rowElements % 16) {
-      std::string element;
-      llvm::raw_string_ostream(element) << type.getElementType();
-      return emitError(tensor.getLoc())
-             << "a tensor with rows of " << rowElements << " " << element << " elements ("
-             << bytes * rowElements
-             << " bytes) on each rank: the device library moves rows in 16-byte pieces, so rows "
-                "must be a multiple of 16 bytes";
-    }
     for (int64_t d = 0; d < type.getRank(); ++d)
-      bytes *= type.getLocalExtent(d, mesh);
+      bytes *= heldExtent(type, d, argument);
     layout.tensorBytes.push_back(bytes);
-    if (index < body.getNumArguments()) {
+    if (argument) {
       if (type.getRank() > MK_MAX_TENSOR_RANK)
         return emitError(tensor.getLoc())
                << "an argument of rank " << type.getRank() << ", more than a kernel's manifest "
                << "describes (" << MK_MAX_TENSOR_RANK << ", MK_MAX_TENSOR_RANK)";
-      ArgumentType &argument = layout.argumentTypes.emplace_back();
-      argument.element = type.getElementType();
+      ArgumentType &described = layout.argumentTypes.emplace_back();
+      described.element = type.getElementType();
       for (int64_t d = 0; d < type.getRank(); ++d)
-        argument.extents.push_back(type.getLocalExtent(d, mesh));
+        described.extents.push_back(heldExtent(type, d, /*argument=*/true));
     }
     std::string element = elementName(type.getElementType());
     if (element.empty())

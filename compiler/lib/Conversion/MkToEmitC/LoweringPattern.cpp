@@ -3,6 +3,7 @@
 #include "mk/Conversion/MkToEmitC/LoweringPattern.h"
 
 #include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/TileNumbering.h"
 
 namespace mlir::mk::to_emitc {
 
@@ -25,49 +26,66 @@ void PatternBase::needSmem(std::string expression) const {
     layout.smemNeeds.push_back(std::move(expression));
 }
 
+Value PatternBase::localExtent(Arith &a, DistTensorType type, int64_t d, Value node,
+                               Value gpu) const {
+  PlacementAttr placement = type.getPlacement();
+  if (!placement.shardsDim(d))
+    return a.constant(type.getShape()[d]);
+  ShardSplit split = type.getShardSplit(d, layout.mesh);
+  EmitCIndexOps ops{a};
+  return shardExtent(ops, split, shardIndex(a, placement.getAxis(), node, gpu));
+}
+
 Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
                              ArrayRef<int64_t> wholeDims, ArrayRef<int64_t> tile, Value node,
                              Value gpu) const {
   MeshAttr mesh = layout.mesh;
+  PlacementAttr placement = type.getPlacement();
+  EmitCIndexOps ops{a};
   int64_t rank = type.getRank();
-  SmallVector<int64_t> local, strides(rank, 1);
+  SmallVector<Value> local, strides(rank);
   for (int64_t d = 0; d < rank; ++d)
-    local.push_back(type.getLocalExtent(d, mesh));
+    local.push_back(localExtent(a, type, d, node, gpu));
+  strides[rank - 1] = a.constant(1);
   for (int64_t d = rank - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * local[d + 1];
+    strides[d] = a.mul(strides[d + 1], local[d + 1]);
 
   int64_t first = rank - tile.size();
   Address address;
   address.offset = a.constant(0);
   auto index = indices.begin();
-  SmallVector<Value> start(rank);
+  SmallVector<Value> start(rank), valid(rank);
   for (int64_t d = 0; d < rank; ++d) {
     if (llvm::is_contained(wholeDims, d)) {
       start[d] = a.constant(0);
+      valid[d] = local[d];
       continue;
     }
-    int64_t extent = d >= first ? tile[d - first] : 1;
-    Value element = a.mul(*index++, extent);
-    PlacementAttr placement = type.getPlacement();
-    if (placement.shardsDim(d))
-      element = a.sub(element, a.mul(shardIndex(a, placement.getAxis(), node, gpu), local[d]));
-    start[d] = element;
-    address.offset = a.add(address.offset, a.mul(element, strides[d]));
+    // Leading dims index single elements; tile dims are numbered (TileNumbering).
+    if (d < first) {
+      start[d] = *index++;
+      valid[d] = a.constant(1);
+    } else {
+      int64_t extent = type.getShape()[d], size = tile[d - first];
+      TileSpan<Value> span = layout.numbering.span(ops, extent, size, *index++);
+      start[d] = span.start;
+      valid[d] = span.size;
+      if (placement.shardsDim(d)) {
+        ShardSplit split = type.getShardSplit(d, mesh);
+        Value shard = shardIndex(a, placement.getAxis(), node, gpu);
+        start[d] = a.sub(start[d], shardStart(ops, split, shard));
+        // The numbering keeps a tile in its shard; without it, the shard's end clips it.
+        if (!layout.numbering.splitOf(extent) && !(split.even() && split.base() % size == 0))
+          valid[d] = a.min(valid[d], a.sub(local[d], start[d]));
+      }
+    }
+    address.offset = a.add(address.offset, a.mul(start[d], strides[d]));
   }
   address.start = start;
-  auto valid = [&](int64_t d, int64_t extent) {
-    bool whole = llvm::is_contained(wholeDims, d);
-    int64_t size = whole ? local[d] : extent;
-    if (whole || local[d] % size == 0)
-      return a.constant(size);
-    return a.min(a.constant(size), a.sub(a.constant(local[d]), start[d]));
-  };
   int64_t colDim = rank - 1, rowDim = rank - 2;
-  address.tileCols = llvm::is_contained(wholeDims, colDim) ? local[colDim] : tile.back();
-  address.cols = valid(colDim, address.tileCols);
+  address.cols = valid[colDim];
   if (tile.size() >= 2 && rowDim >= 0) {
-    address.tileRows = llvm::is_contained(wholeDims, rowDim) ? local[rowDim] : tile[0];
-    address.rows = valid(rowDim, address.tileRows);
+    address.rows = valid[rowDim];
     address.ld = strides[rowDim];
   } else {
     address.rows = a.constant(1);

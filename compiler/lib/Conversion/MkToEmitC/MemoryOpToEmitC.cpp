@@ -35,9 +35,9 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
     EmitCIndexOps ops{a};
-    auto [node, gpu] =
-        tileOwner(ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()),
-                  op.getTile(), op.getRowSlices(), layout.mesh, layout.node, layout.gpu);
+    auto [node, gpu] = tileOwner(
+        ops, op.getTensor().getType(), llvm::to_vector(adaptor.getIndices()), op.getTile(),
+        op.getRowSlices(), layout.mesh, layout.numbering, layout.node, layout.gpu);
     rewriter.replaceOp(op, {node, gpu});
     return success();
   }
@@ -77,11 +77,10 @@ struct LoadLowering : LoweringPattern<LoadOp> {
       return success();
     }
     needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
-    rewriter.replaceOp(op,
-                       call(rewriter, loc, result, "mk::load_tile",
-                            {src, std::to_string(at.ld), at.rows, at.cols, "mk_smem"},
-                            {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
-                             std::to_string(tile.getShape()[1])}));
+    rewriter.replaceOp(
+        op, call(rewriter, loc, result, "mk::load_tile", {src, at.ld, at.rows, at.cols, "mk_smem"},
+                 {elementName(tile.getElementType()), std::to_string(tile.getShape()[0]),
+                  std::to_string(tile.getShape()[1])}));
     return success();
   }
 };
@@ -111,7 +110,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     Value dst = this->pointer(rewriter, loc, type, adaptor.getDest(), at.offset, peer);
     if (how == Lowering::chunks) {
       call(rewriter, loc, {}, "mk::store_chunks",
-           {lookThroughCasts(adaptor.getValue()), dst, std::to_string(at.ld), at.rows, at.cols});
+           {lookThroughCasts(adaptor.getValue()), dst, at.ld, at.rows, at.cols});
       rewriter.eraseOp(op);
       return success();
     }
@@ -123,7 +122,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
     }
     this->needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
     call(rewriter, loc, {}, "mk::store_tile",
-         {adaptor.getValue(), dst, std::to_string(at.ld), at.rows, at.cols, "mk_smem"});
+         {adaptor.getValue(), dst, at.ld, at.rows, at.cols, "mk_smem"});
     rewriter.eraseOp(op);
     return success();
   }
@@ -155,7 +154,7 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
       auto ref = emitc::PointerType::get(
           emitc::OpaqueType::get(rewriter.getContext(), "const mk_tensor_ref"));
       args.push_back(call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getDest()}).getResult(0));
-      args.append({at.offset, std::to_string(at.ld), at.rows, at.cols});
+      args.append({at.offset, at.ld, at.rows, at.cols});
     }
     for (int64_t d = rank - 1; d >= 0; --d)
       args.push_back(at.start[d]);
@@ -213,16 +212,15 @@ struct CopyLowering : LoweringPattern<CopyOp> {
       call(rewriter, loc, {}, "mk::remote_put",
            {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
             a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
-            a.mul(to.offset, bytes), from.rows, a.mul(from.cols, bytes),
-            std::to_string(from.ld * bytes), std::to_string(to.ld * bytes), flag});
+            a.mul(to.offset, bytes), from.rows, a.mul(from.cols, bytes), a.mul(from.ld, bytes),
+            a.mul(to.ld, bytes), flag});
       rewriter.eraseOp(op);
       return success();
     }
     Value src = pointer(rewriter, loc, sourceType, adaptor.getSource(), from.offset);
     Value dst = pointer(rewriter, loc, destType, adaptor.getDest(), to.offset,
                         op.getScope() == PeerScope::gpu ? adaptor.getPeer() : Value());
-    SmallVector<CallArg> callArgs = {
-        src, std::to_string(from.ld), dst, std::to_string(to.ld), from.rows, from.cols};
+    SmallVector<CallArg> callArgs = {src, from.ld, dst, to.ld, from.rows, from.cols};
     StringRef callee = "mk::copy_region";
     if (op.getLink() == Link::nvlink_bulk) {
       Value copier = ofRole(layout.bulkCopiers, op);

@@ -56,6 +56,7 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     for (ProgramOp program : programs) {
       KernelLayout layout;
       layout.mesh = program.getMesh();
+      layout.numbering = TileNumbering::of(program);
       FailureOr<emitc::FuncOp> func = StructureLowering(program, layout).run();
       if (failed(func) || failed(convert(*func, layout)))
         return signalPassFailure();

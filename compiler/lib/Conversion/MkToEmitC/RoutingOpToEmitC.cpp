@@ -68,8 +68,7 @@ struct CombineRoutedLowering : LoweringPattern<CombineRoutedOp> {
           pointer(rewriter, loc, placement, adaptor.getPlacement(), routing),
           pointer(rewriter, loc, op.getWeights().getType(), adaptor.getWeights(), routing),
           std::to_string(placement.getShape()[1]),
-          pointer(rewriter, loc, dest, adaptor.getDest(), at.offset), std::to_string(at.ld),
-          at.rows, at.cols});
+          pointer(rewriter, loc, dest, adaptor.getDest(), at.offset), at.ld, at.rows, at.cols});
     rewriter.eraseOp(op);
     return success();
   }

@@ -18,7 +18,7 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   Location loc = grid.getLoc();
   if (grid.getRowCounts())
     return grid.emitOpError() << "is bounded by row counts, which have no CUDA lowering yet";
-  FailureOr<TileWalk> walk = TileWalk::get(grid, mesh);
+  FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, layout.numbering);
   if (failed(walk))
     return failure();
 

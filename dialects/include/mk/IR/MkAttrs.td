@@ -34,9 +34,10 @@ def Mk_MeshAttr : Mk_Attr<"Mesh", "mesh"> {
 def Mk_PlacementAttr : Mk_Attr<"Placement", "placement"> {
   let summary = "How a distributed tensor is laid out over the ranks";
   let description = [{
-    - `shard D over AXIS`: split evenly along dim D over the ranks of AXIS (`world`, `nodes` or
-      `gpus`); a rank holds extent/size(AXIS) along D. Sharding over `gpus` replicates across nodes,
-      sharding over `nodes` replicates across the GPUs of a node.
+    - `shard D over AXIS`: split along dim D over the ranks of AXIS (`world`, `nodes` or `gpus`)
+      as torch.tensor_split splits it: of an extent E over P ranks, the first E % P hold E / P + 1
+      elements, the others E / P (none where E < P leaves them short). Sharding over `gpus`
+      replicates across nodes, sharding over `nodes` replicates across the GPUs of a node.
     - `replicated`: every rank holds the whole tensor with the same contents.
     - `symmetric`: every rank holds a whole-shape tensor of its own contents (a partial sum, a
       staging area) at the same place in symmetric memory, so peers can address it.

@@ -171,7 +171,8 @@ def Mk_MatmulOp : Mk_Op<"matmul", [AttrSizedOperandSegments]> {
     contracted dim (the whole extent this rank holds). The position of `:` gives the layout:
     `%A[%m, :]` is row-major A, `%A[:, %m]` is A stored transposed. When the contracted dim is sharded
     (both operands over the same axis) the result is this rank's partial sum. `k_tile` is the depth
-    of one step of the main loop.
+    of one step of the main loop, a multiple of 16; where it does not divide the contracted
+    extent, the last step is zero-filled past it.
 
     ```mlir
     %acc = mk.matmul %A[%m, :], %B[:, %n] : !mk.tensor<[M, K], bf16, shard 1 over world>,

@@ -62,9 +62,13 @@ def Mk_DistTensorType : Mk_Type<"DistTensor", "tensor", [Mk_SymbolicShapeTypeInt
   let extraClassDeclaration = [{
     ::mlir::Type cloneWithDims(::llvm::ArrayRef<int64_t> shape, ::llvm::ArrayRef<::mlir::StringAttr> symbols) const;
     DistTensorType withPlacement(PlacementAttr placement) const;
-    /// The extent one rank holds along dim `d` on `mesh`: the global extent, divided by the size of
-    /// the sharding axis where `d` is sharded. kDynamic while either is unknown.
+    /// The extent one rank holds along dim `d` on `mesh`: the global extent, or where `d` is
+    /// sharded the largest shard's (getShardSplit). kDynamic while either is unknown.
     int64_t getLocalExtent(int64_t d, MeshAttr mesh) const;
+    /// How dim `d`, sharded, splits over its axis of a bound `mesh`.
+    ::mlir::mk::ShardSplit getShardSplit(int64_t d, MeshAttr mesh) const;
+    /// Whether every rank holds the same extents (no dim splits unevenly) on a bound `mesh`.
+    bool isEvenlySplit(MeshAttr mesh) const;
   }];
 }
 

@@ -17,16 +17,17 @@ namespace mk {
 template <typename T, int BM, int BN, int BK> __host__ __device__ constexpr int matmul_smem_bytes();
 
 /// One BM x BN output tile of C = A * B with f32 accumulation (T: bf16 or f16), in the register
-/// layout of every Tile. K, a multiple of BK, is the contracted extent held locally.
+/// layout of every Tile. K, any extent, is the contracted extent held locally: its last slice of
+/// BK is zero-filled past K.
 ///
 /// A holds the tile's `rows` (<= BM) rows: [rows x K], K contiguous, `lda` apart, or, with
 /// kATransposed, [K x rows], M contiguous. B holds its `cols` (<= BN) columns: [K x cols], N
 /// contiguous, or, with kBTransposed, [cols x K], K contiguous. Both point at the tile's first
-/// row/column; both pointers and leading dimensions must be 16-byte aligned. Rows and columns
-/// beyond `rows` and `cols` count as zeros and are never read.
+/// row/column. Rows and columns beyond `rows` and `cols` count as zeros and are never read.
 ///
 /// mma.sync m16n8k16 on 64x64 (or the squarest) warp tiles, fed by ldmatrix from swizzled,
-/// conflict-free shared memory that a multi-stage cp.async pipeline fills.
+/// conflict-free shared memory that a multi-stage cp.async pipeline fills where both pointers and
+/// leading dimensions are 16-byte aligned, and element-by-element loads otherwise (slower).
 template <int BM, int BN, int BK, bool kATransposed, bool kBTransposed, typename T>
 __device__ __forceinline__ Tile<float, BM, BN> matmul(const T *A, long long lda, const T *B,
                                                       long long ldb, long long K, int rows,

@@ -91,7 +91,7 @@ private:
   Type sizeT;
 };
 
-/// Arith as the index arithmetic of TileWalk.h's definitions.
+/// Arith as the index arithmetic of TileWalk.h's and TileNumbering.h's definitions.
 struct EmitCIndexOps {
   using Index = Value;
   Arith &a;
@@ -101,6 +101,7 @@ struct EmitCIndexOps {
   Index mul(Index x, Index y) { return a.mul(x, y); }
   Index div(Index x, Index y) { return a.div(x, y); }
   Index rem(Index x, Index y) { return a.rem(x, y); }
+  Index min(Index x, Index y) { return a.min(x, y); }
 };
 
 /// An argument of a device-library call: an operand, or a C++ literal.

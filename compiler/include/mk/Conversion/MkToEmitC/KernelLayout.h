@@ -12,6 +12,7 @@
 
 #include "mk/IR/MkOps.h"
 #include "mk/Transforms/PassOptions.h"
+#include "mk/Transforms/TileNumbering.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -31,6 +32,8 @@ struct ArgumentType {
 /// What the lowering of one program decided, shared by its patterns.
 struct KernelLayout {
   MeshAttr mesh;
+  /// Where tile coordinates lie along each dim of the program's tensors.
+  TileNumbering numbering;
   /// The mk-typed stand-in of each tensor (a cast of its mk::Tensor) and its index in the
   /// launch's tensors.
   DenseMap<Value, int64_t> tensorIndex;

@@ -20,11 +20,10 @@ namespace mlir::mk::to_emitc {
 
 /// Where an access lands in the memory of the rank it reaches.
 struct Address {
-  Value offset;     // elements from the start of that rank's part
-  int64_t ld = 1;   // elements between rows of the tile
-  Value rows, cols; // the valid part of the tile
-  int64_t tileRows = 1, tileCols = 1;
-  SmallVector<Value> start; // the first element along each dim
+  Value offset;             // elements from the start of that rank's part
+  Value ld;                 // elements between rows of the tile
+  Value rows, cols;         // the valid part of the tile
+  SmallVector<Value> start; // the first element along each dim, in that rank's part
 };
 
 /// What an op lowered on its own produced (the engine's accumulator, a chunked tile), behind the
@@ -45,10 +44,13 @@ protected:
   /// Records that the kernel needs the dynamic shared memory of C++ expression `expression`.
   void needSmem(std::string expression) const;
 
-  /// The address of `%T[indices]` (`:` at `wholeDims`) for a tile of `tile` (its trailing dims),
-  /// in the memory of the rank at (node, gpu).
+  /// The address of `%T[indices]` (`:` at `wholeDims`) for a tile of `tile` (its trailing dims,
+  /// numbered as the kernel's TileNumbering says), in the memory of the rank at (node, gpu).
   Address address(Arith &a, DistTensorType type, ValueRange indices, ArrayRef<int64_t> wholeDims,
                   ArrayRef<int64_t> tile, Value node, Value gpu) const;
+  /// The extent of dim `d` of `type` that the rank at (node, gpu) holds: its shard's, which
+  /// depends on the rank where shards are uneven.
+  Value localExtent(Arith &a, DistTensorType type, int64_t d, Value node, Value gpu) const;
 
   /// The index along `axis` of the rank at (node, gpu): which shard of a tensor sharded over
   /// `axis` it holds.

@@ -11,17 +11,17 @@ namespace mk {
 namespace detail {
 
 /// Plans the loads of an operand's k slices, whose first row or column (of `valid_mn` real
-/// ones) is at `origin`.
+/// ones) is at `origin`, with `valid_k` real k of the slice's kK.
 template <typename Op>
-__device__ __forceinline__ OperandSlices<Op> plan_operand_slices(const typename Op::Element *origin,
-                                                                 long long ld, int valid_mn) {
+__device__ __forceinline__ OperandSlices<Op>
+plan_operand_slices(const typename Op::Element *origin, long long ld, int valid_mn, int valid_k) {
   if constexpr (Op::kKContiguous)
     return {
-        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_mn, Op::kK),
+        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_mn, valid_k),
         Op::kK};
   else
     return {
-        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, Op::kK, valid_mn),
+        plan_tile_copy<typename Op::Element, Op::kRows, Op::kCols>(origin, ld, valid_k, valid_mn),
         Op::kK * ld};
 }
 
@@ -30,6 +30,23 @@ template <typename Op>
 __device__ __forceinline__ void load_next_slice(OperandSlices<Op> &slices, mk_u32 stage) {
   start_tile_copy(slices.copy, stage);
   slices.copy.src += slices.step;
+}
+
+/// Loads the k slice at `origin` (`valid_mn` x `valid_k` of it real, zeros elsewhere) into the
+/// stage at `stage` element by element: for operands whose rows cannot be copied in 16-byte
+/// chunks. Synchronous, so the pipeline's stages hold as they do with cp.async.
+template <typename Op>
+__device__ __forceinline__ void load_slice_elements(const typename Op::Element *origin,
+                                                    long long ld, int valid_mn, int valid_k,
+                                                    unsigned char *stage) {
+  using T = typename Op::Element;
+  const int rows = Op::kKContiguous ? valid_mn : valid_k;
+  const int cols = Op::kKContiguous ? valid_k : valid_mn;
+  for_each_chunk<Op::Smem::kChunks, Op::Smem::kRowChunks>([&](int row, int chunk) {
+    *reinterpret_cast<Vector<T> *>(stage + Op::Smem::chunk(row, chunk)) =
+        load_chunk(origin + row * ld + chunk * Vector<T>::kSize,
+                   valid_in_chunk<T>(row, chunk, rows, cols), false);
+  });
 }
 
 /// The 16 (mn) x 16 (k) block of an operand stage at (mn0, k0) as four 8x8 matrices in registers,
@@ -95,16 +112,32 @@ __device__ __forceinline__ Tile<float, BM, BN> matmul(const T *A, long long lda,
   using OpB = detail::Operand<T, BN, BK, kBTransposed>;
   constexpr int kStages = Shape::kStages;
   const mk_u32 stages = ptx::smem_address(smem);
-  const auto a_stage = [&](int s) { return stages + s * Shape::kStageBytes; };
-  const auto b_stage = [&](int s) { return a_stage(s) + OpA::Smem::kBytes; };
-  // The edges do not move along k: each thread plans its copies once, then advances them.
-  detail::OperandSlices<OpA> a_slices = detail::plan_operand_slices<OpA>(A, lda, rows);
-  detail::OperandSlices<OpB> b_slices = detail::plan_operand_slices<OpB>(B, ldb, cols);
+  const auto stage_offset = [](int s) { return s * Shape::kStageBytes; };
+  const int k_tiles = int((K + BK - 1) / BK);
+  // The last slice may hold fewer than BK real k: zeros stand in for the rest.
+  const int last_k = int(K - (long long)(k_tiles - 1) * BK);
+  const bool vectors = detail::vector_aligned(A, lda) && detail::vector_aligned(B, ldb);
+  // The edges do not move along k: each thread plans its copies once, then advances them, and
+  // plans the last slice again where it is short.
+  detail::OperandSlices<OpA> a_slices = detail::plan_operand_slices<OpA>(A, lda, rows, BK);
+  detail::OperandSlices<OpB> b_slices = detail::plan_operand_slices<OpB>(B, ldb, cols, BK);
   const auto load_slice = [&](int k_tile) {
-    detail::load_next_slice(a_slices, a_stage(k_tile % kStages));
-    detail::load_next_slice(b_slices, b_stage(k_tile % kStages));
+    const int valid_k = k_tile == k_tiles - 1 ? last_k : BK;
+    const int s = k_tile % kStages;
+    if (!vectors) {
+      unsigned char *stage = static_cast<unsigned char *>(smem) + stage_offset(s);
+      detail::load_slice_elements<OpA>(A + k_tile * a_slices.step, lda, rows, valid_k, stage);
+      detail::load_slice_elements<OpB>(B + k_tile * b_slices.step, ldb, cols, valid_k,
+                                       stage + OpA::Smem::kBytes);
+      return;
+    }
+    if (valid_k != BK) {
+      a_slices = detail::plan_operand_slices<OpA>(A + k_tile * a_slices.step, lda, rows, valid_k);
+      b_slices = detail::plan_operand_slices<OpB>(B + k_tile * b_slices.step, ldb, cols, valid_k);
+    }
+    detail::load_next_slice(a_slices, stages + stage_offset(s));
+    detail::load_next_slice(b_slices, stages + stage_offset(s) + OpA::Smem::kBytes);
   };
-  const int k_tiles = int(K / BK);
 
   // Prologue: kStages - 1 slices in flight. Every iteration commits one group (possibly empty),
   // so "all but the newest kStages - 2 groups done" always means "slice k_tile has landed".
@@ -123,7 +156,8 @@ __device__ __forceinline__ Tile<float, BM, BN> matmul(const T *A, long long lda,
     if (k_tile + kStages - 1 < k_tiles)
       load_slice(k_tile + kStages - 1);
     ptx::cp_async_commit();
-    detail::multiply_stage<OpA, OpB>(acc, a_stage(k_tile % kStages), b_stage(k_tile % kStages));
+    const mk_u32 a_stage = stages + stage_offset(k_tile % kStages);
+    detail::multiply_stage<OpA, OpB>(acc, a_stage, a_stage + OpA::Smem::kBytes);
   }
   ptx::cp_async_wait<0>();
   team_sync();

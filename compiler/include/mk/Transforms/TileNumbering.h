@@ -1,0 +1,119 @@
+//===- TileNumbering.h - where a tile index lies along a dim ----*- C++ -*-===//
+//
+// Tile coordinates are global: tile i of t elements along a dim. A sharded dim splits as
+// torch.tensor_split splits it (ShardSplit), so its shards need hold neither whole tiles nor the
+// same extents. Along every dim of an extent whose shards a tile grid cuts into partial tiles
+// (uneven shards, or shards not a multiple of the grid's tile), tiles are numbered shard after
+// shard, in every tensor of the program (specialized programs name dims by extent only: dims of
+// one shape symbol have one extent, so they agree): each shard has as many tiles as the largest,
+// T = ceil(largest / t), and tile i lies in shard i / T, from element i % T * t of the shard,
+// clipped to the shard (empty where a shard is short). Along any other dim tile i lies at element
+// i * t, clipped to the extent. So a tile never spans two shards, and every tensor indexed by the
+// same coordinates agrees on which elements a tile holds.
+//
+// An extent that tensors shard over different numbers of ranks is not numbered by shards; grids
+// whose shards of it do not hold whole tiles are refused (TileWalk).
+//
+// One definition for the passes, the lowering (EmitC arithmetic) and mk-sim (integers), over
+// TileWalk.h's index arithmetic (Ops: c, add, sub, mul, div, rem, min).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MK_TRANSFORMS_TILENUMBERING_H
+#define MK_TRANSFORMS_TILENUMBERING_H
+
+#include "mk/IR/MkOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <optional>
+
+namespace mlir::mk {
+
+/// Shard `shard`'s first element, as Ops arithmetic.
+template <typename Ops>
+typename Ops::Index shardStart(Ops &ops, const ShardSplit &split, typename Ops::Index shard) {
+  return ops.add(ops.mul(shard, ops.c(split.base())), ops.min(shard, ops.c(split.extra())));
+}
+
+/// Shard `shard`'s extent, as Ops arithmetic.
+template <typename Ops>
+typename Ops::Index shardExtent(Ops &ops, const ShardSplit &split, typename Ops::Index shard) {
+  if (split.even())
+    return ops.c(split.base());
+  return ops.sub(shardStart(ops, split, ops.add(shard, ops.c(1))), shardStart(ops, split, shard));
+}
+
+/// The shard that holds element `element`: the first extra() shards hold largest() each.
+template <typename Ops>
+typename Ops::Index shardOf(Ops &ops, const ShardSplit &split, typename Ops::Index element) {
+  typename Ops::Index inLarger = ops.min(element, ops.c(split.extra() * split.largest()));
+  return ops.add(ops.div(inLarger, ops.c(split.largest())),
+                 ops.div(ops.sub(element, inLarger), ops.c(std::max<int64_t>(split.base(), 1))));
+}
+
+/// Where a tile lies along one dim: its first element (global) and how many it holds.
+template <typename Index> struct TileSpan { Index start, size; };
+
+class TileNumbering {
+public:
+  /// The numbering of `program`'s dims on its bound mesh.
+  static TileNumbering of(ProgramOp program);
+
+  /// The split that numbers tiles along dims of `extent`, if any.
+  std::optional<ShardSplit> splitOf(int64_t extent) const;
+  /// Whether tensors shard `extent` over different numbers of ranks (so it is not numbered).
+  bool splitsAmbiguously(int64_t extent) const;
+  /// The op of the program whose meaning takes only tiles at i * t (positions, ranges of shards,
+  /// row counts), if any.
+  StringRef plainTilesOnly() const { return plainOnly; }
+
+  /// Tiles of `tile` along a dim of `extent`.
+  int64_t count(int64_t extent, int64_t tile) const { return count(splitOf(extent), extent, tile); }
+  /// Whether tile i of `tile` lies at element i * tile along a dim of `extent`, whole but for the
+  /// dim's last: as it would without shards.
+  bool plain(int64_t extent, int64_t tile) const { return plain(splitOf(extent), tile); }
+  /// Where tile `index` of `tile` lies along a dim of `extent`.
+  template <typename Ops>
+  TileSpan<typename Ops::Index> span(Ops &ops, int64_t extent, int64_t tile,
+                                     typename Ops::Index index) const {
+    return span(ops, splitOf(extent), extent, tile, index);
+  }
+
+  /// The same along a dim of `extent` that `split` numbers (none: not by shards).
+  static int64_t count(std::optional<ShardSplit> split, int64_t extent, int64_t tile);
+  static bool plain(std::optional<ShardSplit> split, int64_t tile) {
+    return !split || (split->even() && split->base() % tile == 0);
+  }
+  template <typename Ops>
+  static TileSpan<typename Ops::Index> span(Ops &ops, std::optional<ShardSplit> split,
+                                            int64_t extent, int64_t tile,
+                                            typename Ops::Index index) {
+    if (plain(split, tile)) {
+      typename Ops::Index start = ops.mul(index, ops.c(tile));
+      if (extent % tile == 0)
+        return {start, ops.c(tile)};
+      return {start, ops.min(ops.c(tile), ops.sub(ops.c(extent), start))};
+    }
+    int64_t tiles = perShard(*split, tile);
+    typename Ops::Index shard = ops.div(index, ops.c(tiles));
+    typename Ops::Index within = ops.mul(ops.rem(index, ops.c(tiles)), ops.c(tile));
+    // A shard's tiles start within it (T tiles of the largest), so `size` is never negative.
+    return {ops.add(shardStart(ops, *split, shard), within),
+            ops.min(ops.c(tile), ops.sub(shardExtent(ops, *split, shard), within))};
+  }
+  /// Tiles of `tile` per shard along a dim numbered by `split`.
+  static int64_t perShard(const ShardSplit &split, int64_t tile) {
+    return llvm::divideCeil(split.largest(), tile);
+  }
+
+private:
+  /// The ranks each sharded extent splits over: 0 where tensors disagree, 1 where no grid cuts
+  /// its shards (not numbered by shards).
+  llvm::DenseMap<int64_t, int64_t> parts;
+  StringRef plainOnly;
+};
+
+} // namespace mlir::mk
+
+#endif // MK_TRANSFORMS_TILENUMBERING_H
