@@ -99,6 +99,23 @@ mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>
 
 // -----
 
+// Three copies of a 128 x 256 tile and the result do not fit a CTA's shared memory (256 KiB of
+// the 227): combined and stored in chunks.
+// CHECK-LABEL: mk.program @three_wide_copies
+// CHECK: mk.accumulate sum {{.*}}{mk.lowering = #mk.lowering<chunks>}
+mk.program @three_wide_copies [] mesh <3x1> (%c: !mk.tensor<[512, 512], bf16, replicated>) grid 132 {
+    %s = mk.buffer : !mk.tensor<[3, 512, 512], bf16, symmetric>
+    mk.role inter_reduce ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[512, 512], bf16, replicated> {
+        %4 = mk.accumulate sum %s[:, %m, %n] : !mk.tensor<[3, 512, 512], bf16, symmetric> -> !mk.tile<[128, 256], f32>
+        %5 = mk.convert %4 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+        mk.store %5, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
 // Rows of 300 bf16 (600 bytes) are not whole 16-byte units, which TMA's strides must be: the
 // matmul stays on the tile library, and the reduction into them, of 2 copies, is combined and
 // stored in chunks.

@@ -49,7 +49,8 @@ bool sameTmaReduction(AccumulateOp a, AccumulateOp b) {
 
 /// Marks the reductions that are only converted to 16 bits and stored (to this GPU or one of the
 /// node): through the bulk tensor copy engine (tma: copies of a tile in the leading dim of a
-/// rank-3 buffer, at most 3, in boxes of 64 columns), else combined and stored chunk by chunk
+/// rank-3 buffer, at most 3, in boxes of 64 columns, which with the result fit a CTA's shared
+/// memory), else combined and stored chunk by chunk
 /// (chunks), without a tile in registers or shared memory.
 void markReductions(ProgramOp program) {
   MeshAttr mesh = program.getMesh();
@@ -73,9 +74,12 @@ void markReductions(ProgramOp program) {
         return;
     }
     DistTensorType buffer = accumulate.getSource().getType();
+    // mk::TmaReduce holds every slot's tile and the result in shared memory, with 2 KiB of
+    // alignment, barriers and publish batches.
+    int64_t tmaBytes = (buffer.getShape()[0] + 1) * tile.getShape()[0] * tile.getShape()[1] * 2;
     bool tma = buffer.getRank() == 3 && accumulate.getWholeDims() == ArrayRef<int64_t>{0} &&
                buffer.getShape()[0] <= 3 && tile.getShape()[0] <= 256 &&
-               tile.getShape()[1] % 64 == 0 &&
+               tile.getShape()[1] % 64 == 0 && tmaBytes + 2048 <= MK_CTA_SMEM_BYTES &&
                tmaAddresses(buffer, tile.getShape(), mesh, numbering) &&
                llvm::all_of(convert->getUsers(), [&](Operation *user) {
                  auto dest = cast<DistTensorType>(user->getOperand(1).getType());

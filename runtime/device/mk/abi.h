@@ -20,6 +20,9 @@
 /* Threads that run the tile library's collectives together (its "team"): the engine's consumers,
  * or threads 0-255 of a CTA without an engine. */
 #define MK_TEAM_THREADS 256
+/* Shared memory of one CTA on sm_90, static and dynamic together (227 KiB): what the device
+ * library's functions and the compiler's choices of them must fit. */
+#define MK_CTA_SMEM_BYTES (227 * 1024)
 /* GPUs of one node a kernel can address through peer mappings. */
 #define MK_MAX_GPUS_PER_NODE 8
 /* Tensors a program can use: its arguments, then its mk.buffer allocations, in program order. */

@@ -22,7 +22,7 @@ constexpr int kTeamWarps = MK_TEAM_THREADS / 32;
 static_assert(MK_TEAM_THREADS % 32 == 0, "whole warps");
 
 /// Shared memory one CTA can have on sm_90 (227 KiB), static and dynamic together.
-constexpr int kCtaSmemBytes = 227 * 1024;
+constexpr int kCtaSmemBytes = MK_CTA_SMEM_BYTES;
 /// What the device library declares __shared__ for a kernel's lifetime (BulkCopier's barriers).
 constexpr int kStaticSmemBytes = 64;
 /// Dynamic shared memory a function may ask for: what leaves the static its room.
