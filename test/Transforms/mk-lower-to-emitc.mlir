@@ -397,3 +397,22 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
   }
 }
 
+
+// -----
+
+// A tensor sharded along a leading dim (the experts of a [E, C, H] buffer): the index counts from
+// the rank's shard, as along a tile's dims.
+// CHECK-LABEL: emitc.func @leading_shard
+// CHECK: %[[EXPERT:.+]] = sub %{{.*}}, %{{.*}} : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
+// CHECK-NEXT: %[[OFFSET:.+]] = mul %[[EXPERT]], %{{.*}} : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
+// CHECK: call_opaque "mk::at"(%{{.*}}, %[[OFFSET]])
+// CHECK: call_opaque "mk::load_tile"
+!E = !mk.tensor<[8, 128, 256], bf16, shard 0 over world>
+mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
+  mk.role compute ctas 132 {
+    mk.tile_grid (%e, %t, %n) over %y tiles [1, 128, 256] : !E {
+      %v = mk.load %x[%e, %t, %n] : !E -> !mk.tile<[128, 256], bf16>
+      mk.store %v, %y[%e, %t, %n] : !mk.tile<[128, 256], bf16>, !E
+    }
+  }
+}

@@ -133,6 +133,8 @@ def cases(torch, mkc, world):
     for causal in (False, True):
         yield ring_attention(torch, mkc, g, 1, 2, 256 * world, 128, causal)
         yield ring_attention(torch, mkc, g, 2, 4, 128 * world, 64, causal)
+    # Extents all different (T, Hd, I, E, TopK, C), and with some equal.
+    yield moe(torch, mkc, g, 128 * world, 512, 384, 4 * world, 4, 128 if world > 1 else 256)
     yield moe(torch, mkc, g, 128 * world, 256, 128, 4 * world, 4, 128)
 
 

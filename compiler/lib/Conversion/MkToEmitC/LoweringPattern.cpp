@@ -61,23 +61,25 @@ Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
       valid[d] = local[d];
       continue;
     }
-    // Leading dims index single elements; tile dims are numbered (TileNumbering).
+    // Leading dims index single elements; tile dims are numbered (TileNumbering). Either is
+    // global: a sharded one counts from the rank's shard.
+    int64_t size = d < first ? 1 : tile[d - first];
     if (d < first) {
       start[d] = *index++;
       valid[d] = a.constant(1);
     } else {
-      int64_t extent = type.getShape()[d], size = tile[d - first];
-      TileSpan<Value> span = layout.numbering.span(ops, extent, size, *index++);
+      TileSpan<Value> span = layout.numbering.span(ops, type.getShape()[d], size, *index++);
       start[d] = span.start;
       valid[d] = span.size;
-      if (placement.shardsDim(d)) {
-        ShardSplit split = type.getShardSplit(d, mesh);
-        Value shard = shardIndex(a, placement.getAxis(), node, gpu);
-        start[d] = a.sub(start[d], shardStart(ops, split, shard));
-        // The numbering keeps a tile in its shard; without it, the shard's end clips it.
-        if (!layout.numbering.splitOf(extent) && !(split.even() && split.base() % size == 0))
-          valid[d] = a.min(valid[d], a.sub(local[d], start[d]));
-      }
+    }
+    if (placement.shardsDim(d)) {
+      ShardSplit split = type.getShardSplit(d, mesh);
+      Value shard = shardIndex(a, placement.getAxis(), node, gpu);
+      start[d] = a.sub(start[d], shardStart(ops, split, shard));
+      // The numbering keeps a tile in its shard; without it, the shard's end clips it.
+      if (d >= first && !layout.numbering.splitOf(type.getShape()[d]) &&
+          !(split.even() && split.base() % size == 0))
+        valid[d] = a.min(valid[d], a.sub(local[d], start[d]));
     }
     address.offset = a.add(address.offset, a.mul(start[d], strides[d]));
   }
