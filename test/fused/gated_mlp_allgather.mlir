@@ -8,7 +8,16 @@
 // RUN: mkc %s --topology 2x2 --shape M=1024,N=1024,K=512 -o %t.2x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mk-sim %s --topology 1x2 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %s --topology 2x1 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
+// RUN: mkc %s --topology 2x1 --shape M=1024,N=1024,K=512 --emit=cuda | FileCheck %s --check-prefix=ENGINE
 // CUBIN: mkc: gated_mlp_allgather: {{[0-9]+}} registers
+// One engine pass: both B panels into one 256-column stage, SwiGLU on the consumers' registers.
+// ENGINE: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256,
+// ENGINE: mk::gemm_load([[E:v[0-9]+]], [[A:v[0-9]+]], [[WG:v[0-9]+]], [[WU:v[0-9]+]],
+// ENGINE: = mk::gemm_mma(
+// ENGINE-NEXT: mk::GemmTile<128> [[GATE:v[0-9]+]] = mk::gemm_columns<0, 128>(
+// ENGINE-NEXT: mk::GemmTile<128> [[UP:v[0-9]+]] = mk::gemm_columns<128, 128>(
+// ENGINE-NEXT: mk::GemmTile<128> [[H:v[0-9]+]] = mk::swiglu([[GATE]], [[UP]]);
+// ENGINE: mk::gemm_store<mk::bf16>({{v[0-9]+}}, [[H]],
 // SIM: mk-sim: @gated_mlp_allgather on {{.*}}: no findings
 
 mk.program @gated_mlp_allgather [M, N, K] mesh <?x?> (

@@ -419,8 +419,11 @@ bool Expander::allReducesInPlace(AllReduceOp op) {
   auto producer = op->getParentOfType<TileGridOp>();
   // The GEMM engine's epilogue is what adds a tile where it lies (in 16 bits).
   auto convert = op.getValue().getDefiningOp<ConvertOp>();
-  auto matmul = convert ? convert.getSource().getDefiningOp<MatmulOp>() : MatmulOp();
-  bool fromEngine = matmul && gemmEngineEpilogue(matmul) == convert;
+  bool fromEngine =
+      convert && llvm::any_of(convert->getBlock()->getOps<MatmulOp>(), [&](MatmulOp matmul) {
+        std::optional<EnginePass> pass = gemmEnginePass(matmul);
+        return pass && pass->convert.getOperation() == convert.getOperation();
+      });
   // Two contributions, so that the sum does not depend on the order in which they land.
   return inPlaceAllReduce && fromEngine && op.getKind() == ReduceKind::sum && nodes == 1 &&
          gpus == 2 && op.getAxis() != MeshAxis::nodes && producer &&

@@ -15,28 +15,104 @@ bool mlir::mk::tmaAddresses(DistTensorType type, ArrayRef<int64_t> tile, MeshAtt
   return type.isEvenlySplit(mesh) && bytes * type.getLocalExtent(rank - 1, mesh) % 16 == 0;
 }
 
-ConvertOp mlir::mk::gemmEngineEpilogue(MatmulOp matmul) {
-  TileType tile = matmul.getResult().getType();
-  DistTensorType lhs = matmul.getLhs().getType(), rhs = matmul.getRhs().getType();
+int64_t EnginePass::tileColumns() const {
+  MatmulOp leader = matmuls.front();
+  return matmuls.size() * leader.getResult().getType().getShape()[1];
+}
+
+/// Whether `op` is elementwise math on tiles (every operand and the result of one type).
+static bool isElementwise(Operation *op) {
+  return op->hasTrait<OpTrait::SameOperandsAndResultType>() && op->getNumResults() == 1 &&
+         isa<TileType>(op->getResult(0).getType());
+}
+
+/// Whether `follower` multiplies the same A rows as `leader` by a B of the same type at the same
+/// columns, into a tile of the same type.
+static bool sharesA(MatmulOp leader, MatmulOp follower) {
+  return follower.getLhs() == leader.getLhs() &&
+         llvm::equal(follower.getLhsIndices(), leader.getLhsIndices()) &&
+         follower.getLhsWholeDims() == leader.getLhsWholeDims() &&
+         follower.getRhs().getType() == leader.getRhs().getType() &&
+         llvm::equal(follower.getRhsIndices(), leader.getRhsIndices()) &&
+         follower.getRhsWholeDims() == leader.getRhsWholeDims() &&
+         follower.getResult().getType() == leader.getResult().getType() &&
+         follower.getKTile() == leader.getKTile();
+}
+
+std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
+  TileType tile = leader.getResult().getType();
+  DistTensorType lhs = leader.getLhs().getType(), rhs = leader.getRhs().getType();
   Type element = lhs.getElementType();
   if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
       lhs.getRank() != 2 || rhs.getRank() != 2 || tile.getShape()[0] != 128 ||
-      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) || matmul.getLhsWholeDims()[0] != 1 ||
-      !matmul->hasOneUse())
-    return nullptr;
+      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) || leader.getLhsWholeDims()[0] != 1)
+    return std::nullopt;
+  // A matmul after another that shares its A is that one's follower, not a leader.
+  for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode())
+    if (auto before = dyn_cast<MatmulOp>(op); before && sharesA(before, leader))
+      return std::nullopt;
   // A panel: its 128 or BN tile rows by the whole of K.
-  auto program = matmul->getParentOfType<ProgramOp>();
+  auto program = leader->getParentOfType<ProgramOp>();
   TileNumbering numbering = TileNumbering::of(program);
   int64_t bn = tile.getShape()[1];
-  bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
+  bool bKMajor = leader.getRhsWholeDims()[0] == 1;
   SmallVector<int64_t> rhsTile =
       bKMajor ? SmallVector<int64_t>{bn, 1} : SmallVector<int64_t>{1, bn};
   if (!tmaAddresses(lhs, {128, 1}, program.getMesh(), numbering) ||
       !tmaAddresses(rhs, rhsTile, program.getMesh(), numbering))
-    return nullptr;
-  auto convert = dyn_cast<ConvertOp>(*matmul->user_begin());
-  if (!convert)
-    return nullptr;
-  Type out = convert.getResult().getType().getElementType();
-  return out.isBF16() || out.isF16() ? convert : nullptr;
+    return std::nullopt;
+
+  EnginePass pass;
+  pass.matmuls.push_back(leader);
+  // The products, and what the epilogue computes from them: every use of one must be the
+  // epilogue's or the conversion.
+  llvm::SmallPtrSet<Value, 8> inRegisters = {leader.getResult()};
+  for (Operation *op = leader->getNextNode(); op; op = op->getNextNode()) {
+    auto matmul = dyn_cast<MatmulOp>(op);
+    if (matmul && sharesA(leader, matmul) && bn <= 128 && pass.matmuls.size() < 2) {
+      pass.matmuls.push_back(matmul);
+      inRegisters.insert(matmul.getResult());
+      continue;
+    }
+    if (llvm::none_of(op->getOperands(), [&](Value v) { return inRegisters.contains(v); }))
+      continue;
+    if (auto convert = dyn_cast<ConvertOp>(op); convert && !pass.convert) {
+      Type out = convert.getResult().getType().getElementType();
+      if (!out.isBF16() && !out.isF16())
+        return std::nullopt;
+      pass.convert = convert;
+      continue;
+    }
+    if (!isElementwise(op) || op->getResult(0).getType() != tile)
+      return std::nullopt;
+    for (Value operand : op->getOperands()) {
+      if (inRegisters.contains(operand))
+        continue;
+      // A splat the epilogue alone uses is made in its layout.
+      auto splat = operand.getDefiningOp<SplatOp>();
+      if (!splat || splat->getBlock() != op->getBlock() ||
+          !llvm::all_of(splat->getUsers(), [&](Operation *user) {
+            return isElementwise(user) && user->getBlock() == op->getBlock();
+          }))
+        return std::nullopt;
+      if (!llvm::is_contained(pass.epilogue, splat.getOperation()))
+        pass.epilogue.push_back(splat);
+    }
+    pass.epilogue.push_back(op);
+    inRegisters.insert(op->getResult(0));
+  }
+  if (!pass.convert || pass.matmuls.size() * bn > 256)
+    return std::nullopt;
+  // Nothing else may read a product or the epilogue's values: they are only in registers.
+  for (Value value : inRegisters)
+    for (Operation *user : value.getUsers())
+      if (user != pass.convert && !llvm::is_contained(pass.epilogue, user))
+        return std::nullopt;
+  // Splats used beside the epilogue, by elementwise ops outside it, are not its.
+  for (Operation *op : pass.epilogue)
+    if (isa<SplatOp>(op))
+      for (Operation *user : op->getUsers())
+        if (!llvm::is_contained(pass.epilogue, user))
+          return std::nullopt;
+  return pass;
 }

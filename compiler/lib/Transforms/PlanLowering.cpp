@@ -235,18 +235,18 @@ struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
   }
 
 private:
-  /// The engine's configuration for `matmul` (cluster 0, chosen with the role's), if it can run
-  /// there: 16-bit operands, A [M x K] and B [K x N] or [N x K] (rank 2), a 128 x {64, 128, 256}
-  /// tile whose one use is a conversion to 16 bits that only stores and puts to a GPU of the node
-  /// use (rank 2 or 3 destinations); the matmul directly in a tile grid of the role, which visits
-  /// each of its tiles, whose body has no other tile work, only index arithmetic, nested loops and
-  /// branches, waits, signals and copies across nodes.
-  FailureOr<GemmEngineAttr> engineFor(MatmulOp matmul) {
-    ConvertOp convert = gemmEngineEpilogue(matmul);
-    if (!convert)
+  /// The engine's configuration for `pass` (cluster 0, chosen with the role's), if it can run
+  /// there: its conversion only feeds stores and puts to a GPU of the node (rank 2 or 3
+  /// destinations that TMA addresses); its matmuls directly in a tile grid of the role, which
+  /// visits each of its tiles, whose body has no other tile work, only index arithmetic, nested
+  /// loops and branches, waits, signals and copies across nodes.
+  FailureOr<GemmEngineAttr> engineFor(const std::optional<EnginePass> &pass) {
+    if (!pass)
       return GemmEngineAttr();
-    Type element = matmul.getLhs().getType().getElementType();
-    int64_t bn = matmul.getResult().getType().getShape()[1];
+    MatmulOp leader = pass->matmuls.front();
+    ConvertOp convert = pass->convert;
+    Type element = leader.getLhs().getType().getElementType();
+    TileType out = convert.getResult().getType();
     for (Operation *user : convert->getUsers()) {
       DistTensorType dest;
       if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
@@ -257,11 +257,11 @@ private:
       else
         return GemmEngineAttr();
       if (dest.getRank() < 2 || dest.getRank() > 3 ||
-          !tmaAddresses(dest, matmul.getResult().getType().getShape(), mesh, numbering))
+          !tmaAddresses(dest, out.getShape(), mesh, numbering))
         return GemmEngineAttr();
     }
     // The producer walks the role's tile grids, loading for every tile it visits.
-    auto grid = dyn_cast<TileGridOp>(matmul->getParentOp());
+    auto grid = dyn_cast<TileGridOp>(leader->getParentOp());
     if (!grid || !isa<RoleOp>(grid->getParentOp()) || grid.getRowCounts())
       return GemmEngineAttr();
     FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, numbering);
@@ -271,7 +271,8 @@ private:
       return GemmEngineAttr();
     WalkResult other = grid.getBodyBlock().walk([&](Operation *op) {
       bool tileWork = llvm::any_of(op->getResultTypes(), llvm::IsaPred<TileType>);
-      if (op == matmul || op == convert || llvm::is_contained(convert->getUsers(), op) ||
+      if (llvm::is_contained(pass->matmuls, op) || llvm::is_contained(pass->epilogue, op) ||
+          op == convert || llvm::is_contained(convert->getUsers(), op) ||
           isa<WaitOp, SignalOp, SingleCtaOp, scf::ForOp, scf::IfOp, scf::YieldOp>(op) ||
           // The proxy's copies across nodes use no shared memory.
           (isa<CopyOp>(op) && cast<CopyOp>(op).getScope() == PeerScope::node) ||
@@ -284,31 +285,32 @@ private:
     // Stores to a peer drain slowly: stage a 256-column tile whole, so that they hold up the
     // next tile's epilogue (a mainloop later) rather than this tile's later chunks.
     bool toPeer = llvm::any_of(convert->getUsers(), llvm::IsaPred<PutOp>);
-    MLIRContext *context = matmul.getContext();
-    return GemmEngineAttr::get(context, element, bn, gemmStages,
-                               BoolAttr::get(context, matmul.getRhsWholeDims()[0] == 1),
-                               toPeer && bn == 256 ? 4 : 2, /*cluster=*/0);
+    MLIRContext *context = leader.getContext();
+    return GemmEngineAttr::get(context, element, pass->tileColumns(), gemmStages,
+                               BoolAttr::get(context, leader.getRhsWholeDims()[0] == 1),
+                               toPeer && out.getShape()[1] == 256 ? 4 : 2, /*cluster=*/0);
   }
 
   /// The CTAs per cluster of the engine that runs `matmuls` in `role`: 2 where asked or by
   /// default, if the roles and the tile grids pair CTAs up and B is [K x N] in whole 128-column
   /// panels; else 1, or an error if 2 was asked.
-  FailureOr<int64_t> engineCluster(RoleOp role, ArrayRef<MatmulOp> matmuls) {
+  FailureOr<int64_t> engineCluster(RoleOp role, ArrayRef<EnginePass> passes) {
     if (gemmCluster == 1)
       return 1;
     std::string why;
     if (!rolesPairUp)
       why = "a role has an odd number of CTAs";
-    for (MatmulOp matmul : matmuls) {
+    for (const EnginePass &pass : passes) {
       if (!why.empty())
         break;
+      MatmulOp leader = pass.matmuls.front();
       FailureOr<TileWalk> walk =
-          TileWalk::get(cast<TileGridOp>(matmul->getParentOp()), mesh, numbering);
+          TileWalk::get(cast<TileGridOp>(leader->getParentOp()), mesh, numbering);
       if (failed(walk))
         return failure();
       if (!walk->pairsRows(*role.getCtas()))
         why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
-      else if (matmul.getRhsWholeDims()[0] == 1 || matmul.getResult().getType().getShape()[1] % 128)
+      else if (leader.getRhsWholeDims()[0] == 1 || pass.tileColumns() % 128)
         why = "B is not [K x N] in panels of 128 columns or more";
     }
     if (why.empty())
@@ -319,49 +321,63 @@ private:
     return 1;
   }
 
-  /// A role whose every matmul can run on the GEMM engine, with one configuration, runs it with
-  /// all MK_CTA_THREADS threads; any other runs the tile library on its team.
+  /// A role whose every matmul can run on the GEMM engine, in passes of one configuration, runs
+  /// it with all MK_CTA_THREADS threads; any other runs the tile library on its team.
   LogicalResult planRole(RoleOp role) {
-    SmallVector<MatmulOp> matmuls;
+    SmallVector<EnginePass> passes;
     GemmEngineAttr engine;
-    bool oneEngine = true;
+    bool oneEngine = true, anyMatmul = false;
     WalkResult failedWalk = role.walk([&](MatmulOp matmul) {
-      matmuls.push_back(matmul);
-      FailureOr<GemmEngineAttr> config = engineFor(matmul);
+      anyMatmul = true;
+      if (llvm::any_of(passes, [&](const EnginePass &pass) {
+            return llvm::is_contained(pass.matmuls, matmul);
+          }))
+        return WalkResult::advance();
+      std::optional<EnginePass> pass = gemmEnginePass(matmul);
+      FailureOr<GemmEngineAttr> config = engineFor(pass);
       if (failed(config))
         return WalkResult::interrupt();
       oneEngine = oneEngine && *config && (!engine || engine == *config);
       engine = *config;
+      if (pass)
+        passes.push_back(std::move(*pass));
       return WalkResult::advance();
     });
     if (failedWalk.wasInterrupted())
       return failure();
-    if (matmuls.empty() || !oneEngine)
+    if (!anyMatmul || !oneEngine)
       return success();
-    FailureOr<int64_t> cluster = engineCluster(role, matmuls);
+    FailureOr<int64_t> cluster = engineCluster(role, passes);
     if (failed(cluster))
       return failure();
     setGemmEngine(role,
                   GemmEngineAttr::get(role.getContext(), engine.getElement(), engine.getTileN(),
                                       engine.getStages(), engine.getBKMajor(),
                                       engine.getStagingBuffers(), *cluster));
-    splitEngineRole(role, matmuls);
+    splitEngineRole(role, passes);
     return success();
   }
 
   /// How the engine role's CTAs share its work: its producer warpgroup walks the tile grids,
-  /// keeps the waits before each matmul and loads; its consumers multiply, convert and store
-  /// through the engine, and run the rest.
-  void splitEngineRole(RoleOp role, ArrayRef<MatmulOp> matmuls) {
+  /// keeps the waits before each pass and loads; its consumers multiply, apply the epilogue in
+  /// registers, convert and store through the engine, and run the rest.
+  void splitEngineRole(RoleOp role, ArrayRef<EnginePass> passes) {
+    SmallVector<MatmulOp> leaders = llvm::map_to_vector(
+        passes, [](const EnginePass &pass) -> MatmulOp { return pass.matmuls.front(); });
     bool producerWaits = false;
-    for (MatmulOp matmul : matmuls) {
-      for (Operation *op = matmul->getPrevNode(); op; op = op->getPrevNode())
+    for (const EnginePass &pass : passes) {
+      MatmulOp leader = pass.matmuls.front();
+      for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode())
         if (isa<WaitOp>(op)) {
           setLowering(op, Lowering::producer);
           producerWaits = true;
         }
-      setLowering(matmul, Lowering::mma);
-      Operation *convert = *matmul->user_begin();
+      setLowering(leader, Lowering::mma);
+      for (MatmulOp follower : ArrayRef(pass.matmuls).drop_front())
+        setLowering(follower, Lowering::fused);
+      for (Operation *op : pass.epilogue)
+        setLowering(op, Lowering::registers);
+      ConvertOp convert = pass.convert;
       setLowering(convert, Lowering::elide);
       for (Operation *store : convert->getUsers())
         setLowering(store, Lowering::store);
@@ -372,7 +388,7 @@ private:
     // Their signals wait for the tile's stores to land only at the next tile (or wait).
     role.walk([&](SignalOp signal) {
       bool inTileGrid = llvm::any_of(
-          matmuls, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
+          leaders, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
       if (signal.getScope() != PeerScope::node && inTileGrid)
         setLowering(signal, Lowering::deferred);
     });
@@ -380,7 +396,7 @@ private:
     // senders, which serve those in order (on one node: across nodes, flags count what the proxy
     // delivers, and the consumers watch for it stopping).
     role.walk([&](WaitOp wait) {
-      bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, matmuls);
+      bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, leaders);
       setLowering(wait, defer ? Lowering::deferred : Lowering::consumer);
     });
   }

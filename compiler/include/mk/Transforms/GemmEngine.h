@@ -2,7 +2,10 @@
 //
 // The GEMM engine (runtime/device/mk/device/gemm_engine.cuh) computes 128-row tiles of 64, 128 or
 // 256 columns from 16-bit operands, A row-major, and converts them to 16 bits in its epilogue.
-// The lowering runs a tile loop on it where, besides, the conversion only feeds stores and puts;
+// Matmuls of a tile body that share A run in one pass, their B panels side by side (a gated MLP's
+// gate and up projections); elementwise math on the products runs in the consumers' registers
+// before the conversion. The lowering runs a tile loop on it where, besides, the conversion only
+// feeds stores and puts;
 // mk-expand-collectives adds all-reduced tiles in place only where the engine's epilogue will
 // store them, since that is the only lowering of a combining put. The engine, and every other
 // TMA path, needs tensors that TMA can address; the tile library takes any.
@@ -25,9 +28,25 @@ namespace mlir::mk {
 bool tmaAddresses(DistTensorType type, ArrayRef<int64_t> tile, MeshAttr mesh,
                   const TileNumbering &numbering);
 
-/// The conversion `matmul`'s one use is, if the pair has the engine's shape and TMA addresses
-/// both operands; null otherwise.
-ConvertOp gemmEngineEpilogue(MatmulOp matmul);
+/// What one pass of the engine computes: the matmuls, in their order in the body (the first
+/// leads; their B panels lie side by side in that order), the elementwise ops on the products and
+/// the splats they take, in order, in the consumers' registers, and the conversion to 16 bits
+/// whose stores the engine makes.
+struct EnginePass {
+  SmallVector<MatmulOp> matmuls;
+  SmallVector<Operation *> epilogue;
+  ConvertOp convert;
+
+  /// The engine tile's columns: the B panels' together.
+  int64_t tileColumns() const;
+};
+
+/// The pass `leader` leads, if it has the engine's shape: 16-bit operands, A [M x K] and B [K x N]
+/// or [N x K] that TMA addresses; a 128 x {64, 128, 256} tile, or two of 64 or 128 columns from
+/// matmuls after it in the body with the same A rows and B of the same type at the same columns;
+/// whose products only elementwise ops on 128-row f32 tiles (and splats used only there) use,
+/// up to one conversion to 16 bits. Nothing where `leader` is no such pass's first matmul.
+std::optional<EnginePass> gemmEnginePass(MatmulOp leader);
 
 } // namespace mlir::mk
 

@@ -115,26 +115,51 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
     Value rows = aTransposed ? lhs.cols : lhs.rows;
     Value cols = bTransposed ? rhs.rows : rhs.cols;
     if (std::optional<Lowering> engine = loweringOf(op)) {
+      // A pass's other matmuls are its first's to lower.
+      if (*engine == Lowering::fused)
+        return rewriter.notifyMatchFailure(op, "a fused matmul without the pass's first");
       // The engine's tensors split evenly (mk-plan-lowering): K is the same on every rank.
       Value e = engineFor(op);
       std::string kBlocks =
           std::to_string(llvm::divideCeil(lhsType.getLocalExtent(lhsK, layout.mesh), 64));
+      SmallVector<MatmulOp> pass = {op};
+      for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+        if (auto matmul = dyn_cast<MatmulOp>(next)) {
+          if (loweringOf(matmul) != Lowering::fused)
+            break;
+          pass.push_back(matmul);
+        }
       if (*engine == Lowering::mma) {
         auto accumulator = emitc::OpaqueType::get(rewriter.getContext(),
                                                   "mk::GemmAccumulator<mk::GemmConfig<" +
                                                       layout.engineConfigs.lookup(e) + ">>");
-        rewriter.replaceOp(op, call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks}));
+        Value product =
+            call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks})->getResult(0);
+        if (pass.size() == 1) {
+          rewriter.replaceOp(op, product);
+          return success();
+        }
+        // Each matmul's product: its columns of the pass's tile.
+        std::string columns = std::to_string(tn);
+        auto part = emitc::OpaqueType::get(rewriter.getContext(), "mk::GemmTile<" + columns + ">");
+        for (auto [i, matmul] : llvm::enumerate(pass))
+          rewriter.replaceOp(matmul, call(rewriter, loc, part, "mk::gemm_columns", {product},
+                                          {std::to_string(i * tn), columns}));
         return success();
       }
-      // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or BN-row boxes
-      // ([N x K]), 64 deep in K.
+      // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or tn-row boxes
+      // ([N x K]), 64 deep in K; each matmul of the pass its B panel.
       int64_t aMap = layout.tensorMap(lhsType, tensorIndex(op.getLhs()), std::nullopt, {64, tm});
-      int64_t bMap = layout.tensorMap(rhsType, tensorIndex(op.getRhs()), std::nullopt,
-                                      {64, bTransposed ? tn : 64});
-      call(rewriter, loc, {}, "mk::gemm_load",
-           {e, tensorMapPointer(rewriter, loc, op, a.constant(aMap)),
-            tensorMapPointer(rewriter, loc, op, a.constant(bMap)), lhs.start[0],
-            bTransposed ? rhs.start[0] : rhs.start[1], kBlocks});
+      SmallVector<CallArg> args = {e, tensorMapPointer(rewriter, loc, op, a.constant(aMap))};
+      for (MatmulOp matmul : pass) {
+        int64_t bMap = layout.tensorMap(rhsType, tensorIndex(matmul.getRhs()), std::nullopt,
+                                        {64, bTransposed ? tn : 64});
+        args.push_back(tensorMapPointer(rewriter, loc, op, a.constant(bMap)));
+      }
+      args.append({lhs.start[0], bTransposed ? rhs.start[0] : rhs.start[1], kBlocks});
+      call(rewriter, loc, {}, "mk::gemm_load", args);
+      for (MatmulOp follower : llvm::drop_begin(pass))
+        rewriter.eraseOp(follower);
       rewriter.eraseOp(op);
       return success();
     }
@@ -234,27 +259,35 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
 
   LogicalResult matchAndRewrite(OpT op, typename OpT::Adaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
+    std::optional<Lowering> how = loweringOf(op.getOperation());
     // The engine converts as it stores.
-    if (loweringOf(op.getOperation())) {
+    if (how == Lowering::elide) {
       rewriter.replaceOp(op, lookThroughCasts(adaptor.getOperands().front()));
       return success();
     }
+    // The engine's epilogue works on its tiles where the consumers hold them.
+    bool inRegisters = how == Lowering::registers;
     SmallVector<CallArg> args;
     for (Value operand : adaptor.getOperands())
-      args.push_back(operand);
+      args.push_back(inRegisters ? lookThroughCasts(operand) : operand);
     SmallVector<std::string> templateArgs;
     std::string name = callee;
     if constexpr (std::is_same_v<OpT, ActivationOp>)
       name = "mk::" + stringifyActivation(op.getKind()).str();
     auto result = cast<TileType>(op->getResult(0).getType());
+    std::string columns = std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1);
     if constexpr (std::is_same_v<OpT, ConvertOp>)
       templateArgs.push_back(elementName(result.getElementType()));
-    if constexpr (std::is_same_v<OpT, SplatOp>)
+    if constexpr (std::is_same_v<OpT, SplatOp>) {
       templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
-                      std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1)};
-    rewriter.replaceOp(op,
-                       call(rewriter, op.getLoc(), this->getTypeConverter()->convertType(result),
-                            name, args, templateArgs));
+                      columns};
+      if (inRegisters)
+        templateArgs.push_back("mk::GemmLayout<" + columns + ">");
+    }
+    Type type = inRegisters
+                    ? emitc::OpaqueType::get(op.getContext(), "mk::GemmTile<" + columns + ">")
+                    : this->getTypeConverter()->convertType(result);
+    rewriter.replaceOp(op, call(rewriter, op.getLoc(), type, name, args, templateArgs));
     return success();
   }
 

@@ -260,20 +260,27 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
       llvm::map_to_vector(producer->without_terminator(), [](Operation &op) { return &op; });
   for (Operation *op : llvm::reverse(producerOps)) {
     auto loop = dyn_cast<scf::ForOp>(op);
+    // The loop's engine pass, by its first matmul, which loads the others' B panels too.
     MatmulOp matmul;
     if (loop)
       for (MatmulOp candidate : loop.getBody()->getOps<MatmulOp>())
-        matmul = candidate;
+        if (loweringOf(candidate) != Lowering::fused)
+          matmul = candidate;
     if (!matmul) {
       if (!isMemoryEffectFree(op))
         op->erase();
       continue;
     }
     Block *body = loop.getBody();
-    while (body->getTerminator()->getPrevNode() != matmul)
-      body->getTerminator()->getPrevNode()->erase();
+    SmallVector<Operation *> after;
+    for (Operation *op = matmul->getNextNode(); op != body->getTerminator(); op = op->getNextNode())
+      if (loweringOf(op) != Lowering::fused)
+        after.push_back(op);
+    for (Operation *op : llvm::reverse(after))
+      op->erase();
     for (Operation &before : llvm::make_early_inc_range(llvm::reverse(*body))) {
       if (&before == matmul || isa<scf::YieldOp>(before) || isMemoryEffectFree(&before) ||
+          (isa<MatmulOp>(before) && loweringOf(&before) == Lowering::fused) ||
           (isa<WaitOp>(before) && loweringOf(&before) == Lowering::producer))
         continue;
       before.erase();

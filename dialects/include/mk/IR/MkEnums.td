@@ -84,6 +84,10 @@ def Mk_Lowering : I32EnumAttr<"Lowering",
                                      // stores and puts of its result
     I32EnumAttrCase<"chunks", 7>,    // a reduction that is only stored, and its stores
     I32EnumAttrCase<"elide", 8>,     // a conversion the accumulate or the engine's store does
+    I32EnumAttrCase<"fused", 9>,     // a matmul the engine computes in the pass of the one before
+                                     // it that shares its A
+    I32EnumAttrCase<"registers", 10>, // elementwise math on the engine's products, in the
+                                      // consumers' registers (mk::GemmTile)
   ]> {
   let cppNamespace = "::mlir::mk";
   // Mk_LoweringAttr (MkAttrs.td) prints it as #mk.lowering<...>.

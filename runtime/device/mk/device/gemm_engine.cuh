@@ -67,8 +67,15 @@ template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes();
 template <typename T, int BN, int kEpilogueBuffers = 2>
 __host__ __device__ constexpr int gemm_max_stages();
 
-/// One consumer thread's part of a finished 128 x BN f32 tile (wgmma's fragment layout).
-template <typename Config> struct GemmAccumulator;
+/// Where the consumers hold a 128 x C f32 tile (wgmma's accumulators): consumer warp w (threads
+/// 128 + 32 w ..) has rows 16 w .. 16 w + 15, every column, in m16n8 fragments laid out as
+/// TileLayout's. Elementwise tile math (mk/device/tile.cuh) works on it where it is, so that an
+/// epilogue (bias, activation, a gate) costs no shared memory before the store.
+template <int C> struct GemmLayout;
+template <int C> using GemmTile = Tile<float, 128, C, GemmLayout<C>>;
+
+/// One consumer thread's part of a finished 128 x BN f32 tile.
+template <typename Config> using GemmAccumulator = GemmTile<Config::BN>;
 
 /// The ring and its pipeline position, as one thread sees it. Construct it with every thread of
 /// the CTA (it initialises the mbarriers and synchronises the CTA, or the cluster); then producer
@@ -92,6 +99,14 @@ template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
                                           const mk_tensor_map *b, int m0, int n0, int k_blocks);
 
+/// Producer: as gemm_load, for matmuls that share A: B's panel is two panels of BN / 2 columns,
+/// the first from `b0`, the second from `b1`, both at columns n0 .. n0 + BN / 2, so that one pass
+/// over A computes both products side by side (gemm_columns takes them apart).
+template <typename Config>
+__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                          const mk_tensor_map *b0, const mk_tensor_map *b1, int m0,
+                                          int n0, int k_blocks);
+
 /// Producer: waits until `*flag` >= `target` (wrap-safe) before the loads that follow, which then
 /// see what was written before the signals it counts.
 template <typename Config>
@@ -101,24 +116,25 @@ __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &e, const mk_u32 *f
 template <typename Config>
 __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks);
 
-/// Consumers: converts `acc` to Out (bf16 or f16) and stores it at (c0, c1[, c2]) of `map`
-/// (innermost first: the tile's first column, its first row, then outer coordinates), 64
-/// columns at a time through TMA stores issued by team thread 0. The stores are complete, and
+/// Columns kFirst .. kFirst + kColumns of a tile (whole 64-column chunks), where they are.
+template <int kFirst, int kColumns, int C>
+__device__ __forceinline__ GemmTile<kColumns> gemm_columns(const GemmTile<C> &t);
+
+/// Consumers: converts `acc` (BN or fewer columns) to Out (bf16 or f16) and stores it at (c0, c1[,
+/// c2]) of `map` (innermost first: the tile's first column, its first row, then outer coordinates),
+/// 64 columns at a time through TMA stores issued by team thread 0. The stores are complete, and
 /// published, before that thread's next signal (mk::signal and gemm_signal wait for them).
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
-                                           const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                            const mk_tensor_map *map, int c0, int c1);
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
-                                           const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2);
 
 /// Consumers: as gemm_store into a 2-D tensor, but adds the tile to what it holds, element by
 /// element in its dtype, where that memory is (a TMA reduction; also across NVLink).
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
-                                               const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                                const mk_tensor_map *map, int c0, int c1);
 
 /// Consumers: the tile to the same place (c0, c1) of a 2-D tensor on GPUs (me + j) % gpus of the
@@ -126,18 +142,16 @@ __device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
 /// `cols` = 128 x BN) goes out through the senders: to this GPU through maps[me], to peers at
 /// element `offset` of their mappings of `tensor` (rows `ld` elements apart). A tile the
 /// tensor's edges cut goes through TMA and maps[gpu], which mask it.
-template <typename Out, typename Config>
+template <typename Out, typename Config, int C>
 __device__ __forceinline__ void
-gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                const mk_tensor_map *maps, int me, int begin, int end, int gpus,
-                const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols, int c0,
-                int c1);
-template <typename Out, typename Config>
+gemm_store_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tensor_map *maps, int me,
+                int begin, int end, int gpus, const mk_tensor_ref *tensor, long long offset, int ld,
+                int rows, int cols, int c0, int c1);
+template <typename Out, typename Config, int C>
 __device__ __forceinline__ void
-gemm_store_add_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                    const mk_tensor_map *maps, int me, int begin, int end, int gpus,
-                    const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
-                    int c0, int c1);
+gemm_store_add_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tensor_map *maps,
+                    int me, int begin, int end, int gpus, const mk_tensor_ref *tensor,
+                    long long offset, int ld, int rows, int cols, int c0, int c1);
 
 /// Consumers: an arrival on `flag` once the stores issued so far have completed, raised by the
 /// senders (after TMA stores of the consumers, only once those complete: at the next tile's

@@ -23,61 +23,69 @@ namespace mk {
 template <typename T, int R, int C> __host__ __device__ constexpr int tile_io_smem_bytes();
 
 /// Every element `value`.
-template <typename T, int R, int C> __device__ __forceinline__ Tile<T, R, C> splat(T value);
+template <typename T, int R, int C, typename L = TileLayout<R, C>>
+__device__ __forceinline__ Tile<T, R, C, L> splat(T value);
 
 /// Elementwise conversion, rounding to nearest even.
-template <typename To, typename T, int R, int C>
-__device__ __forceinline__ Tile<To, R, C> convert(const Tile<T, R, C> &t);
+template <typename To, typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<To, R, C, L> convert(const Tile<T, R, C, L> &t);
 
 // Elementwise arithmetic, rounded once per operation (T in float, bf16, f16); on every tile,
 // rank-1 ones (Tile<T, R, 1>, mk/device/vector.cuh) included, as everything elementwise here.
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> add(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> sub(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> mul(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> div(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> maximum(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> minimum(const Tile<T, R, C> &a, const Tile<T, R, C> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> add(const Tile<T, R, C, L> &a,
+                                                const Tile<T, R, C, L> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> sub(const Tile<T, R, C, L> &a,
+                                                const Tile<T, R, C, L> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> mul(const Tile<T, R, C, L> &a,
+                                                const Tile<T, R, C, L> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> div(const Tile<T, R, C, L> &a,
+                                                const Tile<T, R, C, L> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> maximum(const Tile<T, R, C, L> &a,
+                                                    const Tile<T, R, C, L> &b);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> minimum(const Tile<T, R, C, L> &a,
+                                                    const Tile<T, R, C, L> &b);
 
 // Elementary functions, evaluated in f32 (to within 2 ulp) and rounded once. The names are mk's:
 // kernels call them qualified, beside the CUDA math library's.
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> exp(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> log(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> sqrt(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> rsqrt(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> reciprocal(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> tanh(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> sigmoid(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> neg(const Tile<T, R, C> &x);
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> abs(const Tile<T, R, C> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> exp(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> log(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> sqrt(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> rsqrt(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> reciprocal(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> tanh(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> sigmoid(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> neg(const Tile<T, R, C, L> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> abs(const Tile<T, R, C, L> &x);
 
 // Activations, evaluated in f32 and rounded once.
 /// max(x, 0).
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> relu(const Tile<T, R, C> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> relu(const Tile<T, R, C, L> &x);
 /// The tanh approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> gelu(const Tile<T, R, C> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> gelu(const Tile<T, R, C, L> &x);
 /// x * sigmoid(x).
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> silu(const Tile<T, R, C> &x);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> silu(const Tile<T, R, C, L> &x);
 /// silu(gate) * up.
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> swiglu(const Tile<T, R, C> &gate, const Tile<T, R, C> &up);
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> swiglu(const Tile<T, R, C, L> &gate,
+                                                   const Tile<T, R, C, L> &up);
 
 /// The tile at `src`; elements outside `rows` x `cols` are 0.
 template <typename T, int R, int C>

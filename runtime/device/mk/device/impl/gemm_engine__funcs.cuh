@@ -78,7 +78,25 @@ __host__ __device__ constexpr int gemm_max_stages() {
   return stages < 8 ? stages : 8;
 }
 
-template <typename Config> struct GemmAccumulator { float d[Config::BN / 2]; };
+template <int C> struct GemmLayout {
+  static_assert(C % 8 == 0, "whole n8 fragments");
+  static constexpr int kPairs = C / 4;
+  static __device__ __forceinline__ int row(int p) {
+    return (static_cast<int>(threadIdx.x) / 32 - 4) * 16 + p % 2 * 8 + threadIdx.x % 32 / 4;
+  }
+  static __device__ __forceinline__ int col(int p) { return p / 2 * 8 + threadIdx.x % 4 * 2; }
+};
+
+template <int kFirst, int kColumns, int C>
+__device__ __forceinline__ GemmTile<kColumns> gemm_columns(const GemmTile<C> &t) {
+  static_assert(kFirst % 64 == 0 && kColumns % 64 == 0 && kFirst + kColumns <= C,
+                "whole 64-column chunks of the tile");
+  GemmTile<kColumns> out;
+#pragma unroll
+  for (int p = 0; p < GemmLayout<kColumns>::kPairs; ++p)
+    out.pairs[p] = t.pairs[kFirst / 4 + p];
+  return out;
+}
 
 template <typename Config> class GemmEngine {
 public:
@@ -379,9 +397,21 @@ __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
   ptx::setmaxnreg_inc<Config::kConsumerRegisters>();
 }
 
-template <typename Config>
-__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
-                                          const mk_tensor_map *b, int m0, int n0, int k_blocks) {
+namespace detail {
+
+/// The producer's loads of the next k_blocks stages: A's rows m0 .. m0 + 128 and B's panel, which
+/// is kParts (1 or 2) panels of BN / kParts columns side by side, from b0 and b1 at columns n0 ...
+/// (Two maps as two values: an array of them, indexed by the cluster rank, would live in local
+/// memory.)
+template <typename Config, int kParts>
+__device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                            const mk_tensor_map *b0, const mk_tensor_map *b1,
+                                            int m0, int n0, int k_blocks) {
+  constexpr int kPartColumns = Config::BN / kParts;
+  static_assert((kParts == 1 || kParts == 2) && kPartColumns % 64 == 0,
+                "one or two parts of 64-column blocks");
+  static_assert(kParts == 1 || Config::kCluster == 1 || !Config::kBKMajor,
+                "an [N x K] panel of parts is loaded by one CTA");
   if (threadIdx.x != 0)
     return;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -394,23 +424,47 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
     ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
     // B: this CTA's share of the panel (all of it without a cluster; the CTAs of a cluster share
     // n0), into every CTA of the cluster.
-    const auto load_b = [&](mk_u32 dst, int c0, int c1) {
+    const auto load_b = [&](mk_u32 dst, const mk_tensor_map *map, int c0, int c1) {
       if constexpr (Config::kCluster == 1)
-        ptx::tma_load(dst, b, c0, c1, e.full(s));
+        ptx::tma_load(dst, map, c0, c1, e.full(s));
       else
-        ptx::tma_load_multicast(dst, b, c0, c1, e.full(s), (1u << Config::kCluster) - 1);
+        ptx::tma_load_multicast(dst, map, c0, c1, e.full(s), (1u << Config::kCluster) - 1);
     };
     const int share =
         Config::kCluster == 1 ? 0 : static_cast<int>(e.cluster_rank()) * Config::kBShare;
-    if constexpr (Config::kBKMajor) {
-      load_b(e.b(s) + share * 128, k0, n0 + share);
+    if constexpr (Config::kBKMajor && kParts == 1) {
+      load_b(e.b(s) + share * 128, b0, k0, n0 + share);
+    } else if constexpr (Config::kBKMajor) {
+      // Rows of 64 K (128 bytes), one box of kPartColumns rows a part.
+      load_b(e.b(s), b0, k0, n0);
+      load_b(e.b(s) + kPartColumns * 128, b1, k0, n0);
     } else {
+      // 64-column blocks of 64 K rows; block j of the panel is block j % (blocks a part) of its
+      // part.
 #pragma unroll
-      for (int j = 0; j < Config::kBShare; ++j)
-        load_b(e.b(s) + (share + j) * Config::BK * 128, n0 + 64 * (share + j), k0);
+      for (int j = 0; j < Config::kBShare; ++j) {
+        const int block = share + j, part = block / (kPartColumns / 64);
+        load_b(e.b(s) + block * Config::BK * 128, part == 0 ? b0 : b1,
+               n0 + 64 * (block % (kPartColumns / 64)), k0);
+      }
     }
     e.advance();
   }
+}
+
+} // namespace detail
+
+template <typename Config>
+__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                          const mk_tensor_map *b, int m0, int n0, int k_blocks) {
+  detail::load_panels<Config, 1>(e, a, b, b, m0, n0, k_blocks);
+}
+
+template <typename Config>
+__device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                          const mk_tensor_map *b0, const mk_tensor_map *b1, int m0,
+                                          int n0, int k_blocks) {
+  detail::load_panels<Config, 2>(e, a, b0, b1, m0, n0, k_blocks);
 }
 
 template <typename Config>
@@ -517,15 +571,16 @@ template <> struct PairOfOut<f16> {
 /// Writes this thread's fragments of 64-column chunk `c` into `buffer` (128 rows of 128 bytes,
 /// 128-byte swizzled, as the output map expects), then hands the buffer to `store`, which every
 /// consumer thread calls (TMA stores are team thread 0's; the senders' jobs everyone's).
-template <typename Out, typename Config, typename Store>
-__device__ __forceinline__ void store_chunks(GemmEngine<Config> &e,
-                                             const GemmAccumulator<Config> &acc, Store store) {
+template <typename Out, typename Config, int C, typename Store>
+__device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmTile<C> &acc,
+                                             Store store) {
+  static_assert(C % 64 == 0 && C <= Config::BN, "64-column chunks, at most the engine's tile");
   // The previous tile's flags wait no longer than this tile's mainloop.
   gemm_flush_signals(e);
   const int wg = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int row = wg * 64 + warp * 16 + lane / 4;
 #pragma unroll
-  for (int c = 0; c < Config::BN / 64; ++c) {
+  for (int c = 0; c < C / 64; ++c) {
     const int index = e.next_chunk();
     const mk_u32 buffer = e.chunk(index);
     // The buffer's previous stores (kEpilogueBuffers chunks ago) have read it.
@@ -540,8 +595,8 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e,
       for (int half = 0; half < 2; ++half) {
         const int r = row + 8 * half;
         const mk_u32 offset = r * 128 + ((j ^ (r % 8)) << 4) + (lane % 4) * 4;
-        const mk_u32 packed =
-            PairOfOut<Out>::pack(acc.d[4 * f + 2 * half], acc.d[4 * f + 2 * half + 1]);
+        const float2 pair = acc.pairs[2 * f + half];
+        const mk_u32 packed = PairOfOut<Out>::pack(pair.x, pair.y);
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(buffer + offset), "r"(packed) : "memory");
       }
     }
@@ -567,8 +622,8 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
 #pragma unroll
     for (int kk = 0; kk < Config::kMmaPerStage; ++kk)
       ptx::Wgmma<typename Config::T, Config::BN>::template run<!Config::kBKMajor>(
-          acc.d, detail::a_descriptor(e, s, wg, kk), detail::b_descriptor(e, s, kk),
-          kb > 0 || kk > 0);
+          reinterpret_cast<float(&)[Config::BN / 2]>(acc.pairs), detail::a_descriptor(e, s, wg, kk),
+          detail::b_descriptor(e, s, kk), kb > 0 || kk > 0);
     ptx::wgmma_commit();
     // Keep one stage's wgmma in flight; the one before it has finished reading its stage.
     if (kb > 0) {
@@ -583,9 +638,8 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
   return acc;
 }
 
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
-                                           const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                            const mk_tensor_map *map, int c0, int c1) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
@@ -594,9 +648,8 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
   });
 }
 
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
-                                           const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                            const mk_tensor_map *map, int c0, int c1, int c2) {
   detail::begin_tma_stores(e);
   detail::store_chunks<Out>(e, acc, [&](int column, mk_u32 buffer, int) {
@@ -609,13 +662,12 @@ __device__ __forceinline__ void gemm_store(GemmEngine<Config> &e,
 /// GPU (me + j) % gpus for j in [begin, end), stored or (kAdd) added. A whole tile goes through
 /// the senders, at element `offset` of each GPU's part of `tensor`, rows `ld` elements apart; a
 /// tile cut by the tensor's edges (or without `tensor`) through TMA and maps[gpu], which mask it.
-template <typename Out, bool kAdd, typename Config>
+template <typename Out, bool kAdd, typename Config, int C>
 __device__ __forceinline__ void
-gemm_store_to_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                   const mk_tensor_map *maps, int me, int begin, int end, int gpus,
-                   const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
-                   int c0, int c1) {
-  if (tensor && rows == Config::BM && cols == Config::BN) {
+gemm_store_to_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tensor_map *maps, int me,
+                   int begin, int end, int gpus, const mk_tensor_ref *tensor, long long offset,
+                   int ld, int rows, int cols, int c0, int c1) {
+  if (tensor && rows == Config::BM && cols == C) {
     unsigned char peers = 0;
     const mk_tensor_map *local = nullptr;
     for (int j = begin; j < end; ++j) {
@@ -650,27 +702,24 @@ gemm_store_to_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
   });
 }
 /// Adds the tile to what the 2-D tensor of `map` holds at (c0, c1), where that memory is.
-template <typename Out, typename Config>
-__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e,
-                                               const GemmAccumulator<Config> &acc,
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void gemm_store_add(GemmEngine<Config> &e, const GemmTile<C> &acc,
                                                const mk_tensor_map *map, int c0, int c1) {
   gemm_store_to_gpus<Out, true>(e, acc, map, 0, 0, 1, 1, nullptr, 0, 0, 0, 0, c0, c1);
 }
-template <typename Out, typename Config>
+template <typename Out, typename Config, int C>
 __device__ __forceinline__ void
-gemm_store_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                const mk_tensor_map *maps, int me, int begin, int end, int gpus,
-                const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols, int c0,
-                int c1) {
+gemm_store_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tensor_map *maps, int me,
+                int begin, int end, int gpus, const mk_tensor_ref *tensor, long long offset, int ld,
+                int rows, int cols, int c0, int c1) {
   gemm_store_to_gpus<Out, false>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
                                  c0, c1);
 }
-template <typename Out, typename Config>
+template <typename Out, typename Config, int C>
 __device__ __forceinline__ void
-gemm_store_add_gpus(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc,
-                    const mk_tensor_map *maps, int me, int begin, int end, int gpus,
-                    const mk_tensor_ref *tensor, long long offset, int ld, int rows, int cols,
-                    int c0, int c1) {
+gemm_store_add_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tensor_map *maps,
+                    int me, int begin, int end, int gpus, const mk_tensor_ref *tensor,
+                    long long offset, int ld, int rows, int cols, int c0, int c1) {
   gemm_store_to_gpus<Out, true>(e, acc, maps, me, begin, end, gpus, tensor, offset, ld, rows, cols,
                                 c0, c1);
 }

@@ -65,29 +65,29 @@ __device__ __forceinline__ float gelu(float x) {
   return times_sigmoid(x, kTwoSqrtTwoOverPi * (x + 0.044715f * x * x * x));
 }
 
-template <typename To, typename T, int R, int C, typename F>
-__device__ __forceinline__ Tile<To, R, C> map_pairs(const Tile<T, R, C> &t, F f) {
-  Tile<To, R, C> out;
+template <typename To, typename T, int R, int C, typename L, typename F>
+__device__ __forceinline__ Tile<To, R, C, L> map_pairs(const Tile<T, R, C, L> &t, F f) {
+  Tile<To, R, C, L> out;
 #pragma unroll
-  for (int p = 0; p < TileLayout<R, C>::kPairs; ++p)
+  for (int p = 0; p < L::kPairs; ++p)
     out.pairs[p] = f(t.pairs[p]);
   return out;
 }
 
-template <typename T, int R, int C, typename F>
-__device__ __forceinline__ Tile<T, R, C> zip_pairs(const Tile<T, R, C> &a, const Tile<T, R, C> &b,
-                                                   F f) {
-  Tile<T, R, C> out;
+template <typename T, int R, int C, typename L, typename F>
+__device__ __forceinline__ Tile<T, R, C, L> zip_pairs(const Tile<T, R, C, L> &a,
+                                                      const Tile<T, R, C, L> &b, F f) {
+  Tile<T, R, C, L> out;
 #pragma unroll
-  for (int p = 0; p < TileLayout<R, C>::kPairs; ++p)
+  for (int p = 0; p < L::kPairs; ++p)
     out.pairs[p] = f(a.pairs[p], b.pairs[p]);
   return out;
 }
 
 /// `f` applied to every element in f32.
-template <typename T, int R, int C, typename F>
-__device__ __forceinline__ Tile<T, R, C> map_in_f32(const Tile<T, R, C> &t, F f) {
-  return map_pairs<T>(t, [&](typename Tile<T, R, C>::Pair p) {
+template <typename T, int R, int C, typename L, typename F>
+__device__ __forceinline__ Tile<T, R, C, L> map_in_f32(const Tile<T, R, C, L> &t, F f) {
+  return map_pairs<T>(t, [&](typename Tile<T, R, C, L>::Pair p) {
     const float2 x = to_float2(p);
     return from_float2<T>({f(x.x), f(x.y)});
   });
@@ -208,29 +208,30 @@ template <typename T, int R, int C> __host__ __device__ constexpr int tile_io_sm
   return detail::TileSmem<T, R, C>::kBytes;
 }
 
-template <typename T, int R, int C> __device__ __forceinline__ Tile<T, R, C> splat(T value) {
-  Tile<T, R, C> t;
-  const typename Tile<T, R, C>::Pair pair = {value, value};
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> splat(T value) {
+  Tile<T, R, C, L> t;
+  const typename Tile<T, R, C, L>::Pair pair = {value, value};
 #pragma unroll
-  for (int p = 0; p < TileLayout<R, C>::kPairs; ++p)
+  for (int p = 0; p < L::kPairs; ++p)
     t.pairs[p] = pair;
   return t;
 }
 
-template <typename To, typename T, int R, int C>
-__device__ __forceinline__ Tile<To, R, C> convert(const Tile<T, R, C> &t) {
-  return detail::map_pairs<To>(t, [](typename Tile<T, R, C>::Pair p) {
+template <typename To, typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<To, R, C, L> convert(const Tile<T, R, C, L> &t) {
+  return detail::map_pairs<To>(t, [](typename Tile<T, R, C, L>::Pair p) {
     return detail::from_float2<To>(detail::to_float2(p));
   });
 }
 
 #define MK_DEVICE_DEFINE_BINARY(name, pair_op)                                                     \
-  template <typename T, int R, int C>                                                              \
-  __device__ __forceinline__ Tile<T, R, C> name(const Tile<T, R, C> &a, const Tile<T, R, C> &b) {  \
+  template <typename T, int R, int C, typename L>                                                  \
+  __device__ __forceinline__ Tile<T, R, C, L> name(const Tile<T, R, C, L> &a,                      \
+                                                   const Tile<T, R, C, L> &b) {                    \
     return detail::zip_pairs(a, b,                                                                 \
-                             [](typename Tile<T, R, C>::Pair x, typename Tile<T, R, C>::Pair y) {  \
-                               return pair_op(x, y);                                               \
-                             });                                                                   \
+                             [](typename Tile<T, R, C, L>::Pair x,                                 \
+                                typename Tile<T, R, C, L>::Pair y) { return pair_op(x, y); });     \
   }
 MK_DEVICE_DEFINE_BINARY(add, detail::pair_add)
 MK_DEVICE_DEFINE_BINARY(sub, detail::pair_sub)
@@ -241,8 +242,8 @@ MK_DEVICE_DEFINE_BINARY(minimum, detail::pair_min)
 #undef MK_DEVICE_DEFINE_BINARY
 
 #define MK_DEVICE_DEFINE_UNARY(name, expression)                                                   \
-  template <typename T, int R, int C>                                                              \
-  __device__ __forceinline__ Tile<T, R, C> name(const Tile<T, R, C> &x) {                          \
+  template <typename T, int R, int C, typename L>                                                  \
+  __device__ __forceinline__ Tile<T, R, C, L> name(const Tile<T, R, C, L> &x) {                    \
     return detail::map_in_f32(x, [](float v) { return expression; });                              \
   }
 MK_DEVICE_DEFINE_UNARY(exp, expf(v))
@@ -256,26 +257,26 @@ MK_DEVICE_DEFINE_UNARY(neg, -v)
 MK_DEVICE_DEFINE_UNARY(abs, fabsf(v))
 #undef MK_DEVICE_DEFINE_UNARY
 
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> relu(const Tile<T, R, C> &x) {
-  return maximum(x, splat<T, R, C>(T(0.0f)));
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> relu(const Tile<T, R, C, L> &x) {
+  return maximum(x, splat<T, R, C, L>(T(0.0f)));
 }
 
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> gelu(const Tile<T, R, C> &x) {
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> gelu(const Tile<T, R, C, L> &x) {
   return detail::map_in_f32(x, [](float v) { return detail::gelu(v); });
 }
 
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> silu(const Tile<T, R, C> &x) {
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> silu(const Tile<T, R, C, L> &x) {
   return detail::map_in_f32(x, [](float v) { return detail::silu(v); });
 }
 
-template <typename T, int R, int C>
-__device__ __forceinline__ Tile<T, R, C> swiglu(const Tile<T, R, C> &gate,
-                                                const Tile<T, R, C> &up) {
+template <typename T, int R, int C, typename L>
+__device__ __forceinline__ Tile<T, R, C, L> swiglu(const Tile<T, R, C, L> &gate,
+                                                   const Tile<T, R, C, L> &up) {
   return detail::zip_pairs(
-      gate, up, [](typename Tile<T, R, C>::Pair g, typename Tile<T, R, C>::Pair u) {
+      gate, up, [](typename Tile<T, R, C, L>::Pair g, typename Tile<T, R, C, L>::Pair u) {
         const float2 gf = detail::to_float2(g), uf = detail::to_float2(u);
         return detail::from_float2<T>({detail::silu(gf.x) * uf.x, detail::silu(gf.y) * uf.y});
       });

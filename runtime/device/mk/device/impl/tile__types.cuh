@@ -97,9 +97,12 @@ template <int R> struct TileLayout<R, 1> {
   }
 };
 
-/// An R x C tile of T held in the registers of the CTA's threads, in TileLayout<R, C>.
-template <typename T, int R, int C> struct Tile {
-  using Layout = TileLayout<R, C>;
+/// An R x C tile of T held in the registers of the CTA's threads, in TileLayout<R, C> or, as the
+/// GEMM engine's accumulators are, in another layout L (L::kPairs pairs a thread, at L::row(p)
+/// and L::col(p)). Elementwise work takes any layout; what moves elements between threads takes
+/// TileLayout's.
+template <typename T, int R, int C, typename L = TileLayout<R, C>> struct Tile {
+  using Layout = L;
   using Pair = typename detail::PairOf<T>::type;
   Pair pairs[Layout::kPairs];
 };
