@@ -502,8 +502,15 @@ template <int kRegisters> __device__ __forceinline__ void setmaxnreg_inc() {
 /// 0-255 of a CTA, or, under the GEMM engine, its two consumer warpgroups (threads 128-383).
 /// team_thread() numbers the members 0-255 in whole warps either way.
 __device__ __forceinline__ int team_thread() {
+  static_assert(MK_CTA_THREADS <= 2 * MK_TEAM_THREADS, "one subtraction brings a thread in range");
   // Signed, and no modulo: index arithmetic on unsigned remainders loses the 16-byte vectors.
-  return static_cast<int>(threadIdx.x) - (threadIdx.x >= MK_TEAM_THREADS ? MK_TEAM_THREADS : 0);
+  const int thread =
+      static_cast<int>(threadIdx.x) - (threadIdx.x >= MK_TEAM_THREADS ? MK_TEAM_THREADS : 0);
+  // The range, which the compiler cannot know: with it, the layouts' divisions and remainders
+  // are shifts and masks, and a tile's shared-memory addresses one base and constant offsets
+  // instead of a register each, held across the tile loops (ptxas spilled them).
+  __builtin_assume(thread >= 0 && thread < MK_TEAM_THREADS);
+  return thread;
 }
 /// Whether this thread belongs to the team of a CTA without an engine.
 __device__ __forceinline__ bool team_member() { return threadIdx.x < MK_TEAM_THREADS; }
