@@ -42,18 +42,21 @@ template <int kPending> __device__ __forceinline__ void cp_async_wait() {
 
 // ---- Tensor cores ---------------------------------------------------------------------
 
-/// Four 8x8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8.
+/// Four 8x8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8
+/// as `address` + kOffset, an immediate: the constant part of an address takes no register.
+template <int kOffset>
 __device__ __forceinline__ void ldmatrix_x4(mk_u32 (&fragment)[4], mk_u32 address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
                : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
-               : "r"(address));
+               : "r"(address), "n"(kOffset));
 }
 
 /// The same, each matrix transposed on the way to registers.
+template <int kOffset>
 __device__ __forceinline__ void ldmatrix_x4_trans(mk_u32 (&fragment)[4], mk_u32 address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
                : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
-               : "r"(address));
+               : "r"(address), "n"(kOffset));
 }
 
 /// d += a * b for one m16n8k16 block; `T` (bf16 or f16) is the element type of a and b.
