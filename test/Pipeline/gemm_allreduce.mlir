@@ -1,5 +1,5 @@
 // The whole pipeline on lib/gemm_allreduce.mlir for 2 nodes x 4 GPUs: the scheduled IR, the CUDA
-// C++, and sm_90a cubins for 1x2 (bf16 and f16), 2x1 and 2x4 without spills (NVRTC, no GPU
+// C++, and sm_90a cubins for 1x2 (bf16 and f16), 2x1, 2x4 and 4x2 without spills (NVRTC, no GPU
 // needed).
 
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 --emit=mlir | FileCheck %s --check-prefix=SCHED
@@ -16,6 +16,9 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=8192,N=8192,K=8192 --all-reduce-copy-engine --explain-sm-split --emit=mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=COPYSPLIT
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x1 --shape M=8192,N=8192,K=8192 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=8192,N=8192,K=8192 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// Four nodes' reduce and send roles beside the matmul, which spilled while the roles' branches met
+// between roles.
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 4x2 --shape M=1000,N=7000,K=2880 -o %t.4x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 
 // Scheduled level: three roles on 129 CTAs. Compute puts each partial tile into the slot of its
 // owner GPU (NVLink); the owner sums the node's 4 partials and sends the node partial to the same

@@ -16,6 +16,7 @@
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x8 --shape M=128,N=7000,K=2880 -o %t.short.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 3x1 --shape M=1000,N=4096,K=4096 -o %t.uneven.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1,N=4096,K=4096 -o %t.empty.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 4x2 --shape M=8192,N=4096,K=4096 -o %t.4x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=1000,N=7000,K=2880 --emit=cuda | FileCheck %s --check-prefix=TILES
 // TILES-NOT: mk::GemmEngine
 // TILES: mk::matmul<128, 128, {{[0-9]+}}, false, false, mk::bf16>

@@ -1,7 +1,12 @@
-// MoE dispatch + GEMM + combine through every pass to the scheduled level on 2 nodes x 4 GPUs.
-// Its CUDA emission waits for the device library's routing and row gathers.
+// MoE dispatch + GEMM + combine through every pass to the scheduled level on 2 nodes x 4 GPUs,
+// and to cubins whose team roles (the two expert matmuls beside the copies, dispatch and
+// combine) do not spill.
 
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=128,Hd=512,I=384,E=4,TopK=4,C=256 -o %t.1x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // Tokens and routing are gathered along rails and within nodes; a dispatch role selects the rows
 // of this rank's experts; the expert GEMMs wait for them, and the down projection waits for each

@@ -41,6 +41,9 @@
 // CHECK-SAME: template_args = [#emitc.opaque<"mk::bf16">]
 // CHECK: call_opaque "mk::gemm_signal_gpu"(%[[ENGINE]]
 // CHECK: call_opaque "mk::gemm_finish"(%[[ENGINE]])
+// Each role's branch is the else of the one before (a CTA takes one role): the warpgroups' paths,
+// at the register counts their setmaxnreg gave them, meet only at the kernel's end.
+// CHECK: } else {
 // The reduction walks every tile in the compute role's order (swizzled) and keeps this GPU's,
 // so that it takes tiles up as they are finished; it puts the sum to every GPU, then signals
 // every GPU. The puts and signals go to the publisher (the warpgroup outside the team), which

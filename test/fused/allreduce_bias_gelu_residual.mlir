@@ -7,7 +7,7 @@
 // RUN: mkc %s --topology 2x2 --shape M=1024,N=1024,K=1024 -o %t.2x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mk-sim %s --topology 1x2 --shape M=384,N=768,K=256 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %s --topology 2x1 --shape M=384,N=768,K=256 --seeds 2 | FileCheck %s --check-prefix=SIM
-// CUBIN: mkc: allreduce_bias_gelu_residual: {{[0-9]+}} registers
+// CUBIN: mkc: allreduce_bias_gelu_residual: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // SIM: mk-sim: @allreduce_bias_gelu_residual on {{.*}}: no findings
 
 mk.program @allreduce_bias_gelu_residual [M, N, K] mesh <?x?> (

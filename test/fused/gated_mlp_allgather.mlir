@@ -9,7 +9,7 @@
 // RUN: mk-sim %s --topology 1x2 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %s --topology 2x1 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mkc %s --topology 2x1 --shape M=1024,N=1024,K=512 --emit=cuda | FileCheck %s --check-prefix=ENGINE
-// CUBIN: mkc: gated_mlp_allgather: {{[0-9]+}} registers
+// CUBIN: mkc: gated_mlp_allgather: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // One engine pass: both B panels into one 256-column stage, SwiGLU on the consumers' registers.
 // ENGINE: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256,
 // ENGINE: mk::gemm_load([[E:v[0-9]+]], [[A:v[0-9]+]], [[WG:v[0-9]+]], [[WU:v[0-9]+]],

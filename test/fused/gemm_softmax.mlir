@@ -8,7 +8,7 @@
 // RUN: mkc %s --topology 2x2 --shape M=1024,N=1024,D=128 -o %t.2x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mk-sim %s --topology 1x2 --shape M=256,N=512,D=64 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %s --topology 2x1 --shape M=256,N=512,D=64 --seeds 2 | FileCheck %s --check-prefix=SIM
-// CUBIN: mkc: gemm_softmax: {{[0-9]+}} registers
+// CUBIN: mkc: gemm_softmax: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // SIM: mk-sim: @gemm_softmax on {{.*}}: no findings
 
 mk.program @gemm_softmax [M, N, D] mesh <?x?> (

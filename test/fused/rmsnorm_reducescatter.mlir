@@ -8,7 +8,7 @@
 // RUN: mkc %s --topology 2x2 --shape M=1024,N=4096,K=512 -o %t.2x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mk-sim %s --topology 1x2 --shape M=256,N=768,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %s --topology 2x1 --shape M=256,N=768,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
-// CUBIN: mkc: rmsnorm_reducescatter: {{[0-9]+}} registers
+// CUBIN: mkc: rmsnorm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // SIM: mk-sim: @rmsnorm_reducescatter on {{.*}}: no findings
 
 mk.program @rmsnorm_reducescatter [M, N, K] mesh <?x?> (

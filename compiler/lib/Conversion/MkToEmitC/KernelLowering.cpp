@@ -2,7 +2,8 @@
 //
 // The kernel's entry: its tensors (the arguments, then the buffers) become mk::Tensor
 // references of the launch, its flag arrays offsets into the flag region, its engine copies the
-// manifest's list; then each role is lowered in turn, CTAs [begin, begin + ctas) of the grid.
+// manifest's list; then each role is lowered in turn, CTAs [begin, begin + ctas) of the grid,
+// its branch the else of the one before.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,28 @@
 using namespace mlir;
 using namespace mlir::mk;
 using namespace mlir::mk::to_emitc;
+
+namespace {
+
+/// Makes each role's branch the else of the one before: a CTA takes one role, and so the paths of
+/// a role's warpgroups, at the register counts their setmaxnreg gave them (240 and 24, or 232
+/// and 40), meet only at the kernel's end. Where they met before the next role's branch, ptxas
+/// compiled roles' code at far fewer registers than their setmaxnreg gives: two copy roles of MoE
+/// at 1x1, which alone use 76 and 100 registers, at 37 and 168, and spilled.
+void chainRoles(ArrayRef<scf::IfOp> branches) {
+  for (size_t i = branches.size(); i-- > 1;) {
+    scf::IfOp previous = branches[i - 1];
+    Block *otherwise = &previous.getElseRegion().emplaceBlock();
+    OpBuilder b = OpBuilder::atBlockEnd(otherwise);
+    scf::YieldOp::create(b, previous.getLoc());
+    // The role's condition and branch, with the roles after it already inside.
+    for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+             std::next(previous->getIterator()), std::next(branches[i]->getIterator()))))
+      op.moveBefore(otherwise->getTerminator());
+  }
+}
+
+} // namespace
 
 FailureOr<emitc::FuncOp> StructureLowering::run() {
   MLIRContext *context = program.getContext();
@@ -134,12 +157,17 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
   int64_t begin = 0;
+  SmallVector<scf::IfOp> branches;
   for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
     int64_t ctas = static_cast<int64_t>(*role.getCtas());
+    // The role's branch takes its place.
+    Operation *next = role->getNextNode();
     if (failed(lowerRole(role, cta, begin)))
       return failure();
+    branches.push_back(cast<scf::IfOp>(next->getPrevNode()));
     begin += ctas;
   }
+  chainRoles(branches);
   if (layout.cluster > 1)
     func.setSpecifiersAttr(eb.getStrArrayAttr(
         {"extern \"C\" __global__ __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(" +

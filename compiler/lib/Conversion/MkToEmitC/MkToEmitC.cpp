@@ -69,6 +69,19 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
     }
   }
 
+  /// The branch of the role whose body holds `op`, if any: roles are an if / else chain from the
+  /// kernel's entry block (StructureLowering).
+  static emitc::IfOp roleOf(Block &entry, Operation *op) {
+    for (Block *roles = &entry;;) {
+      auto branch = dyn_cast_or_null<emitc::IfOp>(roles->findAncestorOpInBlock(*op));
+      if (!branch || branch == op)
+        return nullptr;
+      if (branch.getThenRegion().isAncestor(op->getParentRegion()))
+        return branch;
+      roles = &branch.getElseRegion().front();
+    }
+  }
+
   /// Moves the kernel's cheap entry values (tensor references, this rank's place, constants) into
   /// each role that uses them: computed once at entry they stay live across every role, and the
   /// register pressure of the largest role then spills.
@@ -85,8 +98,8 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
         continue;
       DenseMap<Operation *, Operation *> copies;
       for (OpOperand &use : llvm::make_early_inc_range(op.getUses())) {
-        auto role = dyn_cast<emitc::IfOp>(entry.findAncestorOpInBlock(*use.getOwner()));
-        if (!role || role == use.getOwner())
+        emitc::IfOp role = roleOf(entry, use.getOwner());
+        if (!role)
           continue;
         Operation *&copy = copies[role];
         if (!copy) {

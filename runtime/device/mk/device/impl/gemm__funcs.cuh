@@ -49,42 +49,64 @@ __device__ __forceinline__ void load_slice_elements(const typename Op::Element *
   });
 }
 
-/// The 16 (mn) x 16 (k) block of an operand stage at (mn0, k0) as four 8x8 matrices in registers,
-/// in the order mma.m16n8k16 takes them, so that each fragment is a register pair or quad as is:
-/// for A (kForB false) mn-major: (mn low, k low), (mn high, k low), (mn low, k high), (mn high,
-/// k high), an A fragment; for B k-major: (n low, k low), (n low, k high), (n high, k low), (n
-/// high, k high), the fragments of the n8 blocks at n0 and n0 + 8.
-template <typename Op, bool kForB>
-__device__ __forceinline__ void load_operand_fragment(mk_u32 (&fragment)[4], mk_u32 stage, int mn0,
-                                                      int k0) {
-  // Lane l addresses row l % 8 of matrix l / 8.
-  const int lane = team_thread() % 32, matrix = lane / 8;
-  const int mn_half = kForB ? matrix / 2 : matrix % 2, k_half = kForB ? matrix % 2 : matrix / 2;
-  if constexpr (Op::kKContiguous)
-    ptx::ldmatrix_x4(fragment,
-                     stage + Op::Smem::chunk(mn0 + mn_half * 8 + lane % 8, k0 / 8 + k_half));
-  else // rows are k: transposed on loading
-    ptx::ldmatrix_x4_trans(fragment,
-                           stage + Op::Smem::chunk(k0 + k_half * 8 + lane % 8, mn0 / 8 + mn_half));
-}
+/// This thread's ldmatrix addresses for the kBlocks 16 (mn) x 16 (k) blocks at rows (or columns)
+/// mn0 + 16 b of an operand stage, each a few per-thread bases plus an immediate. Addresses are
+/// register operands of inline assembly, which the compiler cannot fold a constant into: computed
+/// whole, every block and k step of a stage took a register of its own, held across the loops
+/// around the stage (ptxas spilled them).
+///
+/// The 16 x 16 block at (mn, k0) as four 8x8 matrices, in the order mma.m16n8k16 takes them, so
+/// that each fragment is a register pair or quad as is: for A (kForB false) mn-major: (mn low, k
+/// low), (mn high, k low), (mn low, k high), (mn high, k high), an A fragment; for B k-major: (n
+/// low, k low), (n low, k high), (n high, k low), (n high, k high), the fragments of the n8
+/// blocks at n0 and n0 + 8.
+template <typename Op, bool kForB, int kBlocks> struct FragmentAddresses {
+  using Smem = typename Op::Smem;
+  // Rows whose index differs by a multiple of 8 share a swizzle (TileSmem). K-contiguous, the mn
+  // blocks are rows 16 apart, and the k steps' chunks fall in kSwizzle / 2 classes of the chunk
+  // within its group; transposed (rows are k), the k steps are rows 16 apart, and each mn block
+  // is a base.
+  static constexpr int kBases = Op::kKContiguous ? max_of(1, Smem::kSwizzle / 2) : kBlocks;
+  mk_u32 base[kBases];
 
-/// acc += the product of one shared-memory stage of A and B, in k16 steps.
-template <typename OpA, typename OpB, int BM, int BN>
-__device__ __forceinline__ void multiply_stage(Tile<float, BM, BN> &acc, mk_u32 a_stage,
-                                               mk_u32 b_stage) {
+  __device__ __forceinline__ FragmentAddresses(mk_u32 stage, int mn0) {
+    // Lane l addresses row l % 8 of matrix l / 8.
+    const int lane = team_thread() % 32, matrix = lane / 8;
+    const int mn_half = kForB ? matrix / 2 : matrix % 2, k_half = kForB ? matrix % 2 : matrix / 2;
+#pragma unroll
+    for (int i = 0; i < kBases; ++i)
+      base[i] = stage + (Op::kKContiguous
+                             ? Smem::chunk(mn0 + mn_half * 8 + lane % 8, 2 * i + k_half)
+                             : Smem::chunk(k_half * 8 + lane % 8, (mn0 + 16 * i) / 8 + mn_half));
+  }
+
+  /// The blocks from kBlock on at k kK0 (a multiple of 16), recursively: an immediate must be a
+  /// constant expression, which an unrolled loop's index is not.
+  template <int kK0, int kBlock = 0>
+  __device__ __forceinline__ void load(mk_u32 (&fragments)[kBlocks][4]) const {
+    if constexpr (kBlock < kBlocks) {
+      if constexpr (Op::kKContiguous) {
+        constexpr int kChunk = kK0 / 8, kInGroup = kChunk % Smem::kSwizzle;
+        ptx::ldmatrix_x4<(kChunk - kInGroup) * 16 + kBlock * 16 * Smem::kRowBytes>(
+            fragments[kBlock], base[kInGroup / 2]);
+      } else {
+        ptx::ldmatrix_x4_trans<kK0 * Smem::kRowBytes>(fragments[kBlock], base[kBlock]);
+      }
+      load<kK0, kBlock + 1>(fragments);
+    }
+  }
+};
+
+/// acc += the k16 steps from kK0 on of one shared-memory stage of A and B.
+template <int kK0, typename OpA, typename OpB, int BM, int BN, typename AddressesA,
+          typename AddressesB>
+__device__ __forceinline__ void multiply_steps(Tile<float, BM, BN> &acc, const AddressesA &a_at,
+                                               const AddressesB &b_at) {
   using Layout = TileLayout<BM, BN>;
-  const int warp = team_thread() / 32;
-  const int warp_m0 = warp / Layout::kWarpsN * Layout::kWarpRows;
-  const int warp_n0 = warp % Layout::kWarpsN * Layout::kWarpCols;
-#pragma unroll
-  for (int k0 = 0; k0 < OpA::kK; k0 += 16) {
+  if constexpr (kK0 < OpA::kK) {
     mk_u32 a[Layout::kFragmentRows][4], b[Layout::kFragmentCols / 2][4];
-#pragma unroll
-    for (int i = 0; i < Layout::kFragmentRows; ++i)
-      load_operand_fragment<OpA, false>(a[i], a_stage, warp_m0 + i * 16, k0);
-#pragma unroll
-    for (int j = 0; j < Layout::kFragmentCols / 2; ++j)
-      load_operand_fragment<OpB, true>(b[j], b_stage, warp_n0 + j * 16, k0);
+    a_at.template load<kK0>(a);
+    b_at.template load<kK0>(b);
 #pragma unroll
     for (int i = 0; i < Layout::kFragmentRows; ++i)
 #pragma unroll
@@ -93,7 +115,21 @@ __device__ __forceinline__ void multiply_stage(Tile<float, BM, BN> &acc, mk_u32 
         ptx::Mma<typename OpA::Element>::run(acc.pairs[p], acc.pairs[p + 1], a[i],
                                              b[j / 2][j % 2 * 2], b[j / 2][j % 2 * 2 + 1]);
       }
+    multiply_steps<kK0 + 16, OpA, OpB>(acc, a_at, b_at);
   }
+}
+
+/// acc += the product of one shared-memory stage of A and B, in k16 steps.
+template <typename OpA, typename OpB, int BM, int BN>
+__device__ __forceinline__ void multiply_stage(Tile<float, BM, BN> &acc, mk_u32 a_stage,
+                                               mk_u32 b_stage) {
+  using Layout = TileLayout<BM, BN>;
+  const int warp = team_thread() / 32;
+  const FragmentAddresses<OpA, false, Layout::kFragmentRows> a_at(a_stage, warp / Layout::kWarpsN *
+                                                                               Layout::kWarpRows);
+  const FragmentAddresses<OpB, true, Layout::kFragmentCols / 2> b_at(
+      b_stage, warp % Layout::kWarpsN * Layout::kWarpCols);
+  multiply_steps<0, OpA, OpB>(acc, a_at, b_at);
 }
 
 } // namespace detail

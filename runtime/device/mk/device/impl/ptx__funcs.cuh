@@ -42,18 +42,21 @@ template <int kPending> __device__ __forceinline__ void cp_async_wait() {
 
 // ---- Tensor cores ---------------------------------------------------------------------
 
-/// Four 8x8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8.
+/// Four 8x8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8
+/// as `address` + kOffset, an immediate: the constant part of an address takes no register.
+template <int kOffset>
 __device__ __forceinline__ void ldmatrix_x4(mk_u32 (&fragment)[4], mk_u32 address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
                : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
-               : "r"(address));
+               : "r"(address), "n"(kOffset));
 }
 
 /// The same, each matrix transposed on the way to registers.
+template <int kOffset>
 __device__ __forceinline__ void ldmatrix_x4_trans(mk_u32 (&fragment)[4], mk_u32 address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
                : "=r"(fragment[0]), "=r"(fragment[1]), "=r"(fragment[2]), "=r"(fragment[3])
-               : "r"(address));
+               : "r"(address), "n"(kOffset));
 }
 
 /// d += a * b for one m16n8k16 block; `T` (bf16 or f16) is the element type of a and b.
@@ -502,8 +505,15 @@ template <int kRegisters> __device__ __forceinline__ void setmaxnreg_inc() {
 /// 0-255 of a CTA, or, under the GEMM engine, its two consumer warpgroups (threads 128-383).
 /// team_thread() numbers the members 0-255 in whole warps either way.
 __device__ __forceinline__ int team_thread() {
+  static_assert(MK_CTA_THREADS <= 2 * MK_TEAM_THREADS, "one subtraction brings a thread in range");
   // Signed, and no modulo: index arithmetic on unsigned remainders loses the 16-byte vectors.
-  return static_cast<int>(threadIdx.x) - (threadIdx.x >= MK_TEAM_THREADS ? MK_TEAM_THREADS : 0);
+  const int thread =
+      static_cast<int>(threadIdx.x) - (threadIdx.x >= MK_TEAM_THREADS ? MK_TEAM_THREADS : 0);
+  // The range, which the compiler cannot know: with it, the layouts' divisions and remainders
+  // are shifts and masks, and a tile's shared-memory addresses one base and constant offsets
+  // instead of a register each, held across the tile loops (ptxas spilled them).
+  __builtin_assume(thread >= 0 && thread < MK_TEAM_THREADS);
+  return thread;
 }
 /// Whether this thread belongs to the team of a CTA without an engine.
 __device__ __forceinline__ bool team_member() { return threadIdx.x < MK_TEAM_THREADS; }
