@@ -21,6 +21,17 @@ __device__ __forceinline__ mk_u32 smem_address(const void *pointer) {
   return static_cast<mk_u32>(__cvta_generic_to_shared(pointer));
 }
 
+// ---- 16-byte global stores --------------------------------------------------------------
+
+/// One st.global.v4 of the 16 bytes at `from` to `to` (16-byte aligned). Written as PTX because
+/// a plain copy beside an element-by-element fallback may be merged with it into 8 scalar stores.
+__device__ __forceinline__ void st_global_16(void *to, const void *from) {
+  const uint4 v = *static_cast<const uint4 *>(from);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
 // ---- cp.async: global -> shared, 16 bytes, asynchronous (Ampere) ------------------------
 
 /// Copies `src_bytes` (0..16) bytes from `src` and zero-fills the rest of the 16 at `dst`.

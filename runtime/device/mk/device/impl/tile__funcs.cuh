@@ -152,7 +152,7 @@ __device__ __forceinline__ Vector<T> load_chunk(const T *from, int valid, bool a
 template <typename T>
 __device__ __forceinline__ void store_chunk(T *to, const Vector<T> &v, int valid, bool aligned) {
   if (aligned && valid == Vector<T>::kSize) {
-    *reinterpret_cast<Vector<T> *>(to) = v;
+    ptx::st_global_16(to, v.elements);
     return;
   }
 #pragma unroll
@@ -312,15 +312,22 @@ __device__ __forceinline__ void store_tile(const Tile<T, R, C> &t, T *dst, long 
   unsigned char *staging = static_cast<unsigned char *>(smem);
   detail::fragments_to_smem(t, staging);
   team_sync();
-  const bool aligned = detail::vector_aligned(dst, ld);
-  detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
-    const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
-    if (valid > 0) {
-      const detail::Vector<T> v =
-          *reinterpret_cast<const detail::Vector<T> *>(staging + Smem::chunk(row, chunk));
-      detail::store_chunk(dst + row * ld + chunk * detail::Vector<T>::kSize, v, valid, aligned);
-    }
-  });
+  const auto store = [&](bool aligned) {
+    detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
+      const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
+      if (valid > 0) {
+        const detail::Vector<T> v =
+            *reinterpret_cast<const detail::Vector<T> *>(staging + Smem::chunk(row, chunk));
+        detail::store_chunk(dst + row * ld + chunk * detail::Vector<T>::kSize, v, valid, aligned);
+      }
+    });
+  };
+  // One loop for each case: one loop testing `aligned` per chunk held a few more registers
+  // across it, which ring attention's consumers did not have.
+  if (detail::vector_aligned(dst, ld))
+    store(true);
+  else
+    store(false);
   team_sync();
 }
 
