@@ -4,11 +4,12 @@
 H = silu(X Wg) * (X Wu) (X [M x K], Wg and Wu [K x N], bf16; f32 accumulate, bf16 out). Timed in
 one process on one GPU, the same way:
 
-  mkc          test/fused/gated_mlp_allgather.mlir at 1x1: both matmuls in one engine pass (their B
-               panels side by side in one stage, one wgmma of 256 columns), SwiGLU on the
-               accumulators' registers
-  mkc_gemm     lib/allgather_gemm.mlir at M x 2N x K: the engine's single matmul at the same FLOPs,
-               to see what the second B map and the epilogue cost
+  mkc          GATED below: both matmuls in one engine pass (their B panels side by side in one
+               stage, one wgmma of 256 columns), SwiGLU on the accumulators' registers
+  mkc_gemm     GEMM below at M x 2N x K: the engine's single matmul at the same FLOPs, to see
+               what the second B map and the epilogue cost
+  mkc_gathered test/fused/gated_mlp_allgather.mlir at 1x1: GATED after an all-gather of X,
+               which over one rank is a copy of X the matmuls wait for
   torch        silu(X @ Wg) * (X @ Wu): two cuBLAS GEMMs and PyTorch's elementwise kernels
   torch_cat    X @ [Wg | Wu] (one cuBLAS GEMM of 2N columns), then silu(g) * u
   cublas       X @ [Wg | Wu] alone: the bound at these FLOPs
@@ -33,6 +34,36 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
+
+
+GATED = """
+mk.program @gated_mlp [M, N, K] mesh <?x?> (
+    %X: !mk.tensor<[M, K], bf16, replicated>, %Wg: !mk.tensor<[K, N], bf16, replicated>,
+    %Wu: !mk.tensor<[K, N], bf16, replicated>, %H: !mk.tensor<[M, N], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %H tiles [128, 128] masked : !mk.tensor<[M, N], bf16, replicated> {
+    %gate = mk.matmul %X[%m, :], %Wg[:, %n] : !mk.tensor<[M, K], bf16, replicated>,
+        !mk.tensor<[K, N], bf16, replicated> -> !mk.tile<[128, 128], f32>
+    %up = mk.matmul %X[%m, :], %Wu[:, %n] : !mk.tensor<[M, K], bf16, replicated>,
+        !mk.tensor<[K, N], bf16, replicated> -> !mk.tile<[128, 128], f32>
+    %h = mk.swiglu %gate, %up : !mk.tile<[128, 128], f32>
+    %h16 = mk.convert %h : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+    mk.store %h16, %H[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[M, N], bf16, replicated>
+  }
+}
+"""
+
+GEMM = """
+mk.program @gemm [M, N, K] mesh <?x?> (
+    %A: !mk.tensor<[M, K], bf16, replicated>, %B: !mk.tensor<[K, N], bf16, replicated>,
+    %C: !mk.tensor<[M, N], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %C tiles [128, 256] masked : !mk.tensor<[M, N], bf16, replicated> {
+    %acc = mk.matmul %A[%m, :], %B[:, %n] : !mk.tensor<[M, K], bf16, replicated>,
+        !mk.tensor<[K, N], bf16, replicated> -> !mk.tile<[128, 256], f32>
+    %tile = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.store %tile, %C[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[M, N], bf16, replicated>
+  }
+}
+"""
 
 
 def parse_arguments():
@@ -81,7 +112,7 @@ def main():
     runtime = mkc.Runtime()
     torch.cuda.set_device(runtime.device)
     properties = torch.cuda.get_device_properties(runtime.device)
-    gated_source = open(os.path.join(REPO, "test", "fused", "gated_mlp_allgather.mlir")).read()
+    gathered_source = open(os.path.join(REPO, "test", "fused", "gated_mlp_allgather.mlir")).read()
     silu = torch.nn.functional.silu
     rows = []
     for size in arguments.sizes.split(","):
@@ -98,8 +129,9 @@ def main():
         for _ in range(sets):
             x, wg, wu = rand(m, k), rand(k, n), rand(k, n)
             inputs.append((x, wg, wu, torch.cat([wg, wu], dim=1)))
-        gated = runtime.compile(gated_source, M=m, N=n, K=k)
-        single = runtime.compile(mkc.library_program("allgather_gemm"), M=m, N=2 * n, K=k)
+        gated = runtime.compile(GATED, M=m, N=n, K=k)
+        gathered = runtime.compile(gathered_source, M=m, N=n, K=k)
+        single = runtime.compile(GEMM, M=m, N=2 * n, K=k)
         h = runtime.empty((m, n), torch.bfloat16)
         c = runtime.empty((m, 2 * n), torch.bfloat16)
         gu = torch.empty(m, 2 * n, device="cuda", dtype=torch.bfloat16)
@@ -111,6 +143,10 @@ def main():
         gated(x, wg, wu, h, stream=stream)
         torch.cuda.synchronize()
         gated_error = checked(torch, "mkc", h.torch(), reference)
+        h.torch().fill_(float("nan"))
+        gathered(x, wg, wu, h, stream=stream)
+        torch.cuda.synchronize()
+        checked(torch, "mkc_gathered", h.torch(), reference)
         c.torch().fill_(float("nan"))
         single(x, wgu, c, stream=stream)
         torch.cuda.synchronize()
@@ -134,6 +170,7 @@ def main():
             "mkc": lambda i: gated(*inputs[i % sets][:3], h, stream=stream),
             "mkc_gemm": lambda i: single(inputs[i % sets][0], inputs[i % sets][3], c,
                                          stream=stream),
+            "mkc_gathered": lambda i: gathered(*inputs[i % sets][:3], h, stream=stream),
             "torch": torch_separate,
             "torch_cat": torch_cat,
             "cublas": cublas,
@@ -143,13 +180,13 @@ def main():
         flops = 2 * m * (2 * n) * k
         for name, ms in times.items():
             ratio = ms / times["mkc"]
-            print(f"M={m} N={n} K={k}: {name:9s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s "
+            print(f"M={m} N={n} K={k}: {name:12s} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s "
                   f"(its time / mkc's: {ratio:.3f})", flush=True)
             rows.append({"M": m, "N": n, "K": k, "variant": name, "ms": f"{ms:.4f}",
                          "tflops": f"{flops / ms / 1e9:.1f}", "over_mkc": f"{ratio:.3f}",
                          "mkc_error": f"{gated_error:.2e}"})
-        gated.close()
-        single.close()
+        for op in (gated, gathered, single):
+            op.close()
     os.makedirs(arguments.out, exist_ok=True)
     path = os.path.join(arguments.out, "gated_mlp.csv")
     with open(path, "w", newline="") as file:
