@@ -195,3 +195,78 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
     }
   }
 }
+
+// -----
+
+// A bias: a row the kernel does not write, converted and broadcast down the tile, then added to
+// the product. Its consumers load the columns they hold: the whole chain is the epilogue's.
+// CHECK-LABEL: mk.program @bias_in_registers
+// CHECK: mk.role compute ctas 132 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 128
+// CHECK: mk.matmul {{.*}}mk.lowering = #mk.lowering<mma>
+// CHECK-NEXT: mk.load %arg1[%{{.*}}] {mk.lowering = #mk.lowering<registers>}
+// CHECK-NEXT: mk.convert {{.*}}{mk.lowering = #mk.lowering<registers>}
+// CHECK-NEXT: mk.broadcast {{.*}}{mk.lowering = #mk.lowering<registers>}
+// CHECK-NEXT: mk.add {{.*}}{mk.lowering = #mk.lowering<registers>}
+// CHECK-NEXT: mk.activation gelu {{.*}}{mk.lowering = #mk.lowering<registers>}
+// CHECK-NEXT: mk.convert {{.*}}{mk.lowering = #mk.lowering<elide>}
+// CHECK-NEXT: mk.store {{.*}}{mk.lowering = #mk.lowering<store>}
+mk.program @bias_in_registers [] mesh <1x1> (%a: !mk.tensor<[512, 256], bf16, replicated>, %bias: !mk.tensor<[512], bf16, replicated>, %b: !mk.tensor<[256, 512], bf16, replicated>, %c: !mk.tensor<[512, 512], bf16, replicated>) grid 132 {
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[512, 512], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[512, 256], bf16, replicated>, !mk.tensor<[256, 512], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.load %bias[%n] : !mk.tensor<[512], bf16, replicated> -> !mk.tile<[128], bf16>
+        %3 = mk.convert %2 : !mk.tile<[128], bf16> -> !mk.tile<[128], f32>
+        %4 = mk.broadcast %3 dim 0 : !mk.tile<[128], f32> -> !mk.tile<[128, 128], f32>
+        %5 = mk.add %1, %4 : !mk.tile<[128, 128], f32>
+        %6 = mk.activation gelu %5 : !mk.tile<[128, 128], f32>
+        %7 = mk.convert %6 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %7, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
+// The row is a tensor the kernel writes (after the matmuls, here): the consumers would read it
+// without waiting with the producer. The matmul stays on the tile library.
+// CHECK-LABEL: mk.program @bias_written_in_kernel
+// CHECK-NOT: mk.lowering
+// CHECK: mk.store
+// CHECK-NOT: mk.lowering
+mk.program @bias_written_in_kernel [] mesh <1x1> (%a: !mk.tensor<[512, 256], bf16, replicated>, %bias: !mk.tensor<[512], f32, replicated>, %b: !mk.tensor<[256, 512], bf16, replicated>, %c: !mk.tensor<[512, 512], bf16, replicated>) grid 132 {
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[512, 512], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[512, 256], bf16, replicated>, !mk.tensor<[256, 512], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.load %bias[%n] : !mk.tensor<[512], f32, replicated> -> !mk.tile<[128], f32>
+        %3 = mk.broadcast %2 dim 0 : !mk.tile<[128], f32> -> !mk.tile<[128, 128], f32>
+        %4 = mk.add %1, %3 : !mk.tile<[128, 128], f32>
+        %5 = mk.convert %4 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %5, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+      }
+      mk.tile_grid (%i) over %bias tiles [128] : !mk.tensor<[512], f32, replicated> {
+        %6 = mk.load %bias[%i] : !mk.tensor<[512], f32, replicated> -> !mk.tile<[128], f32>
+        %7 = mk.add %6, %6 : !mk.tile<[128], f32>
+        mk.store %7, %bias[%i] : !mk.tile<[128], f32>, !mk.tensor<[512], f32, replicated>
+      }
+    }
+}
+
+// -----
+
+// The broadcast row also feeds math outside the epilogue, which the tile library computes.
+// CHECK-LABEL: mk.program @bias_used_beside
+// CHECK-NOT: mk.lowering = #mk.lowering<mma>
+mk.program @bias_used_beside [] mesh <1x1> (%a: !mk.tensor<[512, 256], bf16, replicated>, %bias: !mk.tensor<[512], f32, replicated>, %b: !mk.tensor<[256, 512], bf16, replicated>, %c: !mk.tensor<[512, 512], bf16, replicated>, %d: !mk.tensor<[512, 512], f32, replicated>) grid 132 {
+    mk.role compute ctas 132 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[512, 512], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[512, 256], bf16, replicated>, !mk.tensor<[256, 512], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.load %bias[%n] : !mk.tensor<[512], f32, replicated> -> !mk.tile<[128], f32>
+        %3 = mk.broadcast %2 dim 0 : !mk.tile<[128], f32> -> !mk.tile<[128, 128], f32>
+        %4 = mk.add %1, %3 : !mk.tile<[128, 128], f32>
+        %5 = mk.convert %4 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %5, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[512, 512], bf16, replicated>
+        %6 = mk.mul %3, %3 : !mk.tile<[128, 128], f32>
+        mk.store %6, %d[%m, %n] : !mk.tile<[128, 128], f32>, !mk.tensor<[512, 512], f32, replicated>
+      }
+    }
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fused ops the library does not ship, written as tile programs in test/fused (a gated MLP after
-an all-gather, an RMSNorm after a reduce-scatter, a bias + GeLU + residual epilogue on an
-all-reduce's combined tile, bias + SiLU on a reduce-scatter's, a softmax over whole rows), and the library's ring attention and MoE dispatch + GEMM +
+an all-gather, a linear layer + bias + GeLU after one, an RMSNorm after a reduce-scatter, a bias +
+GeLU + residual epilogue on an all-reduce's combined tile, bias + SiLU on a reduce-scatter's, a
+softmax over whole rows), and the library's ring attention and MoE dispatch + GEMM +
 combine: each compiled and run at 1x1, 1x2 and 2x1 (ranks taking turns on fewer GPUs; across
 nodes over libfabric tcp), 3 launches with outputs poisoned, against PyTorch in f32.
 
@@ -40,6 +41,14 @@ def gated_mlp(torch, g, M, N, K):
     h = torch.nn.functional.silu(x.float() @ wg.float()) * (x.float() @ wu.float())
     return Case("gated_mlp_allgather", (FUSED / "gated_mlp_allgather.mlir").read_text(),
                 {"M": M, "N": N, "K": K}, [x, wg, wu], [0, 1, 1, 1], [(h, [])])
+
+
+def linear_bias_gelu(torch, g, M, N, K):
+    x, w, bias = rand(torch, g, M, K), rand(torch, g, K, N), rand(torch, g, N)
+    y = torch.nn.functional.gelu(x.float() @ w.float() + bias.float(), approximate="tanh")
+    return Case("linear_bias_gelu_allgather",
+                (FUSED / "linear_bias_gelu_allgather.mlir").read_text(), {"M": M, "N": N, "K": K},
+                [x, w, bias], [0, 1, 0, 1], [(y, [])])
 
 
 def k_partials(torch, a, b, world):
@@ -122,6 +131,11 @@ def cases(torch, mkc, world):
     g = torch.Generator(device="cuda").manual_seed(2026 + world)
     yield gated_mlp(torch, g, 256 * world, 128 * world, 256)
     yield gated_mlp(torch, g, 1024, 1024, 512)
+    yield linear_bias_gelu(torch, g, 256 * world, 128 * world, 256)
+    # Rows masked in the last tile; columns the engine takes (1536 / 2: 768 a rank), then columns
+    # and K that are not (500 a rank: rows of 1000 bytes), on the tile library.
+    yield linear_bias_gelu(torch, g, 1000, 1536, 512)
+    yield linear_bias_gelu(torch, g, 1000, 1000, 520)
     yield rmsnorm(torch, g, 256 * world, 768, 256 * world, world)
     yield rmsnorm(torch, g, 1024, 4096, 512, world)
     yield bias_gelu_residual(torch, g, 384, 768, 128 * world, world)

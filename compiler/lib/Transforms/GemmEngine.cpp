@@ -39,6 +39,46 @@ static bool sharesA(MatmulOp leader, MatmulOp follower) {
          follower.getKTile() == leader.getKTile();
 }
 
+/// Whether a kernel writes `tensor`: a consumer reading it in the epilogue does not wait with the
+/// producer, so it may read only what stays as the launch found it.
+static bool writtenInProgram(Value tensor, ProgramOp program) {
+  return program
+      .walk([&](Operation *op) {
+        return hasEffect<MemoryEffects::Write>(op, tensor) ? WalkResult::interrupt()
+                                                           : WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+/// The ops that make `value` a row vector repeated down an engine tile's rows, in order: a load of
+/// `tile`'s columns from a rank-1 tensor the kernel does not write, converted to f32 where it is
+/// 16-bit, broadcast along dim 0; each used only by the next, the broadcast only by elementwise
+/// ops. A bias: the consumers load the columns they hold, no shared memory between.
+static std::optional<SmallVector<Operation *, 3>> broadcastRow(Value value, TileType tile,
+                                                               ProgramOp program) {
+  auto broadcast = value.getDefiningOp<BroadcastOp>();
+  if (!broadcast || broadcast.getDim() != 0 || broadcast.getResult().getType() != tile ||
+      !llvm::all_of(broadcast->getUsers(), isElementwise))
+    return std::nullopt;
+  SmallVector<Operation *, 3> chain = {broadcast};
+  Value row = broadcast.getSource();
+  if (auto convert = row.getDefiningOp<ConvertOp>()) {
+    chain.insert(chain.begin(), convert);
+    row = convert.getSource();
+  }
+  auto load = row.getDefiningOp<LoadOp>();
+  if (!load ||
+      !isa<BFloat16Type, Float16Type, Float32Type>(load.getResult().getType().getElementType()) ||
+      writtenInProgram(load.getSource(), program))
+    return std::nullopt;
+  chain.insert(chain.begin(), load);
+  for (Operation *op : chain)
+    if (op->getBlock() != broadcast->getBlock() ||
+        (op != broadcast && !op->getResult(0).hasOneUse()))
+      return std::nullopt;
+  return chain;
+}
+
 std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
   TileType tile = leader.getResult().getType();
   DistTensorType lhs = leader.getLhs().getType(), rhs = leader.getRhs().getType();
@@ -88,6 +128,12 @@ std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
     for (Value operand : op->getOperands()) {
       if (inRegisters.contains(operand))
         continue;
+      if (auto row = broadcastRow(operand, tile, program)) {
+        for (Operation *made : *row)
+          if (!llvm::is_contained(pass.epilogue, made))
+            pass.epilogue.push_back(made);
+        continue;
+      }
       // A splat the epilogue alone uses is made in its layout.
       auto splat = operand.getDefiningOp<SplatOp>();
       if (!splat || splat->getBlock() != op->getBlock() ||
@@ -108,9 +154,9 @@ std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
     for (Operation *user : value.getUsers())
       if (user != pass.convert && !llvm::is_contained(pass.epilogue, user))
         return std::nullopt;
-  // Splats used beside the epilogue, by elementwise ops outside it, are not its.
+  // Splats and broadcast rows used beside the epilogue, by elementwise ops outside it, are not its.
   for (Operation *op : pass.epilogue)
-    if (isa<SplatOp>(op))
+    if (isa<SplatOp, BroadcastOp>(op))
       for (Operation *user : op->getUsers())
         if (!llvm::is_contained(pass.epilogue, user))
           return std::nullopt;

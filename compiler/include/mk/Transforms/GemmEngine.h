@@ -4,11 +4,12 @@
 // 256 columns from 16-bit operands, A row-major, and converts them to 16 bits in its epilogue.
 // Matmuls of a tile body that share A run in one pass, their B panels side by side (a gated MLP's
 // gate and up projections); elementwise math on the products runs in the consumers' registers
-// before the conversion. The lowering runs a tile loop on it where, besides, the conversion only
-// feeds stores and puts;
-// mk-expand-collectives adds all-reduced tiles in place only where the engine's epilogue will
-// store them, since that is the only lowering of a combining put. The engine, and every other
-// TMA path, needs tensors that TMA can address; the tile library takes any.
+// before the conversion, with splats and rows broadcast down the tile (a bias, which each
+// consumer loads for the columns it holds). The lowering runs a tile loop on it where, besides, the
+// conversion only feeds stores and puts; mk-expand-collectives adds all-reduced tiles in place only
+// where the engine's epilogue will store them, since that is the only lowering of a combining put.
+// The engine, and every other TMA path, needs tensors that TMA can address; the tile library takes
+// any.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,8 +31,8 @@ bool tmaAddresses(DistTensorType type, ArrayRef<int64_t> tile, MeshAttr mesh,
 
 /// What one pass of the engine computes: the matmuls, in their order in the body (the first
 /// leads; their B panels lie side by side in that order), the elementwise ops on the products and
-/// the splats they take, in order, in the consumers' registers, and the conversion to 16 bits
-/// whose stores the engine makes.
+/// the splats and broadcast rows (load, conversion, broadcast) they take, in order, in the
+/// consumers' registers, and the conversion to 16 bits whose stores the engine makes.
 struct EnginePass {
   SmallVector<MatmulOp> matmuls;
   SmallVector<Operation *> epilogue;
@@ -44,8 +45,9 @@ struct EnginePass {
 /// The pass `leader` leads, if it has the engine's shape: 16-bit operands, A [M x K] and B [K x N]
 /// or [N x K] that TMA addresses; a 128 x {64, 128, 256} tile, or two of 64 or 128 columns from
 /// matmuls after it in the body with the same A rows and B of the same type at the same columns;
-/// whose products only elementwise ops on 128-row f32 tiles (and splats used only there) use,
-/// up to one conversion to 16 bits. Nothing where `leader` is no such pass's first matmul.
+/// whose products only elementwise ops on 128-row f32 tiles (and splats, or rows of a tensor the
+/// kernel does not write broadcast along dim 0, used only there) use, up to one conversion to 16
+/// bits. Nothing where `leader` is no such pass's first matmul.
 std::optional<EnginePass> gemmEnginePass(MatmulOp leader);
 
 } // namespace mlir::mk

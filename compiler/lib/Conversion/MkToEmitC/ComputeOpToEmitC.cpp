@@ -4,7 +4,8 @@
 // the tile library; a reduction of received tiles through TMA, chunk by chunk, or into a tile;
 // elementwise math and conversions are one device-library call each, except the conversions the
 // engine's or a reduction's stores make; reductions of a tile's rows or columns, broadcasts and
-// attention steps are calls that exchange values through shared memory.
+// attention steps are calls that exchange values through shared memory, except the broadcast
+// rows of the engine's epilogue (its consumers load the columns they hold).
 //
 //===----------------------------------------------------------------------===//
 
@@ -195,12 +196,19 @@ struct ReduceLowering : LoweringPattern<ReduceOp> {
   }
 };
 
-/// A rank-1 tile repeated along a new dim, through shared memory.
+/// A rank-1 tile repeated along a new dim, through shared memory; a row down the GEMM engine's
+/// tile where its consumers hold both.
 struct BroadcastLowering : LoweringPattern<BroadcastOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(BroadcastOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     TileType result = op.getResult().getType();
+    if (loweringOf(op) == Lowering::registers) {
+      auto type = emitc::OpaqueType::get(op.getContext(), engineTileName(result));
+      rewriter.replaceOp(op, call(rewriter, op.getLoc(), type, "mk::gemm_broadcast",
+                                  {lookThroughCasts(adaptor.getSource())}));
+      return success();
+    }
     needSmem("mk::broadcast_smem_bytes<" + std::to_string(op.getSource().getType().getShape()[0]) +
              ">()");
     rewriter.replaceOp(op, call(rewriter, op.getLoc(), getTypeConverter()->convertType(result),
@@ -276,8 +284,12 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
       name = "mk::" + stringifyActivation(op.getKind()).str();
     auto result = cast<TileType>(op->getResult(0).getType());
     std::string columns = std::to_string(result.getRank() > 1 ? result.getShape()[1] : 1);
-    if constexpr (std::is_same_v<OpT, ConvertOp>)
+    // A converted row of the engine's epilogue stays as loaded until it is broadcast.
+    Type stored = result.getElementType();
+    if constexpr (std::is_same_v<OpT, ConvertOp>) {
       templateArgs.push_back(elementName(result.getElementType()));
+      stored = op.getSource().getType().getElementType();
+    }
     if constexpr (std::is_same_v<OpT, SplatOp>) {
       templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
                       columns};
@@ -285,7 +297,7 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
         templateArgs.push_back("mk::GemmLayout<" + columns + ">");
     }
     Type type = inRegisters
-                    ? emitc::OpaqueType::get(op.getContext(), "mk::GemmTile<" + columns + ">")
+                    ? emitc::OpaqueType::get(op.getContext(), engineTileName(result, stored))
                     : this->getTypeConverter()->convertType(result);
     rewriter.replaceOp(op, call(rewriter, op.getLoc(), type, name, args, templateArgs));
     return success();

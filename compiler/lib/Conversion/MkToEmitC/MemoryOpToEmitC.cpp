@@ -71,8 +71,13 @@ struct LoadLowering : LoweringPattern<LoadOp> {
     Value src = pointer(rewriter, loc, op.getSource().getType(), adaptor.getSource(), at.offset);
     Type result = getTypeConverter()->convertType(tile);
     if (tile.getRank() == 1) {
+      // A row of the GEMM engine's epilogue: each consumer thread loads the columns it holds.
+      bool inRegisters = loweringOf(op) == Lowering::registers;
+      if (inRegisters)
+        result = emitc::OpaqueType::get(op.getContext(), engineTileName(tile));
       rewriter.replaceOp(
-          op, call(rewriter, loc, result, "mk::load_vector", {src, a.mul(at.rows, at.cols)},
+          op, call(rewriter, loc, result, inRegisters ? "mk::gemm_load_row" : "mk::load_vector",
+                   {src, a.mul(at.rows, at.cols)},
                    {elementName(tile.getElementType()), std::to_string(tile.getShape()[0])}));
       return success();
     }

@@ -28,6 +28,18 @@ static std::string tileArguments(TileType tile) {
 
 std::string tileName(TileType tile) { return "mk::Tile<" + tileArguments(tile) + ">"; }
 
+std::string engineTileName(TileType tile, Type stored) {
+  std::string columns = std::to_string(tile.getShape().back());
+  if (tile.getRank() == 1) {
+    Type element = tile.getElementType();
+    std::string name = "mk::GemmRow<" + elementName(element) + ", " + columns;
+    if (stored && stored != element)
+      name += ", " + elementName(stored);
+    return name + ">";
+  }
+  return "mk::GemmTile<" + columns + ">";
+}
+
 std::string tileTemplate(StringRef name, TileType tile) {
   return (name + "<" + tileArguments(tile) + ">()").str();
 }

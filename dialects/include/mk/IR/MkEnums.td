@@ -87,7 +87,8 @@ def Mk_Lowering : I32EnumAttr<"Lowering",
     I32EnumAttrCase<"fused", 9>,     // a matmul the engine computes in the pass of the one before
                                      // it that shares its A
     I32EnumAttrCase<"registers", 10>, // elementwise math on the engine's products, in the
-                                      // consumers' registers (mk::GemmTile)
+                                      // consumers' registers (mk::GemmTile), and the loads of
+                                      // the rows it broadcasts (mk::GemmRow)
   ]> {
   let cppNamespace = "::mlir::mk";
   // Mk_LoweringAttr (MkAttrs.td) prints it as #mk.lowering<...>.

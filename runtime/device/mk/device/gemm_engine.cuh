@@ -74,6 +74,25 @@ __host__ __device__ constexpr int gemm_max_stages();
 template <int C> struct GemmLayout;
 template <int C> using GemmTile = Tile<float, 128, C, GemmLayout<C>>;
 
+/// A row of C values of T (a bias) that the consumers' epilogue repeats down a GemmTile<C>'s
+/// rows: each thread the columns it holds there, pair p at columns 8 p + 2 (lane % 4), kept as S
+/// (the elements as loaded) until the broadcast widens them, so that 32 registers hold a 16-bit
+/// row of 256 beside the 128 of the accumulator.
+template <typename T, int C, typename S = T> struct GemmRow;
+
+/// The `count` (<= C) elements at `src`, consecutive, where the consumers hold a row; the others
+/// are 0. Each thread reads only its columns: no shared memory, no other thread.
+template <typename T, int C>
+__device__ __forceinline__ GemmRow<T, C> gemm_load_row(const T *src, int count);
+
+/// `row` as f32 (exactly: S is at most 32 bits); converted where it is broadcast.
+template <typename To, typename T, int C, typename S>
+__device__ __forceinline__ GemmRow<To, C, S> convert(const GemmRow<T, C, S> &row);
+
+/// `row` repeated down the rows of a 128 x C tile: out[r][c] = row[c].
+template <int C, typename S>
+__device__ __forceinline__ GemmTile<C> gemm_broadcast(const GemmRow<float, C, S> &row);
+
 /// One consumer thread's part of a finished 128 x BN f32 tile.
 template <typename Config> using GemmAccumulator = GemmTile<Config::BN>;
 

@@ -22,6 +22,11 @@ std::string elementName(Type element);
 /// `mk::Tile<T, R, C>` of `tile`.
 std::string tileName(TileType tile);
 
+/// Where the GEMM engine's consumers hold `tile` in its epilogue: `mk::GemmTile<C>` of a 128 x C
+/// f32 tile, `mk::GemmRow<T, C, S>` of a row of C elements it repeats down the rows, loaded as
+/// `stored` (default: T).
+std::string engineTileName(TileType tile, Type stored = {});
+
 /// `name<T, R, C>()` of `tile`, as the shared-memory needs of tile calls are spelled.
 std::string tileTemplate(StringRef name, TileType tile);
 

@@ -87,6 +87,51 @@ template <int C> struct GemmLayout {
   static __device__ __forceinline__ int col(int p) { return p / 2 * 8 + threadIdx.x % 4 * 2; }
 };
 
+template <typename T, int C, typename S> struct GemmRow {
+  // Pairs 2 j and 2 j + 1 of a GemmTile<C> (rows r and r + 8) share columns: the row's pair j.
+  static constexpr int kPairs = GemmLayout<C>::kPairs / 2;
+  static __device__ __forceinline__ int col(int p) { return p * 8 + threadIdx.x % 4 * 2; }
+  typename detail::PairOf<S>::type pairs[kPairs];
+};
+
+template <typename T, int C>
+__device__ __forceinline__ GemmRow<T, C> gemm_load_row(const T *src, int count) {
+  using Pair = typename detail::PairOf<T>::type;
+  GemmRow<T, C> row;
+  // A whole row at a pair's alignment: one load a pair, each in one register.
+  if (count == C && reinterpret_cast<unsigned long long>(src) % sizeof(Pair) == 0) {
+#pragma unroll
+    for (int p = 0; p < GemmRow<T, C>::kPairs; ++p)
+      row.pairs[p] = *reinterpret_cast<const Pair *>(src + GemmRow<T, C>::col(p));
+    return row;
+  }
+#pragma unroll
+  for (int p = 0; p < GemmRow<T, C>::kPairs; ++p) {
+    const int c = GemmRow<T, C>::col(p);
+    row.pairs[p] = {c < count ? src[c] : T(0.0f), c + 1 < count ? src[c + 1] : T(0.0f)};
+  }
+  return row;
+}
+
+template <typename To, typename T, int C, typename S>
+__device__ __forceinline__ GemmRow<To, C, S> convert(const GemmRow<T, C, S> &row) {
+  static_assert(sizeof(To) == 4, "a row widens to f32 only, which holds every S exactly");
+  GemmRow<To, C, S> out;
+#pragma unroll
+  for (int p = 0; p < GemmRow<T, C, S>::kPairs; ++p)
+    out.pairs[p] = row.pairs[p];
+  return out;
+}
+
+template <int C, typename S>
+__device__ __forceinline__ GemmTile<C> gemm_broadcast(const GemmRow<float, C, S> &row) {
+  GemmTile<C> out;
+#pragma unroll
+  for (int p = 0; p < GemmLayout<C>::kPairs; ++p)
+    out.pairs[p] = detail::to_float2(row.pairs[p / 2]);
+  return out;
+}
+
 template <int kFirst, int kColumns, int C>
 __device__ __forceinline__ GemmTile<kColumns> gemm_columns(const GemmTile<C> &t) {
   static_assert(kFirst % 64 == 0 && kColumns % 64 == 0 && kFirst + kColumns <= C,
