@@ -99,9 +99,9 @@ TEST_CASE("the fused-op tests' references compile without spills", "[device]") {
 }
 
 TEST_CASE("each public device header compiles on its own", "[device]") {
-  for (const char *header :
-       {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/vector.cuh", "mk/device/attention.cuh",
-        "mk/device/routing.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {
+  for (const char *header : {"mk/device.cuh", "mk/device/tile.cuh", "mk/device/vector.cuh",
+                             "mk/device/attention.cuh", "mk/device/attention_engine.cuh",
+                             "mk/device/routing.cuh", "mk/device/gemm.cuh", "mk/device/comm.cuh"}) {
     INFO(header);
     std::string source = std::string("#include \"") + header + "\"\n" +
                          "extern \"C\" __global__ void k(float *p) { *p = 1; }\n";
@@ -139,6 +139,25 @@ TEST_CASE("the GEMM engine compiles to HGMMA fed by TMA, without spills or local
   // Clustered: B's panel multicast, stages released in both CTAs.
   CHECK(contains(result.ptx, ".multicast::cluster"));
   CHECK(contains(result.ptx, "mbarrier.arrive.shared::cluster.b64"));
+  CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 232"));
+  CHECK(!contains(result.ptx, "ld.local"));
+  CHECK(!contains(result.ptx, "st.local"));
+}
+
+TEST_CASE("the attention engine compiles to HGMMA fed by TMA, P from registers, without spills",
+          "[device][attention_engine]") {
+  nvrtc::Result result =
+      requireClean("attention_engine.cu", {"attention_bf16_d128x2", "attention_bf16_d128x2_causal",
+                                           "attention_bf16_d64x4", "attention_bf16_d64x4_causal",
+                                           "attention_f16_d128x2", "attention_f16_d128x2_causal",
+                                           "attention_f16_d64x4", "attention_f16_d64x4_causal"});
+  // S = Q K^T from shared memory; O += P V with P in registers ({...} as A), V MN-major.
+  CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"));
+  CHECK(contains(result.ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
+  CHECK(contains(result.ptx, "cp.async.bulk.tensor.3d.shared::cluster.global"));
+  CHECK(contains(result.ptx, "cp.async.bulk.tensor.3d.global.shared::cta"));
+  CHECK(contains(result.ptx, "ex2.approx.ftz.f32"));
+  CHECK(contains(result.ptx, "bar.arrive"));
   CHECK(contains(result.ptx, "setmaxnreg.inc.sync.aligned.u32 232"));
   CHECK(!contains(result.ptx, "ld.local"));
   CHECK(!contains(result.ptx, "st.local"));

@@ -24,6 +24,7 @@
 
 #include "mk/abi.h"
 #include "mk/device/attention.cuh"
+#include "mk/device/attention_engine.cuh"
 #include "mk/device/comm.cuh"
 #include "mk/device/gemm.cuh"
 #include "mk/device/gemm_engine.cuh"

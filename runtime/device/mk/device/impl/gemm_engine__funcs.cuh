@@ -4,6 +4,7 @@
 #define MK_DEVICE_IMPL_GEMM_ENGINE_FUNCS_CUH
 
 #include "mk/device/impl/ptx__funcs.cuh"
+#include "mk/device/impl/ring__types.cuh"
 #include "mk/device/impl/tile__types.cuh"
 #include "mk/device/impl/watch.cuh"
 
@@ -143,11 +144,10 @@ __device__ __forceinline__ GemmTile<kColumns> gemm_columns(const GemmTile<C> &t)
   return out;
 }
 
-template <typename Config> class GemmEngine {
+template <typename Config> class GemmEngine : public detail::RingPosition<Config::kStages> {
 public:
   __device__ explicit GemmEngine(void *smem)
-      : base_((ptx::smem_address(smem) + 1023) & ~1023u), stage_(0), phase_(0), chunk_(0),
-        pending_(0) {
+      : base_((ptx::smem_address(smem) + 1023) & ~1023u), chunk_(0), pending_(0) {
     if (threadIdx.x == 0) {
       for (int buffer = 0; buffer < Config::kEpilogueBuffers; ++buffer)
         asm volatile("st.shared.s32 [%0], -1;\n" ::"r"(buffer_job(buffer)) : "memory");
@@ -191,14 +191,6 @@ public:
   __device__ mk_u32 full(int s) const { return base_ + Config::kBarriersOffset + s * 8; }
   __device__ mk_u32 empty(int s) const { return full(Config::kStages + s); }
 
-  __device__ int stage() const { return stage_; }
-  __device__ mk_u32 phase() const { return phase_; }
-  __device__ void advance() {
-    if (++stage_ == Config::kStages) {
-      stage_ = 0;
-      phase_ ^= 1;
-    }
-  }
   /// The epilogue buffer for the next chunk; they alternate.
   __device__ int next_chunk() { return chunk_++ & (Config::kEpilogueBuffers - 1); }
 
@@ -232,8 +224,6 @@ public:
 private:
   mk_u32 base_;
   mk_u32 cluster_rank_ = 0;
-  int stage_;
-  mk_u32 phase_;
   int chunk_;
   int pending_;
   int sends_ = 0;
@@ -597,21 +587,10 @@ __device__ __forceinline__ void release(const GemmEngine<Config> &e, int s) {
   }
 }
 
+/// The senders' addition of pairs of Out.
 template <typename Out> struct PairOfOut;
-template <> struct PairOfOut<bf16> {
-  static constexpr SendKind kSendAdd = kSendAddBf16;
-  static __device__ __forceinline__ mk_u32 pack(float x, float y) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const mk_u32 *>(&v);
-  }
-};
-template <> struct PairOfOut<f16> {
-  static constexpr SendKind kSendAdd = kSendAddF16;
-  static __device__ __forceinline__ mk_u32 pack(float x, float y) {
-    const __half2 v = __floats2half2_rn(x, y);
-    return *reinterpret_cast<const mk_u32 *>(&v);
-  }
-};
+template <> struct PairOfOut<bf16> { static constexpr SendKind kSendAdd = kSendAddBf16; };
+template <> struct PairOfOut<f16> { static constexpr SendKind kSendAdd = kSendAddF16; };
 
 /// Writes this thread's fragments of 64-column chunk `c` into `buffer` (128 rows of 128 bytes,
 /// 128-byte swizzled, as the output map expects), then hands the buffer to `store`, which every
@@ -641,7 +620,7 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmTi
         const int r = row + 8 * half;
         const mk_u32 offset = r * 128 + ((j ^ (r % 8)) << 4) + (lane % 4) * 4;
         const float2 pair = acc.pairs[2 * f + half];
-        const mk_u32 packed = PairOfOut<Out>::pack(pair.x, pair.y);
+        const mk_u32 packed = pack_pair<Out>(pair.x, pair.y);
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(buffer + offset), "r"(packed) : "memory");
       }
     }

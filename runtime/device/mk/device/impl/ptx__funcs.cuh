@@ -93,6 +93,15 @@ template <> struct Mma<__half> {
   }
 };
 
+// ---- Special functions ----------------------------------------------------------------
+
+/// 2^x on the special-function unit (ex2.approx.ftz: at most 2 ulp off; -inf gives 0).
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- mbarrier and the bulk-copy engine (Hopper) ---------------------------------------
 
 __device__ __forceinline__ void mbarrier_init(mk_u32 barrier, mk_u32 arrivals) {
@@ -339,6 +348,71 @@ template <> struct Wgmma<__half, 256> {
   }
 };
 
+/// d (64 x N, f32) (+)= A (64 x 16, from the warpgroup's registers) * B (16 x N, K-major, or
+/// MN-major with kTransposeB, from shared memory). Thread t of the warpgroup holds A's rows
+/// r = 16 (t / 32) + t % 32 / 4 and r + 8 at columns c = 2 (t % 4) and c + 8, two 16-bit elements a
+/// register: a[0] = (r, c), a[1] = (r + 8, c), a[2] = (r, c + 8), a[3] = (r + 8, c + 8). That is
+/// the layout of 16 columns of a wgmma accumulator, so that a product converted where it is feeds
+/// the next product.
+template <typename T, int N> struct WgmmaRs;
+
+#define MK_WGMMA_RS_64(T, NAME)                                                                    \
+  template <> struct WgmmaRs<T, 64> {                                                              \
+    template <int kTransposeB>                                                                     \
+    static __device__ __forceinline__ void run(float (&d)[32], const mk_u32 (&a)[4], mk_u64 b,     \
+                                               int accumulate) {                                   \
+      asm volatile(                                                                                \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                             \
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32." NAME "." NAME " {"                         \
+          "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+          "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, "     \
+          "%35}, %36, p, 1, 1, %38;\n}\n"                                                          \
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),    \
+            "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),             \
+            "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),          \
+            "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),          \
+            "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),          \
+            "+f"(d[31])                                                                            \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),                   \
+            "n"(kTransposeB));                                                                     \
+    }                                                                                              \
+  };
+MK_WGMMA_RS_64(__nv_bfloat16, "bf16")
+MK_WGMMA_RS_64(__half, "f16")
+#undef MK_WGMMA_RS_64
+
+#define MK_WGMMA_RS_128(T, NAME)                                                                   \
+  template <> struct WgmmaRs<T, 128> {                                                             \
+    template <int kTransposeB>                                                                     \
+    static __device__ __forceinline__ void run(float (&d)[64], const mk_u32 (&a)[4], mk_u64 b,     \
+                                               int accumulate) {                                   \
+      asm volatile(                                                                                \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                             \
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32." NAME "." NAME " {"                        \
+          "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+          "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+          "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+          "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, " \
+          "1, 1, %70;\n}\n"                                                                        \
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),    \
+            "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),             \
+            "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),          \
+            "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),          \
+            "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),          \
+            "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),          \
+            "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),          \
+            "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),          \
+            "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),          \
+            "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),          \
+            "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                                  \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),                   \
+            "n"(kTransposeB));                                                                     \
+    }                                                                                              \
+  };
+MK_WGMMA_RS_128(__nv_bfloat16, "bf16")
+MK_WGMMA_RS_128(__half, "f16")
+#undef MK_WGMMA_RS_128
+
 /// Orders the warpgroup's register accesses before the wgmma that follow.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -349,6 +423,20 @@ __device__ __forceinline__ void wgmma_commit() {
 /// Waits until at most `kPending` of the warpgroup's wgmma groups are in flight.
 template <int kPending> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+/// Pins `registers` in place: code that reads or writes them stays on its side of this point
+/// (of a wgmma_wait, after which an asynchronous wgmma's results are there; of a wgmma_fence,
+/// before which its operands must be written). The compiler sees no other dependence of a wgmma's
+/// registers on the wait.
+template <int N> __device__ __forceinline__ void fence_registers(float (&registers)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(registers[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void fence_registers(mk_u32 (&registers)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+r"(registers[i])::"memory");
 }
 
 // ---- TMA: bulk tensor copies through tensor maps ----------------------------------------
@@ -499,6 +587,16 @@ __device__ __forceinline__ void red_max_release_gpu(mk_u64 *address, mk_u64 valu
 /// __syncthreads').
 template <int kId, int kThreads> __device__ __forceinline__ void bar_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
+/// As bar_sync, for a barrier chosen at run time.
+template <int kThreads> __device__ __forceinline__ void bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+/// Arrives at barrier `id` without waiting: with bar_sync of the other kThreads - (these
+/// arrivals) threads, one side lets the other go on.
+template <int kThreads> __device__ __forceinline__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 
 /// The warpgroup's register budget per thread, lowered or raised (sm_90a; the kernel needs a

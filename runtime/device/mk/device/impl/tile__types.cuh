@@ -36,6 +36,17 @@ template <> struct PairOf<float> { using type = float2; };
 template <> struct PairOf<bf16> { using type = __nv_bfloat162; };
 template <> struct PairOf<f16> { using type = __half2; };
 
+/// x and y rounded to T, as the register of a pair (x in the lower half).
+template <typename T> __device__ __forceinline__ mk_u32 pack_pair(float x, float y);
+template <> __device__ __forceinline__ mk_u32 pack_pair<bf16>(float x, float y) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const mk_u32 *>(&pair);
+}
+template <> __device__ __forceinline__ mk_u32 pack_pair<f16>(float x, float y) {
+  const __half2 pair = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const mk_u32 *>(&pair);
+}
+
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 
