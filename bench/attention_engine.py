@@ -14,7 +14,8 @@ and the engine's rate over each backend's. Every timed engine result is checked 
 --check (the gpu/attention-engine test) times nothing: against an f32 reference (the math of
 softmax(scale Q K^T) V and its log-sum-exp, key heads repeated for grouped-query attention), for
 S in {1, 7, 128, 1000, 3000, 4096}, D in {64, 128}, (B, H, Hkv) in {(1, 1, 1), (2, 16, 16),
-(1, 32, 8)}, causal and not, bf16 and f16: outputs poisoned (NaN) before each of 3 launches; then
+(1, 32, 8)}, causal and not, bf16 and f16, and with the keys folded in as two sources (as a ring's
+shards are): outputs poisoned (NaN) before each of 3 launches; then
 100 launches back to back and 10 replays of a CUDA graph of one. The engine's largest error must be
 at most twice PyTorch's own 16-bit attention's (SDPA's default backend, against the same reference)
 plus 1e-3, and the log-sum-exp within 1e-3 (relative). Exits 77 without torch or a GPU.
@@ -51,17 +52,18 @@ class Engine:
         self.lib = ctypes.CDLL(path)
         self.lib.mkc_attention_engine_run.restype = ctypes.c_int
         self.lib.mkc_attention_engine_run.argtypes = (
-            [ctypes.c_void_p] * 5 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_void_p])
+            [ctypes.c_void_p] * 5 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int,
+                                                          ctypes.c_void_p])
         self.lib.mkc_attention_engine_error.restype = ctypes.c_char_p
 
-    def run(self, q, k, v, o, lse, causal, scale):
+    def run(self, q, k, v, o, lse, causal, scale, split=0):
         B, H, Sq, D = q.shape
         Hkv, Skv = k.shape[1], k.shape[2]
         for t in (q, k, v, o, lse):
             assert t.is_contiguous()
         status = self.lib.mkc_attention_engine_run(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-            DTYPES[q.dtype], B, H, Hkv, Sq, Skv, D, int(causal), scale,
+            DTYPES[q.dtype], B, H, Hkv, Sq, Skv, D, int(causal), scale, split,
             torch.cuda.current_stream().cuda_stream)
         if status != 0:
             raise RuntimeError(self.lib.mkc_attention_engine_error().decode())
@@ -99,7 +101,7 @@ def torch_attention(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
 
 
-def check_case(engine, B, H, Hkv, S, D, causal, dtype, seed):
+def check_case(engine, B, H, Hkv, S, D, causal, dtype, split, seed):
     q, k, v = inputs(B, H, Hkv, S, D, dtype, seed)
     scale = 1.0 / math.sqrt(D)
     ref, ref_lse = reference(q, k, v, causal, scale)
@@ -112,7 +114,7 @@ def check_case(engine, B, H, Hkv, S, D, causal, dtype, seed):
     for _ in range(3):
         o.fill_(float("nan"))
         lse.fill_(float("nan"))
-        engine.run(q, k, v, o, lse, causal, scale)
+        engine.run(q, k, v, o, lse, causal, scale, split)
         torch.cuda.synchronize()
         diff = (o.float() - ref).abs()
         error, mean = diff.max().item(), diff.mean().item()
@@ -169,12 +171,18 @@ def check(engine):
                     for B, H, Hkv in ((1, 1, 1), (2, 16, 16), (1, 32, 8)):
                         if dtype == torch.float16 and (B, H) != (1, 32):
                             continue
-                        cases.append((B, H, Hkv, S, D, causal, dtype))
+                        cases.append((B, H, Hkv, S, D, causal, dtype, 0))
+    # The keys folded in as two sources, as a ring's shards are: the first block, or three, then
+    # the rest.
+    for causal in (False, True):
+        for S, split in ((1000, 3), (3000, 1), (4096, 3)):
+            cases.append((2, 16, 8, S, 128, causal, torch.bfloat16, split))
+            cases.append((1, 32, 8, S, 64, causal, torch.bfloat16, split))
     failures = []
-    for i, (B, H, Hkv, S, D, causal, dtype) in enumerate(cases):
-        ok, what = check_case(engine, B, H, Hkv, S, D, causal, dtype, i)
+    for i, (B, H, Hkv, S, D, causal, dtype, split) in enumerate(cases):
+        ok, what = check_case(engine, B, H, Hkv, S, D, causal, dtype, split, i)
         name = (f"B={B} H={H} Hkv={Hkv} S={S} D={D} {'causal' if causal else 'full'} "
-                f"{str(dtype).removeprefix('torch.')}")
+                f"{str(dtype).removeprefix('torch.')}{f' split {split}' if split else ''}")
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {what}")
         if not ok:
             failures.append(name)

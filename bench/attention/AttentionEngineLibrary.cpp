@@ -7,10 +7,12 @@
 // (PyTorch's); each call launches one on the caller's stream, asynchronously.
 //
 //   int mkc_attention_engine_run(q, k, v, o, lse, dtype, B, H, Hkv, Sq, Skv, D, causal, scale,
-//                                stream)
+//                                split, stream)
 //
 // q and o are [B, H, Sq, D], k and v [B, Hkv, Skv, D], dense, of dtype 0 (bf16) or 1 (f16); lse
-// [B, H, Sq] f32. Returns 0, or -1 with the reason in mkc_attention_engine_error().
+// [B, H, Sq] f32. With split > 0 the keys are folded in as two sources, the first `split` blocks
+// of 128 and the rest (as a ring's shards are). Returns 0, or -1 with the reason in
+// mkc_attention_engine_error().
 //
 //===----------------------------------------------------------------------------------===//
 
@@ -93,7 +95,7 @@ mk_tensor_map map3d(const void *base, mk_u32 element, long long d, long long row
 }
 
 void run(const void *q, const void *k, const void *v, void *o, float *lse, int dtype, int B, int H,
-         int Hkv, int Sq, int Skv, int D, int causal, float scale, void *stream) {
+         int Hkv, int Sq, int Skv, int D, int causal, float scale, int split, void *stream) {
   if (dtype != 0 && dtype != 1)
     throw std::invalid_argument("dtype " + std::to_string(dtype) + ": 0 (bf16) or 1 (f16)");
   if (D != 64 && D != 128)
@@ -102,6 +104,8 @@ void run(const void *q, const void *k, const void *v, void *o, float *lse, int d
     throw std::invalid_argument("B, H, Hkv >= 1 and H a multiple of Hkv");
   if (Sq < 1 || Skv < 1)
     throw std::invalid_argument("sequence lengths >= 1");
+  if (split < 0)
+    throw std::invalid_argument("split " + std::to_string(split) + ": 0 (one source) or more");
   if (!(scale > 0.0f))
     throw std::invalid_argument("the softmax scale must be positive");
   static Kernels kernels;
@@ -125,8 +129,8 @@ void run(const void *q, const void *k, const void *v, void *o, float *lse, int d
   int sectionHeads =
       static_cast<int>(std::clamp<long long>(kernels.l2Bytes() / 2 / kvHeadBytes, 1, headsTotal));
   CUdeviceptr counter = kernels.tileCounter();
-  void *params[] = {&qMap,       &kMap, &vMap, &oMap,      &lse,     &H,           &Hkv,
-                    &headsTotal, &Sq,   &Skv,  &scaleLog2, &counter, &sectionHeads};
+  void *params[] = {&qMap, &kMap, &vMap,      &oMap,    &lse,          &H,    &Hkv, &headsTotal,
+                    &Sq,   &Skv,  &scaleLog2, &counter, &sectionHeads, &split};
   CU(cuLaunchKernel(f, grid, 1, 1, MK_CTA_THREADS, 1, 1, static_cast<unsigned>(smem),
                     static_cast<CUstream>(stream), params, nullptr));
 }
@@ -136,9 +140,9 @@ void run(const void *q, const void *k, const void *v, void *o, float *lse, int d
 extern "C" __attribute__((visibility("default"))) int
 mkc_attention_engine_run(const void *q, const void *k, const void *v, void *o, float *lse,
                          int dtype, int B, int H, int Hkv, int Sq, int Skv, int D, int causal,
-                         float scale, void *stream) {
+                         float scale, int split, void *stream) {
   try {
-    run(q, k, v, o, lse, dtype, B, H, Hkv, Sq, Skv, D, causal, scale, stream);
+    run(q, k, v, o, lse, dtype, B, H, Hkv, Sq, Skv, D, causal, scale, split, stream);
     return 0;
   } catch (const std::exception &error) {
     lastError = error.what();

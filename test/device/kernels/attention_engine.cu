@@ -1,6 +1,7 @@
 // The attention engine (mk/device/attention_engine.cuh) as a plain persistent attention forward:
 // O = softmax(scale Q K^T) V with the log-sum-exp of each row, over [B, H, S, D] tensors (K and V
 // with Hkv heads, H a multiple of Hkv), causal as PyTorch's is_causal (query i sees keys 0 .. i).
+// With `split` > 0 the keys are folded in as two sources (blocks 0 .. split, then the rest).
 // One CTA per SM walks the tiles (a head's 128-row query block); causal tiles go longest first,
 // to whichever CTA is free (tile_counter: a word 0 before and after each launch).
 // Compiled by NVRTC in DeviceCompileTest (resources, spills) and by the attention bench's library
@@ -13,7 +14,7 @@ template <typename Config, bool kCausal>
 __device__ __forceinline__ void
 attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v,
           const mk_tensor_map &o, float *lse, int heads, int kv_heads, int heads_total, int q_len,
-          int kv_len, float scale_log2, unsigned *tile_counter, int section_heads) {
+          int kv_len, float scale_log2, unsigned *tile_counter, int section_heads, int split) {
   const int m_blocks = (q_len + Config::BM - 1) / Config::BM, tiles = heads_total * m_blocks;
   const int kv_blocks_all = (kv_len + Config::BN - 1) / Config::BN;
   // Tile t: without causal, head t / m_blocks and query block t % m_blocks, walked over the grid
@@ -50,7 +51,9 @@ attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v
         break;
       int bh, kv_bh, m, kv_blocks;
       origin(t, bh, kv_bh, m, kv_blocks);
-      mk::attention_load(engine, &q, &k, &v, m * Config::BM, bh, kv_bh, 0, kv_blocks);
+      mk::attention_load_q(engine, &q, m * Config::BM, bh);
+      for (int j = 0; j < kv_blocks; ++j)
+        mk::attention_load_kv(engine, &k, &v, j * Config::BN, kv_bh);
     }
   } else {
     mk::attention_consumer_begin(engine);
@@ -61,9 +64,20 @@ attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v
         break;
       int bh, kv_bh, m, kv_blocks;
       origin(t, bh, kv_bh, m, kv_blocks);
-      mk::AttentionAccumulator<Config> state = mk::attention_begin<Config>();
-      const mk::AttentionWindow window{kv_len, kCausal, (long long)m * Config::BM, 0};
-      mk::attention_mma(engine, state, kv_blocks, window, scale_log2);
+      mk::AttentionAccumulator<Config> state = mk::attention_begin(engine);
+      // The keys as one source, or as two (the first `split` blocks, then the rest), each with its
+      // window, as a ring's shards are.
+      const int first = split > 0 && split < kv_blocks ? split : kv_blocks;
+      const long long q_position = (long long)m * Config::BM;
+      mk::attention_mma(
+          engine, state, first,
+          mk::AttentionWindow{min(kv_len, first * Config::BN), kCausal, q_position, 0}, scale_log2,
+          first == kv_blocks);
+      if (first < kv_blocks)
+        mk::attention_mma(engine, state, kv_blocks - first,
+                          mk::AttentionWindow{kv_len - first * Config::BN, kCausal, q_position,
+                                              (long long)first * Config::BN},
+                          scale_log2, true);
       mk::attention_store<typename Config::T>(engine, state, &o, m * Config::BM, bh,
                                               lse + (long long)bh * q_len + m * Config::BM,
                                               q_len - m * Config::BM);
@@ -80,10 +94,10 @@ attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v
       name(const __grid_constant__ mk_tensor_map q, const __grid_constant__ mk_tensor_map k,       \
            const __grid_constant__ mk_tensor_map v, const __grid_constant__ mk_tensor_map o,       \
            float *lse, int heads, int kv_heads, int heads_total, int q_len, int kv_len,            \
-           float scale_log2, unsigned *tile_counter, int section_heads) {                          \
+           float scale_log2, unsigned *tile_counter, int section_heads, int split) {               \
     attention<mk::AttentionConfig<T, D, 128, STAGES>, CAUSAL>(                                     \
         q, k, v, o, lse, heads, kv_heads, heads_total, q_len, kv_len, scale_log2, tile_counter,    \
-        section_heads);                                                                            \
+        section_heads, split);                                                                     \
   }
 
 ATTENTION_KERNEL(attention_bf16_d128x2, mk::bf16, 128, 2, false)

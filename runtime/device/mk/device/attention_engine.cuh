@@ -18,19 +18,24 @@
 //   mk::AttentionEngine<Config> engine(mk_smem);           // every thread of the CTA
 //   if (mk::attention_is_producer()) {
 //     mk::attention_producer_begin(engine);
-//     for (tile : tiles) mk::attention_load(engine, &q, &k, &v, q0, bh, kv_bh, k0, kv_blocks);
+//     if (threadIdx.x == 0)
+//       for (tile : tiles) {
+//         mk::attention_load_q(engine, &q, q0, bh);
+//         for (block : the tile's key blocks) mk::attention_load_kv(engine, &k, &v, row, kv_bh);
+//       }
 //   } else {
 //     mk::attention_consumer_begin(engine);
 //     for (tile : tiles) {
-//       mk::AttentionAccumulator<Config> state = mk::attention_begin<Config>();
-//       mk::attention_mma(engine, state, kv_blocks, window, scale_log2);
-//       mk::attention_store(engine, state, &o, q0, bh, lse_rows, rows);
+//       mk::AttentionAccumulator<Config> state = mk::attention_begin(engine);
+//       mk::attention_mma(engine, state, kv_blocks, window, scale_log2, /*last=*/true);
+//       mk::attention_store<T>(engine, state, &o, q0, bh, lse_rows, rows);
 //     }
 //     mk::attention_finish(engine);
 //   }
 //
-// Several attention_mma calls may fold key blocks of several sources (the shards of a ring) into
-// one state, each after its own attention_load; attention_store normalises once at the end.
+// Several attention_mma calls may fold the key blocks of several sources (the shards of a ring,
+// each with its window) into one state, the last with `last`; between key blocks the producer
+// may wait for them to arrive. attention_store normalises once at the end.
 //
 // Tensors: Q, K, V and O are [rows x D] slices of 3-D tensors (D, rows, heads) (innermost first;
 // batch and head flattened, as [B, H, S, D] is), 16-bit, through tensor maps with 128-byte
@@ -80,19 +85,24 @@ template <typename Config> class AttentionEngine;
 __device__ __forceinline__ bool attention_is_producer();
 
 /// Gives the producer warpgroup's registers to the consumers; first in each branch. Of the
-/// producer warpgroup only thread 0 loads; the others are free for the caller.
+/// producer warpgroup only thread 0 loads and claims tiles; the others are free for the caller.
 template <typename Config>
 __device__ __forceinline__ void attention_producer_begin(AttentionEngine<Config> &e);
 template <typename Config>
 __device__ __forceinline__ void attention_consumer_begin(AttentionEngine<Config> &e);
 
-/// Producer: rows q0 .. q0 + 128 of head `bh` of Q, then `kv_blocks` (>= 1) blocks of BN rows of
-/// head `kv_bh` of K and V from row k0 (grouped-query attention: several query heads read one key
-/// head, which is loaded for each and never copied).
+/// Producer thread 0: rows q0 .. q0 + 128 of head `bh` of Q, once the consumers are done with the
+/// previous block's.
 template <typename Config>
-__device__ __forceinline__ void attention_load(AttentionEngine<Config> &e, const mk_tensor_map *q,
-                                               const mk_tensor_map *k, const mk_tensor_map *v,
-                                               int q0, int bh, int kv_bh, int k0, int kv_blocks);
+__device__ __forceinline__ void attention_load_q(AttentionEngine<Config> &e, const mk_tensor_map *q,
+                                                 int q0, int bh);
+/// Producer thread 0: the next key block, BN rows from `row` of head `kv_bh` of K and of V
+/// (grouped-query attention: several query heads read one key head, loaded for each and never
+/// copied).
+template <typename Config>
+__device__ __forceinline__ void attention_load_kv(AttentionEngine<Config> &e,
+                                                  const mk_tensor_map *k, const mk_tensor_map *v,
+                                                  int row, int kv_bh);
 
 /// Producer thread 0: claims the next tile (an index of the caller's order) from `counter`, a
 /// word of device memory that is 0 before the launch and is again after it, and hands it to the
@@ -106,17 +116,18 @@ __device__ __forceinline__ int attention_claim_tile(AttentionEngine<Config> &e, 
 template <typename Config>
 __device__ __forceinline__ int attention_next_tile(AttentionEngine<Config> &e);
 
-/// Consumers: the state before any key (output 0, maximum -inf, sum 0).
+/// Consumers: the state before any key (output 0, maximum -inf, sum 0) of the next Q block,
+/// once it has landed.
 template <typename Config>
-__device__ __forceinline__ AttentionAccumulator<Config> attention_begin();
+__device__ __forceinline__ AttentionAccumulator<Config> attention_begin(AttentionEngine<Config> &e);
 
-/// Consumers: folds the next `kv_blocks` key blocks (the producer's attention_load with the same
-/// count) into `state`, scores scaled by `scale_log2` (the softmax scale times log2 e, > 0).
-/// Both consumer warpgroups call it with the same arguments.
+/// Consumers: folds the next `kv_blocks` (>= 1) key blocks into `state`, scores scaled by
+/// `scale_log2` (the softmax scale times log2 e, > 0); with `last`, the Q block is free for the
+/// next once their scores are computed. Both consumer warpgroups call it with the same arguments.
 template <typename Config>
-__device__ __forceinline__ void attention_mma(AttentionEngine<Config> &e,
-                                              AttentionAccumulator<Config> &state, int kv_blocks,
-                                              const AttentionWindow &window, float scale_log2);
+__device__ __forceinline__ void
+attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, int kv_blocks,
+              const AttentionWindow &window, float scale_log2, bool last);
 
 /// Consumers: the normalised output (as Out) to rows q0 .. of head `bh` of `o` through TMA
 /// stores (this warpgroup's 64 rows each), and, unless `lse` is null, each row's natural

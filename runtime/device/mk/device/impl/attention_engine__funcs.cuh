@@ -174,11 +174,8 @@ __device__ __forceinline__ int attention_next_tile(AttentionEngine<Config> &e) {
 }
 
 template <typename Config>
-__device__ __forceinline__ void attention_load(AttentionEngine<Config> &e, const mk_tensor_map *q,
-                                               const mk_tensor_map *k, const mk_tensor_map *v,
-                                               int q0, int bh, int kv_bh, int k0, int kv_blocks) {
-  if (threadIdx.x != 0)
-    return;
+__device__ __forceinline__ void attention_load_q(AttentionEngine<Config> &e, const mk_tensor_map *q,
+                                                 int q0, int bh) {
   // A fresh barrier counts as having completed the phase before its first: the first Q block
   // and the first pass over the ring do not wait.
   ptx::mbarrier_wait(e.q_empty(), e.next_q_phase() ^ 1);
@@ -186,24 +183,30 @@ __device__ __forceinline__ void attention_load(AttentionEngine<Config> &e, const
 #pragma unroll
   for (int c = 0; c < Config::kChunks; ++c)
     ptx::tma_load(e.q() + c * Config::BM * 128, q, 64 * c, q0, bh, e.q_full());
-  for (int j = 0; j < kv_blocks; ++j) {
-    const int s = e.stage(), row = k0 + j * Config::BN;
-    ptx::mbarrier_wait(e.k_empty(s), e.phase() ^ 1);
-    ptx::mbarrier_arrive_expect_tx(e.k_full(s), Config::kKBytes);
-#pragma unroll
-    for (int c = 0; c < Config::kChunks; ++c)
-      ptx::tma_load(e.k(s) + c * Config::BN * 128, k, 64 * c, row, kv_bh, e.k_full(s));
-    ptx::mbarrier_wait(e.v_empty(s), e.phase() ^ 1);
-    ptx::mbarrier_arrive_expect_tx(e.v_full(s), Config::kVBytes);
-#pragma unroll
-    for (int c = 0; c < Config::kChunks; ++c)
-      ptx::tma_load(e.v(s) + c * Config::BN * 128, v, 64 * c, row, kv_bh, e.v_full(s));
-    e.advance();
-  }
 }
 
 template <typename Config>
-__device__ __forceinline__ AttentionAccumulator<Config> attention_begin() {
+__device__ __forceinline__ void attention_load_kv(AttentionEngine<Config> &e,
+                                                  const mk_tensor_map *k, const mk_tensor_map *v,
+                                                  int row, int kv_bh) {
+  const int s = e.stage();
+  ptx::mbarrier_wait(e.k_empty(s), e.phase() ^ 1);
+  ptx::mbarrier_arrive_expect_tx(e.k_full(s), Config::kKBytes);
+#pragma unroll
+  for (int c = 0; c < Config::kChunks; ++c)
+    ptx::tma_load(e.k(s) + c * Config::BN * 128, k, 64 * c, row, kv_bh, e.k_full(s));
+  ptx::mbarrier_wait(e.v_empty(s), e.phase() ^ 1);
+  ptx::mbarrier_arrive_expect_tx(e.v_full(s), Config::kVBytes);
+#pragma unroll
+  for (int c = 0; c < Config::kChunks; ++c)
+    ptx::tma_load(e.v(s) + c * Config::BN * 128, v, 64 * c, row, kv_bh, e.v_full(s));
+  e.advance();
+}
+
+template <typename Config>
+__device__ __forceinline__ AttentionAccumulator<Config>
+attention_begin(AttentionEngine<Config> &e) {
+  ptx::mbarrier_wait(e.q_full(), e.next_q_phase());
   AttentionAccumulator<Config> state;
 #pragma unroll
   for (int i = 0; i < Config::D / 2; ++i)
@@ -346,9 +349,9 @@ __device__ __forceinline__ void values_done(AttentionAccumulator<Config> &state,
 } // namespace detail
 
 template <typename Config>
-__device__ __forceinline__ void attention_mma(AttentionEngine<Config> &e,
-                                              AttentionAccumulator<Config> &state, int kv_blocks,
-                                              const AttentionWindow &window, float scale_log2) {
+__device__ __forceinline__ void
+attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, int kv_blocks,
+              const AttentionWindow &window, float scale_log2, bool last) {
   const int wg = detail::attention_warpgroup(), warp = threadIdx.x / 32 % 4,
             lane = threadIdx.x % 32;
   // This thread's rows, and the distance from each row's position to the first key's: key c of
@@ -374,7 +377,6 @@ __device__ __forceinline__ void attention_mma(AttentionEngine<Config> &e,
     return masked;
   };
 
-  ptx::mbarrier_wait(e.q_full(), e.next_q_phase());
   detail::AttentionScores<Config> scores;
   detail::AttentionProbabilities<Config> p;
   float alpha[2];
@@ -389,7 +391,7 @@ __device__ __forceinline__ void attention_mma(AttentionEngine<Config> &e,
   ptx::wgmma_wait<0>();
   ptx::fence_registers(scores.s);
   detail::attention_release(e.k_empty(s));
-  if (kv_blocks == 1)
+  if (last && kv_blocks == 1)
     detail::attention_release(e.q_empty());
   bool masked = limits(0, limit);
   detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
@@ -410,7 +412,7 @@ __device__ __forceinline__ void attention_mma(AttentionEngine<Config> &e,
     ptx::wgmma_wait<1>();
     ptx::fence_registers(scores.s);
     detail::attention_release(e.k_empty(s));
-    if (j == kv_blocks - 1)
+    if (last && j == kv_blocks - 1)
       detail::attention_release(e.q_empty());
     masked = limits(j, limit);
     detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
