@@ -66,18 +66,16 @@ attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v
       origin(t, bh, kv_bh, m, kv_blocks);
       mk::AttentionAccumulator<Config> state = mk::attention_begin(engine);
       // The keys as one source, or as two (the first `split` blocks, then the rest), each with its
-      // window, as a ring's shards are.
+      // window, as a ring's shards are. One call site: the engine's loop is inlined once.
       const int first = split > 0 && split < kv_blocks ? split : kv_blocks;
-      const long long q_position = (long long)m * Config::BM;
-      mk::attention_mma(
-          engine, state, first,
-          mk::AttentionWindow{min(kv_len, first * Config::BN), kCausal, q_position, 0}, scale_log2,
-          first == kv_blocks);
-      if (first < kv_blocks)
-        mk::attention_mma(engine, state, kv_blocks - first,
-                          mk::AttentionWindow{kv_len - first * Config::BN, kCausal, q_position,
-                                              (long long)first * Config::BN},
-                          scale_log2, true);
+      for (int source = 0, begin = 0; begin < kv_blocks; ++source) {
+        const int blocks = source == 0 ? first : kv_blocks - first;
+        const mk::AttentionWindow window{min(kv_len - begin * Config::BN, blocks * Config::BN),
+                                         kCausal, (long long)m * Config::BM,
+                                         (long long)begin * Config::BN};
+        begin += blocks;
+        mk::attention_mma(engine, state, blocks, window, scale_log2, begin == kv_blocks);
+      }
       mk::attention_store<typename Config::T>(engine, state, &o, m * Config::BM, bh,
                                               lse + (long long)bh * q_len + m * Config::BM,
                                               q_len - m * Config::BM);
