@@ -254,27 +254,38 @@ def bench(engine, shapes, repeat, csv_path, plot_path):
             print(f"{f'{B},{H},{S},{D}':>18} {'yes' if causal else 'no':>6} "
                   f"{tflops['mkc']:7.0f} {tflops['cudnn']:7.0f} {tflops['flash']:7.0f} "
                   f"{row['mkc_over_cudnn']:9.3f} {row['mkc_over_flash']:9.3f}")
-    if csv_path:
-        with open(csv_path, "w", newline="") as f:
+    write_csv(rows, csv_path)
+    plot_tflops(rows, ("mkc", "cudnn", "flash"), plot_path)
+
+
+def write_csv(rows, path):
+    """The rows (dicts of one set of keys) as CSV at `path`, if any."""
+    if path and rows:
+        with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    if plot_path:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        labels = [f"{r['B']},{r['H']},{r['S']},{r['D']}{' c' if r['causal'] else ''}"
-                  for r in rows]
-        x = range(len(rows))
-        fig, ax = plt.subplots(figsize=(12, 4))
-        for i, name in enumerate(("mkc", "cudnn", "flash")):
-            ax.bar([j + (i - 1) * 0.27 for j in x], [r[f"{name}_tflops"] for r in rows], 0.27,
-                   label=name)
-        ax.set_xticks(list(x), labels, rotation=30, ha="right")
-        ax.set_ylabel("TFLOP/s")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(plot_path)
+
+
+def plot_tflops(rows, names, path):
+    """A bar chart at `path`, if any: each row's `<name>_tflops` for each of `names`."""
+    if not path or not rows:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{r['B']},{r['H']},{r['S']},{r['D']}{' c' if r['causal'] else ''}" for r in rows]
+    x = range(len(rows))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(12, 4))
+    for i, name in enumerate(names):
+        ax.bar([j + (i - (len(names) - 1) / 2) * width for j in x],
+               [r[f"{name}_tflops"] for r in rows], width, label=name)
+    ax.set_xticks(list(x), labels, rotation=30, ha="right")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 def main():

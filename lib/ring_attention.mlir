@@ -8,7 +8,7 @@ mk.program @ring_attention [B, H, S, D] mesh <?x?> (
     %K: !mk.tensor<[B, H, S, D], bf16, shard 2 over world>,
     %V: !mk.tensor<[B, H, S, D], bf16, shard 2 over world>,
     %O: !mk.tensor<[B, H, S, D], bf16, shard 2 over world>) {
-  mk.tile_grid (%b, %h, %i, %d) over %O tiles [1, 1, 128, :] : !mk.tensor<[B, H, S, D], bf16, shard 2 over world> {
+  mk.tile_grid (%b, %h, %i, %d) over %O tiles [1, 1, 128, :] masked : !mk.tensor<[B, H, S, D], bf16, shard 2 over world> {
     %q = mk.load %Q[%b, %h, %i, :] : !mk.tensor<[B, H, S, D], bf16, shard 2 over world> -> !mk.tile<[128, D], bf16>
     %zero = arith.constant 0.0 : f32
     %minus_inf = arith.constant 0xFF800000 : f32

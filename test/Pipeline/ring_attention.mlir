@@ -1,14 +1,14 @@
 // Ring attention (causal and not) through every pass to the scheduled level on 2 nodes x 4 GPUs,
-// and to cubins whose team roles (240 registers after setmaxnreg) do not spill: at D = 128 the
-// accumulator, q and the scores take 160 of them.
+// planned onto the attention engine, and to cubins that do not spill for 1x1, 1x2, 2x1 and 2x4 at
+// D 64 and 128.
 
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 --emit=mlir | FileCheck %s
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 --emit=mlir | FileCheck %s --check-prefixes=CHECK,CAUSAL
-// RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=2,S=512,D=128 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=2,H=4,S=256,D=64 -o %t.1x2.d64.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=512,D=128 -o %t.causal.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// CUBIN: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=1024,D=128 --emit=mlir | mk-opt --mk-plan-lowering | FileCheck %s --check-prefix=PLAN
+// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=ENGINE
+// RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x1 --shape B=2,H=16,S=3000,D=64 --emit=cuda | FileCheck %s --check-prefix=ONE
+// RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention ring_attention_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=CUBIN
+// CUBIN-COUNT-16: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // K and V are gathered chunk by chunk (per 128 keys of each batch and head) along rails and within
 // nodes; each query tile visits the 8 sources in arrival order (this rank, its node, the other
@@ -28,3 +28,47 @@
 // CHECK: via rdma_proxy
 // CHECK: mk.role republish ctas
 // CHECK-NOT: mk.ring_shift
+
+// The compute role runs the attention engine: its producer loads the query tile and each block
+// after the block's K and V flags; a causal step's blocks stop at the query tile's diagonal.
+// PLAN: mk.role compute ctas {{[0-9]+}} attributes {mk.attention_engine = #mk.attention_engine<element = bf16, head_dim = 128, stages = 2>}
+// PLAN: mk.load %arg0{{.*}}{mk.lowering = #mk.lowering<load>}
+// PLAN-COUNT-3: mk.splat {{.*}}{mk.lowering = #mk.lowering<registers>}
+// PLAN: %[[SEEN:.*]] = arith.select
+// PLAN: scf.for %[[J:.*]] = %lo to %[[SEEN]] step
+// PLAN-NEXT: mk.wait @{{ready[0-9]}}[%{{.*}}, %[[J]]] count 1 {mk.lowering = #mk.lowering<producer>}
+// PLAN-NEXT: mk.load {{.*}}{mk.lowering = #mk.lowering<load>}
+// PLAN-NEXT: mk.wait @{{ready[0-9]}}[%{{.*}}, %[[J]]] count 1 {mk.lowering = #mk.lowering<producer>}
+// PLAN-NEXT: mk.load {{.*}}{mk.lowering = #mk.lowering<fused>}
+// PLAN-NEXT: mk.attention_block {{.*}} causal {mk.lowering = #mk.lowering<mma>}
+// PLAN: mk.broadcast {{.*}}{mk.lowering = #mk.lowering<registers>}
+// PLAN-NEXT: mk.div {{.*}}{mk.lowering = #mk.lowering<registers>}
+// PLAN-NEXT: mk.convert {{.*}}{mk.lowering = #mk.lowering<elide>}
+// PLAN: mk.store {{.*}}{mk.lowering = #mk.lowering<store>}
+// PLAN: mk.role intra_transfer
+
+// ENGINE: mk::AttentionEngine<mk::AttentionConfig<mk::bf16, 128, 128, 2>> [[E:v[0-9]+]] =
+// ENGINE: if (mk::attention_is_producer()) {
+// ENGINE-NEXT: mk::attention_producer_begin([[E]]);
+// ENGINE-NEXT: if (mk::attention_loader()) {
+// ENGINE: mk::attention_load_q([[E]],
+// ENGINE: for (size_t [[J:[a-z][0-9]+]] =
+// ENGINE: mk::producer_wait_arrivals(
+// ENGINE: mk::producer_wait_arrivals(
+// ENGINE: mk::attention_load_kv([[E]],
+// ENGINE: } else {
+// ENGINE-NEXT: mk::attention_consumer_begin([[E]]);
+// ENGINE: mk::AttentionAccumulator<mk::AttentionConfig<mk::bf16, 128, 128, 2>> [[S:v[0-9]+]] = mk::attention_begin([[E]]);
+// ENGINE: mk::attention_fold([[E]], [[S]], {{.*}}, true,
+// ENGINE-NOT: mk::attention_fold
+// ENGINE: mk::wait_arrivals(
+// ENGINE-NEXT: mk::tensor_map(
+// ENGINE: mk::attention_store<mk::bf16>([[E]], [[S]],
+// ENGINE: mk::attention_finish([[E]]);
+// ENGINE: /* tensor_maps */ {{.*}}{0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {128ull, 512ull, 2ull}, {64, 128, 1}, 128}
+
+// At 1x1 the op reads its own shards: no transfer roles; the tile with the sequence's last 56
+// keys masks the rest.
+// ONE-NOT: mk::copy_region
+// ONE: mk::attention_fold({{.*}}, false,
+// ONE: /* sm_split */ {{[{][{]}}"compute", {{[0-9]+}}, 0}}

@@ -96,14 +96,15 @@ class GenerateCuda(unittest.TestCase):
                                   r"is unknown")
 
     def test_bad_shapes(self):
-        # Uneven shards compile (torch.tensor_split's); ring attention's unmasked tiles do not
-        # take shards of partial tiles, and the message names shapes that work.
+        # Uneven shards compile (torch.tensor_split's); ring attention's steps do not take yet
+        # shards of partial tiles, and the message names shapes that work.
         mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", M=1000, N=2048, K=4095)
         message = self.compile_error(mkc.library_program("ring_attention"), B=1, H=1, S=1000,
                                      D=64)
-        self.assertRegex(message, r"ring_attention.mlir:\d+:\d+: error: .* tile size 128 does not "
-                                  r"divide the shards of dim 2 \(1000 over 2 ranks: shards of "
-                                  r"500\); .* use a multiple of 256 \(768 or 1024\)")
+        self.assertRegex(message, r"ring_attention.mlir:\d+:\d+: error: .* masks the tiles of a "
+                                  r"shard, which 'mk.attention_block' does not take yet: dim 2 "
+                                  r"\(1000 over 2 ranks\) holds 500 a rank, .* use a multiple of "
+                                  r"256 \(768 or 1024\)")
         message = self.compile_error(support.GEMM_ALLREDUCE, M=1024, N=2048)
         self.assertRegex(message, r"gemm_allreduce.mlir:\d+:\d+: error: shape symbol 'K' of "
                                   r"@gemm_allreduce is not bound")

@@ -44,10 +44,10 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
 // EMIT: Cannot find option named 'sass'!
 
-// A shape the program rejects: ring attention's tiles are not masked, so its sequence shards
-// must hold whole tiles of 128 (1000 over 2 ranks are 500 each).
-// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1000,D=64 --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
-// SHAPE: ring_attention.mlir:{{[0-9]+}}:3: error: 'mk.tile_grid' op tile size 128 does not divide the shards of dim 2 (1000 over 2 ranks: shards of 500); declare 'masked' to allow partial tiles, or use a multiple of 256 (768 or 1024)
+// A shape the lowering refuses: ring attention's steps take only tiles at multiples of 128 in
+// each shard (1000 over 2 ranks are 500 each).
+// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1000,D=64 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHAPE
+// SHAPE: ring_attention.mlir:{{[0-9]+}}:3: error: 'mk.tile_grid' op masks the tiles of a shard, which 'mk.attention_block' does not take yet: dim 2 (1000 over 2 ranks) holds 500 a rank, not a multiple of the 128 of a tile; use a multiple of 256 (768 or 1024)
 
 // Shape bindings that are not positive integers.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=0,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=ZERO

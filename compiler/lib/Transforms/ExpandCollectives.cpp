@@ -712,9 +712,15 @@ LogicalResult Expander::expandAllGather(AllGatherOp op) {
 LogicalResult Expander::expandRingShift(RingShiftOp op) {
   Location loc = op.getLoc();
   Block &body = op.getBody().front();
-  // Gather each shard at the granularity its loads read.
+  // Gather each shard at the granularity its loads read; a ring of one rank reads its own.
+  MeshAxis axis = op.getAxis();
+  int64_t steps = mesh.getAxisSize(axis);
   SmallVector<Value> gathered;
   for (auto [i, shard] : llvm::enumerate(op.getShards())) {
+    if (steps == 1) {
+      gathered.push_back(shard);
+      continue;
+    }
     auto type = cast<DistTensorType>(shard.getType());
     SmallVector<int64_t> chunk(type.getShape());
     for (Operation *user : body.getArgument(1 + i).getUsers())
@@ -730,8 +736,6 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
 
   // Visit the sources in the order their shards arrive: this rank, its node, then the others.
   OpBuilder b(op);
-  MeshAxis axis = op.getAxis();
-  int64_t steps = mesh.getAxisSize(axis);
   auto loop = scf::ForOp::create(b, loc, constant(0), constant(steps), constant(1), op.getInits());
   OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
   Value step = loop.getInductionVar();

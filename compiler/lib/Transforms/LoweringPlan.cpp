@@ -27,6 +27,14 @@ void mlir::mk::setGemmEngine(RoleOp role, GemmEngineAttr engine) {
   dialectOf(role)->getGemmEngineAttrHelper().setAttr(role, engine);
 }
 
+AttentionEngineAttr mlir::mk::attentionEngineOf(RoleOp role) {
+  return dialectOf(role)->getAttentionEngineAttrHelper().getAttr(role);
+}
+
+void mlir::mk::setAttentionEngine(RoleOp role, AttentionEngineAttr engine) {
+  dialectOf(role)->getAttentionEngineAttrHelper().setAttr(role, engine);
+}
+
 std::optional<std::pair<int64_t, int64_t>> mlir::mk::gpuOffsetsOf(Operation *op) {
   DenseI64ArrayAttr offsets = dialectOf(op)->getGpuOffsetsAttrHelper().getAttr(op);
   if (!offsets || offsets.size() != 2)

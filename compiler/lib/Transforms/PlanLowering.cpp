@@ -2,9 +2,11 @@
 //
 // Everything mk-lower-to-emitc needs to know about a program that is not the code itself is
 // decided here and recorded as typed attributes (mk/Transforms/LoweringPlan.h), in this order:
+//   0. causal attention steps skip the key blocks their mask removes;
 //   1. the reductions that are only converted to 16 bits and stored: through the bulk tensor copy
 //      engine, or combined and stored chunk by chunk;
-//   2. for each role, whether it runs the GEMM engine (every matmul can, with one
+//   2. for each role, whether it runs the attention engine (one query tile's attention in its
+//      shape) or the GEMM engine (every matmul can, with one
 //      configuration), in clusters of how many CTAs, and how its CTAs split into the engine's
 //      producer and consumers: which waits the producer keeps, which signals and waits the
 //      consumers leave to the engine's senders;
@@ -13,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mk/Transforms/AttentionEngine.h"
 #include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/LoweringPlan.h"
 #include "mk/Transforms/Passes.h"
@@ -34,6 +37,29 @@ using namespace mlir;
 using namespace mlir::mk;
 
 namespace {
+
+/// A causal step's key blocks after every query of its tile are masked for all of its rows: its
+/// loop over the blocks stops after the last one the tile's last query sees. (Positions are tile
+/// coordinates at i * t: TileNumbering takes no other where a program has attention steps.)
+void skipMaskedBlocks(ProgramOp program) {
+  program.walk([](AttentionBlockOp step) {
+    auto loop = dyn_cast<scf::ForOp>(step->getParentOp());
+    ValueRange positions = step.getPositions();
+    if (!step.getCausal() || !loop || positions.size() != 2 ||
+        positions[1] != loop.getInductionVar() || !loop.isDefinedOutsideOfLoop(positions[0]) ||
+        !matchPattern(loop.getStep(), m_One()))
+      return;
+    int64_t rows = step.getQ().getType().getShape()[0], keys = step.getK().getType().getShape()[0];
+    OpBuilder b(loop);
+    Location loc = loop.getLoc();
+    ArithIndexOps ops{b, loc};
+    // Block j's first key, j * keys, is at most the tile's last query, i * rows + rows - 1.
+    Value seen =
+        ops.add(ops.div(ops.add(ops.mul(positions[0], ops.c(rows)), ops.c(rows - 1)), ops.c(keys)),
+                ops.c(1));
+    loop.getUpperBoundMutable().assign(ops.min(loop.getUpperBound(), seen));
+  });
+}
 
 /// Whether two reductions marked for TMA need the same mk::TmaReduce: slots, source and result
 /// elements, tile shape.
@@ -224,11 +250,12 @@ struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
       return signalPassFailure();
     mesh = program.getMesh();
     numbering = TileNumbering::of(program);
+    skipMaskedBlocks(program);
     markReductions(program);
     rolesPairUp = llvm::all_of(program.getBodyBlock().getOps<RoleOp>(),
                                [](RoleOp role) { return role.getCtas().value_or(1) % 2 == 0; });
     for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
-      if (failed(planRole(role)))
+      if (!planAttentionRole(role) && failed(planRole(role)))
         return signalPassFailure();
     signalAfterAllPuts(program);
     storeToGpusAtOnce(program, mesh.getGpus());
@@ -319,6 +346,56 @@ private:
       return emitError(role.getLoc())
              << "the GEMM engine cannot run in clusters of 2 CTAs: " << why;
     return 1;
+  }
+
+  /// A role of one tile grid over the query tiles of the output, each the attention pass of the
+  /// engine's shape (attentionEnginePass), and of single-CTA work, runs the attention engine: its
+  /// producer walks the grid loading Q and each block of K and V, after the waits for the block;
+  /// its consumers fold each source's blocks and store the normalised output, after the waits of
+  /// the tile's body. Whether it does.
+  bool planAttentionRole(RoleOp role) {
+    SmallVector<AttentionBlockOp> steps;
+    role.walk([&](AttentionBlockOp step) { steps.push_back(step); });
+    bool matmuls = role.walk([](MatmulOp) { return WalkResult::interrupt(); }).wasInterrupted();
+    std::optional<AttentionPass> pass =
+        steps.size() == 1 && !matmuls ? attentionEnginePass(steps[0]) : std::nullopt;
+    if (!pass)
+      return false;
+    auto grid = dyn_cast<TileGridOp>(pass->outer()->getParentOp());
+    if (!grid || grid->getParentOp() != role || grid.getRowCounts() ||
+        grid.getTarget() != pass->store.getDest() ||
+        grid.getTileSizes() != ArrayRef<int64_t>{1, 1, 128, ShapedType::kDynamic} ||
+        !llvm::equal(pass->q.getIndices(), grid.getBodyBlock().getArguments().take_front(3)))
+      return false;
+    for (Operation &op : role.getBody().front().without_terminator())
+      if (&op != grid && !isa<SingleCtaOp>(op))
+        return false;
+    SmallVector<Operation *> tail = {pass->sum, pass->normalise, pass->convert, pass->store};
+    for (Operation &op : grid.getBodyBlock().without_terminator())
+      if (&op != pass->q && &op != pass->outer() && !llvm::is_contained(pass->init, &op) &&
+          !llvm::is_contained(tail, &op) && !isa<WaitOp>(op) &&
+          !(isMemoryEffectFree(&op) && op.getNumRegions() == 0 &&
+            llvm::none_of(op.getResultTypes(), llvm::IsaPred<TileType>)))
+        return false;
+
+    int64_t d = pass->headDim();
+    // D = 128: two stages of K and V fill shared memory with Q and the output's staging.
+    setAttentionEngine(role, AttentionEngineAttr::get(
+                                 role.getContext(), pass->q.getResult().getType().getElementType(),
+                                 d, d == 128 ? 2 : 4));
+    setLowering(pass->q, Lowering::load);
+    setLowering(pass->k, Lowering::load);
+    setLowering(pass->v, Lowering::fused);
+    setLowering(pass->step, Lowering::mma);
+    for (Operation *op : {pass->init[0], pass->init[1], pass->init[2]})
+      setLowering(op, Lowering::registers);
+    setLowering(pass->sum, Lowering::registers);
+    setLowering(pass->normalise, Lowering::registers);
+    setLowering(pass->convert, Lowering::elide);
+    setLowering(pass->store, Lowering::store);
+    for (WaitOp wait : pass->blocks.getBody()->getOps<WaitOp>())
+      setLowering(wait, Lowering::producer);
+    return true;
   }
 
   /// A role whose every matmul can run on the GEMM engine, in passes of one configuration, runs

@@ -5,6 +5,8 @@
 // is generated, and carried on the program as the mk dialect's typed discardable attributes:
 //   - `mk.gemm_engine` (#mk.gemm_engine<...>) on a role whose matmuls run on the GEMM engine: its
 //     configuration and cluster size;
+//   - `mk.attention_engine` (#mk.attention_engine<...>) on a role whose attention steps run on the
+//     attention engine: its configuration;
 //   - `mk.lowering` (#mk.lowering<...>) on the ops that are not lowered on their own: the engine
 //     role's matmuls, conversions, stores, signals and waits, and the reductions that are only
 //     stored (through TMA or chunk by chunk) with their conversions and stores;
@@ -31,6 +33,10 @@ void setLowering(Operation *op, Lowering how);
 /// The GEMM engine a role runs, if it runs one.
 GemmEngineAttr gemmEngineOf(RoleOp role);
 void setGemmEngine(RoleOp role, GemmEngineAttr engine);
+
+/// The attention engine a role runs, if it runs one.
+AttentionEngineAttr attentionEngineOf(RoleOp role);
+void setAttentionEngine(RoleOp role, AttentionEngineAttr engine);
 
 /// The offsets [begin, end) of the GPUs an engine store goes to at once: GPU (this one + offset)
 /// mod the node's GPUs; nothing for a store to one GPU.

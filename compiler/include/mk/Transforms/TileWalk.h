@@ -56,7 +56,6 @@ struct ArithIndexOps {
   Index mul(Index x, Index y) { return arith::MulIOp::create(b, loc, x, y); }
   Index div(Index x, Index y) { return arith::DivSIOp::create(b, loc, x, y); }
   Index rem(Index x, Index y) { return arith::RemSIOp::create(b, loc, x, y); }
-  Index min(Index x, Index y) { return arith::MinSIOp::create(b, loc, x, y); }
   Bool lt(Index x, Index y) {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
   }
@@ -64,6 +63,8 @@ struct ArithIndexOps {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, x, y);
   }
   Index select(Bool p, Index x, Index y) { return arith::SelectOp::create(b, loc, p, x, y); }
+  // A comparison and a select: arith.minsi has no EmitC lowering.
+  Index min(Index x, Index y) { return select(lt(x, y), x, y); }
 };
 
 class TileWalk {

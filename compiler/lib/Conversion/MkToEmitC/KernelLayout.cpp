@@ -25,13 +25,19 @@ static StringRef mapElement(Type element) {
 
 int64_t KernelLayout::tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
                                 ArrayRef<int64_t> box) {
+  SmallVector<int64_t> extents;
+  for (int64_t d = type.getRank() - 1; d >= 0; --d)
+    extents.push_back(type.getLocalExtent(d, mesh));
+  return tensorMap(index, gpu, type.getElementType(), extents, box);
+}
+
+int64_t KernelLayout::tensorMap(int64_t index, std::optional<int64_t> gpu, Type element,
+                                ArrayRef<int64_t> extents, ArrayRef<int64_t> box) {
   std::string spec;
   llvm::raw_string_ostream os(spec);
-  int64_t rank = type.getRank();
   os << "{" << index << ", " << (gpu ? std::to_string(*gpu) : "MK_MAP_LOCAL") << ", "
-     << mapElement(type.getElementType()) << ", " << rank << ", {";
-  for (int64_t d = rank - 1; d >= 0; --d)
-    os << type.getLocalExtent(d, mesh) << "ull" << (d ? ", " : "");
+     << mapElement(element) << ", " << extents.size() << ", {";
+  llvm::interleaveComma(extents, os, [&](int64_t extent) { os << extent << "ull"; });
   os << "}, {";
   llvm::interleaveComma(box, os);
   os << "}, 128}";

@@ -1,7 +1,8 @@
 //===- RoleLowering.cpp - roles as branches on the CTA index --------------===//
 //
 // A role takes CTAs [begin, begin + ctas) of the grid. One the plan gives the GEMM engine runs it
-// with all MK_CTA_THREADS threads: an mk::GemmEngine in shared memory, its producer warpgroup
+// (one it gives the attention engine, AttentionLowering.cpp, runs that) with all MK_CTA_THREADS
+// threads: an mk::GemmEngine in shared memory, its producer warpgroup
 // walking a copy of the role's tile loops pruned to their loads, its consumers the role itself.
 // Any other runs the tile library on a team of MK_TEAM_THREADS threads (the other warpgroup
 // idles, or publishes the role's TMA reduction), with the barriers of its bulk copies set up once.
@@ -134,6 +135,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   Block *then = branch.thenBlock();
   then->getOperations().splice(then->begin(), role.getBody().front().getOperations());
   GemmEngineAttr engine = gemmEngineOf(role);
+  AttentionEngineAttr attention = attentionEngineOf(role);
   role.erase();
 
   OpBuilder tb = OpBuilder::atBlockBegin(then);
@@ -161,6 +163,8 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     layout.cluster = std::max(layout.cluster, engine.getCluster());
     return lowerEngineRole(branch, engine);
   }
+  if (attention)
+    return lowerAttentionRole(branch, attention);
   return lowerTeamRole(branch);
 }
 

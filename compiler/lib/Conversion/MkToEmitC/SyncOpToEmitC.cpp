@@ -3,7 +3,7 @@
 // A signal raises a flag here, on a GPU of the node or, through the proxy, on another node; the
 // GEMM engine's consumers leave theirs to the engine's senders, and a TMA reduction's role to its
 // publisher, so that each follows the stores before it. A wait spins on its flag, on the
-// engine's producer or consumers as the plan says.
+// engine's producer (the attention engine's loading thread) or consumers as the plan says.
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,7 +70,10 @@ struct WaitLowering : LoweringPattern<WaitOp> {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     std::optional<Lowering> how = loweringOf(op);
-    if (how == Lowering::producer)
+    if (how == Lowering::producer && ofRole(layout.attentionEngines, op))
+      call(rewriter, op.getLoc(), {}, "mk::producer_wait_arrivals",
+           {kernelArgs(op), offset, std::to_string(op.getCount())});
+    else if (how == Lowering::producer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
            {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
     else if (how == Lowering::consumer)

@@ -122,4 +122,22 @@ def Mk_GemmEngineAttr : Mk_Attr<"GemmEngine", "gemm_engine"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Mk_AttentionEngineAttr : Mk_Attr<"AttentionEngine", "attention_engine"> {
+  let summary = "How a role runs its attention steps on the attention engine";
+  let description = [{
+    Set by mk-plan-lowering as the discardable attribute `mk.attention_engine` on a role whose
+    tile grid folds key blocks into 128-row query tiles with online softmax (mk.attention_block in
+    a loop over each source's blocks, in a loop over the sources) and stores the normalised
+    output: the attention engine (runtime/device/mk/device/attention_engine.cuh) with its 16-bit
+    `element` type, head dim `head_dim` (64 or 128) and a ring of `stages` blocks of K and of V.
+
+    ```mlir
+    mk.role compute ctas 132 attributes {mk.attention_engine = #mk.attention_engine<
+        element = bf16, head_dim = 128, stages = 2>} { ... }
+    ```
+  }];
+  let parameters = (ins "::mlir::Type":$element, "int64_t":$head_dim, "int64_t":$stages);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 #endif // MK_ATTRS_TD

@@ -32,6 +32,7 @@ def Mk_Dialect : Dialect {
   let discardableAttrs = (ins
     "::mlir::mk::LoweringAttr":$lowering,
     "::mlir::mk::GemmEngineAttr":$gemm_engine,
+    "::mlir::mk::AttentionEngineAttr":$attention_engine,
     "::mlir::DenseI64ArrayAttr":$gpu_offsets
   );
   let useDefaultAttributePrinterParser = 1;

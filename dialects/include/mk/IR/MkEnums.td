@@ -73,8 +73,10 @@ def Mk_Link : I32EnumAttr<"Link", "the mechanism that carries a transfer", [
 def Mk_Lowering : I32EnumAttr<"Lowering",
     "how mk-lower-to-emitc lowers an op that is not lowered on its own, as mk-plan-lowering decided "
     "(carried on the op as `mk.lowering`)", [
-    I32EnumAttrCase<"load", 0>,      // a matmul of the GEMM engine's producer: its TMA loads
-    I32EnumAttrCase<"mma", 1>,       // a matmul of the GEMM engine's consumers: their wgmma
+    I32EnumAttrCase<"load", 0>,      // a matmul of the GEMM engine's producer: its TMA loads; the
+                                     // attention engine's loads of Q and of K (with V)
+    I32EnumAttrCase<"mma", 1>,       // a matmul of the GEMM engine's consumers: their wgmma; an
+                                     // attention step of the attention engine's consumers
     I32EnumAttrCase<"store", 2>,     // a store or put of the engine's tile, by its senders
     I32EnumAttrCase<"producer", 3>,  // a wait of the engine's producer
     I32EnumAttrCase<"consumer", 4>,  // a wait of the engine's consumers
@@ -85,10 +87,11 @@ def Mk_Lowering : I32EnumAttr<"Lowering",
     I32EnumAttrCase<"chunks", 7>,    // a reduction that is only stored, and its stores
     I32EnumAttrCase<"elide", 8>,     // a conversion the accumulate or the engine's store does
     I32EnumAttrCase<"fused", 9>,     // a matmul the engine computes in the pass of the one before
-                                     // it that shares its A
+                                     // it that shares its A; a load of V, with its K
     I32EnumAttrCase<"registers", 10>, // elementwise math on the engine's products, in the
                                       // consumers' registers (mk::GemmTile), and the loads of
-                                      // the rows it broadcasts (mk::GemmRow)
+                                      // the rows it broadcasts (mk::GemmRow); the attention
+                                      // engine's initial state and final normalisation
   ]> {
   let cppNamespace = "::mlir::mk";
   // Mk_LoweringAttr (MkAttrs.td) prints it as #mk.lowering<...>.

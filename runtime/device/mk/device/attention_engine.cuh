@@ -121,9 +121,10 @@ __device__ __forceinline__ int attention_next_tile(AttentionEngine<Config> &e);
 template <typename Config>
 __device__ __forceinline__ AttentionAccumulator<Config> attention_begin(AttentionEngine<Config> &e);
 
-/// Consumers: folds the next `kv_blocks` (>= 1) key blocks into `state`, scores scaled by
-/// `scale_log2` (the softmax scale times log2 e, > 0); with `last`, the Q block is free for the
-/// next once their scores are computed. Both consumer warpgroups call it with the same arguments.
+/// Consumers: folds the next `kv_blocks` (none, where a mask removes a source's) key blocks into
+/// `state`, scores scaled by `scale_log2` (the softmax scale times log2 e, > 0); with `last`, the Q
+/// block is free for the next once their scores are computed. Both consumer warpgroups call it with
+/// the same arguments.
 template <typename Config>
 __device__ __forceinline__ void
 attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, int kv_blocks,

@@ -227,6 +227,30 @@ __device__ __forceinline__ void gemm_consumer_defer_arrivals(GemmEngine<Config> 
   gemm_defer_wait(engine, args.flags + offset, target);
 }
 
+/// The attention engine's producer thread: wait_arrivals by the one thread that loads, ordering
+/// its TMA loads after the acquire.
+__device__ __forceinline__ void producer_wait_arrivals(const mk_kernel_args &args, int64_t offset,
+                                                       int64_t count) {
+  wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  ptx::fence_proxy_async();
+}
+
+/// The thread of the attention engine's producer warpgroup that loads.
+__device__ __forceinline__ bool attention_loader() { return threadIdx.x == 0; }
+
+/// The attention engine's consumers, as mkc lowers a source's loop of attention steps: its
+/// `kv_blocks` key blocks, the first at key position `k_position`, `length` keys in all, for the
+/// query tile at `q_position`.
+template <typename Config>
+__device__ __forceinline__ void
+attention_fold(AttentionEngine<Config> &engine, AttentionAccumulator<Config> &state,
+               size_t kv_blocks, size_t length, bool causal, size_t q_position, size_t k_position,
+               float scale_log2, bool last) {
+  const AttentionWindow window{static_cast<int>(length), causal, static_cast<long long>(q_position),
+                               static_cast<long long>(k_position)};
+  attention_mma(engine, state, static_cast<int>(kv_blocks), window, scale_log2, last);
+}
+
 /// The larger of two sizes, for the kernel's shared-memory requirement.
 __host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }
 

@@ -60,6 +60,8 @@ struct KernelLayout {
   /// mk::GemmConfig arguments, the TMA reduction of each role that has one (mk::TmaReduce), and
   /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).
   SmallVector<Value> engines, reducers, bulkCopiers;
+  /// The attention engine of each role that runs one (an mk::AttentionEngine).
+  SmallVector<Value> attentionEngines;
   DenseMap<Value, std::string> engineConfigs;
   /// The kernel's CTAs per cluster: the largest of its engines'.
   int64_t cluster = 1;
@@ -72,6 +74,11 @@ struct KernelLayout {
   /// `gpu` of the node, moving `box` (innermost first) through 128-byte swizzled shared memory.
   int64_t tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,
                     ArrayRef<int64_t> box);
+
+  /// The same over `extents` (innermost first) of `element`s: a view of the tensor's memory in
+  /// other dims, as the attention engine's (D, rows, heads) of [B, H, S, D].
+  int64_t tensorMap(int64_t index, std::optional<int64_t> gpu, Type element,
+                    ArrayRef<int64_t> extents, ArrayRef<int64_t> box);
 
   /// The first of the maps over tensor `index` held by GPUs 0 .. gpus - 1 of the node, which are
   /// consecutive: the map of GPU g is that index + g.

@@ -3,9 +3,9 @@
 // Before the op patterns run, a scheduled program's structure is lowered in place, into one
 // EmitC function: its tensors become the launch's mk::Tensor references and its flag arrays
 // offsets into the flag region (KernelLowering.cpp); each role a branch on the CTA index, running
-// the GEMM engine's producer and consumers or the tile library's team as mk-plan-lowering decided
-// (RoleLowering.cpp); each tile grid a loop over its tiles in the chosen order, strided over the
-// role's CTAs (TileGridLowering.cpp).
+// the GEMM or attention engine's producer and consumers or the tile library's team as
+// mk-plan-lowering decided (RoleLowering.cpp); each tile grid a loop over its tiles in the chosen
+// order, strided over the role's CTAs (TileGridLowering.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,6 +32,8 @@ private:
   LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
+  /// Splits a role's CTAs into the attention engine's producer and consumers.
+  LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine);
   /// Runs a role on the tile library's team, with its TMA reduction and bulk copies if any.
   LogicalResult lowerTeamRole(scf::IfOp branch);
   /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`.

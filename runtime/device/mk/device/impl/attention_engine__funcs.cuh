@@ -377,6 +377,12 @@ attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, i
     return masked;
   };
 
+  // A source whose blocks the mask removes: nothing to fold.
+  if (kv_blocks == 0) {
+    if (last)
+      detail::attention_release(e.q_empty());
+    return;
+  }
   detail::AttentionScores<Config> scores;
   detail::AttentionProbabilities<Config> p;
   float alpha[2];

@@ -1,0 +1,256 @@
+//===- AttentionLowering.cpp - a role on the attention engine -------------===//
+//
+// A role the plan gives the attention engine runs it with all MK_CTA_THREADS threads: an
+// mk::AttentionEngine in shared memory; its producer warpgroup's loading thread walks a copy of
+// the role's tile loop and of the pass's loops, loading each query tile and each block of K and V
+// after the waits for the block; its consumers walk the role itself, with the pass's state as
+// the engine's accumulator: begun where the query tile is loaded, each source's blocks folded in
+// by one engine call (one call site, so that the engine's unrolled loop is in the instruction
+// cache once), normalised and stored where the output is.
+//
+// Tensors are 3-D maps (D, rows, B * H) of the [B, H, S, D] tensors; rows are local to the rank
+// where S is sharded, positions (for the mask) global.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mk/Conversion/MkToEmitC/EmitCBuilder.h"
+#include "mk/Conversion/MkToEmitC/StructureLowering.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/AttentionEngine.h"
+#include "mk/Transforms/LoweringPlan.h"
+#include "mk/Transforms/TileWalk.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include <cstdio>
+#include <numbers>
+
+using namespace mlir;
+using namespace mlir::mk;
+using namespace mlir::mk::to_emitc;
+
+namespace {
+
+/// An index as the size_t the device library's calls take (the conversion's casts cancel).
+Value toSizeT(OpBuilder &b, Location loc, Value index) {
+  return UnrealizedConversionCastOp::create(b, loc, emitc::SizeTType::get(b.getContext()), index)
+      .getResult(0);
+}
+
+/// The pass of the one attention step of `block` the plan gave the engine.
+AttentionPass passIn(Block *block) {
+  AttentionBlockOp step;
+  block->walk([&](AttentionBlockOp found) {
+    if (loweringOf(found) == Lowering::mma)
+      step = found;
+  });
+  return *attentionPassOf(step);
+}
+
+/// A loop of `loop`'s bounds without its carried values, made at `at`, into which the ops `keep`
+/// selects from its body move. The old loop stays, for the caller to erase.
+scf::ForOp withoutState(OpBuilder &at, scf::ForOp loop, llvm::function_ref<bool(Operation &)> keep) {
+  auto bare = scf::ForOp::create(at, loop.getLoc(), loop.getLowerBound(), loop.getUpperBound(),
+                                 loop.getStep());
+  for (Operation &op : llvm::make_early_inc_range(loop.getBody()->without_terminator()))
+    if (keep(op))
+      op.moveBefore(bare.getBody()->getTerminator());
+  loop.getInductionVar().replaceAllUsesWith(bare.getInductionVar());
+  return bare;
+}
+
+/// Whether `op` is index arithmetic, which both of the engine's sides keep.
+bool indexArithmetic(Operation &op) {
+  return isMemoryEffectFree(&op) && op.getNumRegions() == 0 &&
+         llvm::none_of(op.getResultTypes(), llvm::IsaPred<TileType>);
+}
+
+/// Erases the pass's tile ops once their work is in the engine's calls: the output's, the loops
+/// (with what was not moved out of them), the state's splats and the query's load.
+void erasePass(AttentionPass &pass) {
+  for (Operation *op : {static_cast<Operation *>(pass.store), static_cast<Operation *>(pass.convert),
+                        static_cast<Operation *>(pass.normalise),
+                        static_cast<Operation *>(pass.sum)})
+    op->erase();
+  pass.outer()->erase();
+  for (SplatOp splat : pass.init)
+    splat->erase();
+  pass.q->erase();
+}
+
+/// What the engine's calls need to know of the kernel: its layout and rank.
+struct EngineCalls {
+  KernelLayout &layout;
+  Value engine;
+
+  /// Tensor map of the 3-D view (D, rows, B * H) of `load`'s or `store`'s tensor, in boxes of
+  /// 64 x `boxRows`: a pointer into the launch's maps.
+  Value map(OpBuilder &b, Location loc, Value tensor, int64_t boxRows) {
+    auto type = cast<DistTensorType>(tensor.getType());
+    ArrayRef<int64_t> shape = type.getShape();
+    int64_t index = layout.tensorIndex.lookup(tensor);
+    int64_t map = layout.tensorMap(index, std::nullopt, type.getElementType(),
+                                   {shape[3], type.getLocalExtent(2, layout.mesh),
+                                    shape[0] * shape[1]},
+                                   {64, boxRows, 1});
+    auto pointer =
+        emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
+    return call(b, loc, pointer, "mk::tensor_map", {kernelArgs(engine.getDefiningOp()),
+                                                    std::to_string(map)})
+        .getResult(0);
+  }
+
+  /// The first row (this rank's) of tile `tile` of 128 rows along dim 2 of `type`.
+  Value row(OpBuilder &b, Location loc, DistTensorType type, Value tile) {
+    ArithIndexOps ops{b, loc};
+    int64_t extent = type.getShape()[2];
+    Value start = layout.numbering.span(ops, extent, 128, tile).start;
+    PlacementAttr placement = type.getPlacement();
+    if (placement.shardsDim(2)) {
+      Value node = toIndex(b, loc, layout.node), gpu = toIndex(b, loc, layout.gpu);
+      Value shard = placement.getAxis() == MeshAxis::world
+                        ? ops.add(ops.mul(node, ops.c(layout.mesh.getGpus())), gpu)
+                    : placement.getAxis() == MeshAxis::nodes ? node
+                                                             : gpu;
+      start = ops.sub(start, shardStart(ops, type.getShardSplit(2, layout.mesh), shard));
+    }
+    return toSizeT(b, loc, start);
+  }
+
+  /// Head `h` of batch `b` of `type`: its index in the maps' third dim.
+  Value head(OpBuilder &b, Location loc, DistTensorType type, ValueRange indices) {
+    ArithIndexOps ops{b, loc};
+    return toSizeT(b, loc, ops.add(ops.mul(indices[0], ops.c(type.getShape()[1])), indices[1]));
+  }
+};
+
+} // namespace
+
+LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
+                                                    AttentionEngineAttr engineAttr) {
+  Location loc = branch.getLoc();
+  MLIRContext *context = branch.getContext();
+  Block *role = branch.thenBlock();
+  OpBuilder b = OpBuilder::atBlockBegin(role);
+  std::string config = "mk::AttentionConfig<" + elementName(engineAttr.getElement()) + ", " +
+                       std::to_string(engineAttr.getHeadDim()) + ", 128, " +
+                       std::to_string(engineAttr.getStages()) + ">";
+  std::string engineType = "mk::AttentionEngine<" + config + ">";
+  Operation *engineOp = call(b, loc, emitc::OpaqueType::get(context, engineType), engineType,
+                             {std::string("mk_smem")});
+  Value engine = engineOp->getResult(0);
+  layout.attentionEngines.push_back(engine);
+  layout.smemNeeds.push_back("mk::attention_smem_bytes<" + config + ">()");
+  EngineCalls calls{layout, engine};
+
+  // The role's body becomes the consumers' branch, and a copy of it the producer's.
+  b.setInsertionPoint(role->getTerminator());
+  Value isProducer = call(b, loc, b.getI1Type(), "mk::attention_is_producer", {}).getResult(0);
+  auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
+  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
+  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+           std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
+    op.moveBefore(consumer->getTerminator());
+  OpBuilder pb(producer->getTerminator());
+  IRMapping copies;
+  for (Operation &op : consumer->without_terminator())
+    pb.clone(op, copies);
+
+  // Producer: the query tile's load, then each block's waits and load, in the pass's loops.
+  {
+    AttentionPass pass = passIn(producer);
+    OpBuilder qb(pass.q);
+    call(qb, loc, {}, "mk::attention_load_q",
+         {engine, calls.map(qb, loc, pass.q.getSource(), 128),
+          calls.row(qb, loc, pass.q.getSource().getType(), pass.q.getIndices()[2]),
+          calls.head(qb, loc, pass.q.getSource().getType(), pass.q.getIndices())});
+    // The sources loop's index arithmetic, and in it the blocks loop's waits and arithmetic.
+    OpBuilder lb(pass.outer());
+    scf::ForOp sources;
+    if (pass.sources) {
+      sources = withoutState(lb, pass.sources, indexArithmetic);
+      lb.setInsertionPoint(sources.getBody()->getTerminator());
+    }
+    scf::ForOp blocks = withoutState(lb, pass.blocks, [](Operation &op) {
+      return isa<WaitOp>(op) || indexArithmetic(op);
+    });
+    OpBuilder kb(blocks.getBody()->getTerminator());
+    call(kb, loc, {}, "mk::attention_load_kv",
+         {engine, calls.map(kb, loc, pass.k.getSource(), 128),
+          calls.map(kb, loc, pass.v.getSource(), 128),
+          calls.row(kb, loc, pass.k.getSource().getType(), blocks.getInductionVar()),
+          calls.head(kb, loc, pass.k.getSource().getType(), pass.k.getIndices())});
+    erasePass(pass);
+  }
+  // Of the rest, only index arithmetic, the loops that hold the loads, and the producer's
+  // waits; one thread of the warpgroup runs them.
+  SmallVector<Operation *> rest;
+  producer->walk([&](Operation *op) {
+    if (isa<WaitOp>(op) ? loweringOf(op) != Lowering::producer : isa<SignalOp>(op))
+      rest.push_back(op);
+  });
+  for (Operation *op : rest)
+    op->erase();
+  for (Operation &op : llvm::make_early_inc_range(producer->without_terminator()))
+    if (!indexArithmetic(op) &&
+        !op.walk([](emitc::CallOpaqueOp) { return WalkResult::interrupt(); }).wasInterrupted())
+      op.erase();
+  OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
+  call(producerBegin, loc, {}, "mk::attention_producer_begin", {engine});
+  Value loader = call(producerBegin, loc, producerBegin.getI1Type(), "mk::attention_loader", {})
+                     .getResult(0);
+  auto loads = scf::IfOp::create(producerBegin, loc, loader, /*withElseRegion=*/false);
+  for (Operation &op : llvm::make_early_inc_range(
+           llvm::make_range(std::next(loads->getIterator()), producer->without_terminator().end())))
+    op.moveBefore(loads.thenBlock()->getTerminator());
+
+  // Consumers: the state from the query tile, each source's blocks in one call, the output.
+  {
+    AttentionPass pass = passIn(consumer);
+    std::string accumulator = "mk::AttentionAccumulator<" + config + ">";
+    OpBuilder qb(pass.q);
+    Value state = call(qb, loc, emitc::OpaqueType::get(context, accumulator),
+                       "mk::attention_begin", {engine})
+                      .getResult(0);
+    OpBuilder fb(pass.outer());
+    scf::ForOp sources;
+    if (pass.sources) {
+      sources = withoutState(fb, pass.sources, indexArithmetic);
+      fb.setInsertionPoint(sources.getBody()->getTerminator());
+    }
+    ArithIndexOps ops{fb, loc};
+    Value lo = pass.blocks.getLowerBound(), hi = pass.blocks.getUpperBound();
+    Value blocks = ops.select(ops.lt(lo, hi), ops.sub(hi, lo), ops.c(0));
+    // The source's keys from its first block: all of its blocks' but at the tensor's end.
+    int64_t keys = pass.k.getSource().getType().getShape()[2];
+    Value first = ops.mul(lo, ops.c(128));
+    Value length = ops.min(ops.sub(ops.c(keys), first), ops.mul(blocks, ops.c(128)));
+    Value last = sources ? ops.eq(ops.add(sources.getInductionVar(), ops.c(1)),
+                                  sources.getUpperBound())
+                         : arith::ConstantIntOp::create(fb, loc, fb.getI1Type(), 1).getResult();
+    Value position = ops.mul(pass.q.getIndices()[2], ops.c(128));
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%af",
+                  static_cast<double>(pass.scale() * std::numbers::log2e_v<float>));
+    call(fb, loc, {}, "mk::attention_fold",
+         {engine, state, toSizeT(fb, loc, blocks), toSizeT(fb, loc, length),
+          std::string(pass.step.getCausal() ? "true" : "false"), toSizeT(fb, loc, position),
+          toSizeT(fb, loc, first), std::string(scale), last});
+    // The output, where the store was (after the waits before it).
+    OpBuilder sb(pass.store);
+    DistTensorType out = pass.store.getDest().getType();
+    call(sb, loc, {}, "mk::attention_store",
+         {engine, state, calls.map(sb, loc, pass.store.getDest(), 64),
+          calls.row(sb, loc, out, pass.store.getIndices()[2]),
+          calls.head(sb, loc, out, pass.store.getIndices()), std::string("nullptr"),
+          std::string("0")},
+         {elementName(out.getElementType())});
+    erasePass(pass);
+  }
+  OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
+  call(consumerBegin, loc, {}, "mk::attention_consumer_begin", {engine});
+  OpBuilder end(consumer->getTerminator());
+  call(end, loc, {}, "mk::attention_finish", {engine});
+  return success();
+}

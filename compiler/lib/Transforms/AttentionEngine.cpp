@@ -1,0 +1,161 @@
+//===- AttentionEngine.cpp - which attention the attention engine computes ===//
+
+#include "mk/Transforms/AttentionEngine.h"
+#include "mk/Transforms/GemmEngine.h"
+
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::mk;
+
+float AttentionPass::scale() {
+  if (std::optional<APFloat> scale = step.getScale())
+    return scale->convertToFloat();
+  return 1.0f / std::sqrt(static_cast<float>(headDim()));
+}
+
+namespace {
+
+/// The only user of `value`, if it has exactly one use.
+Operation *soleUser(Value value) {
+  return value.hasOneUse() ? *value.user_begin() : nullptr;
+}
+
+/// Whether `load` reads a [128 x D] tile at [b, h, row, :] of a rank-4 tensor.
+bool readsRows(LoadOp load, Value b, Value h, Value row) {
+  return load && load.getSource().getType().getRank() == 4 &&
+         load.getWholeDims() == ArrayRef<int64_t>{3} && load.getIndices().size() == 3 &&
+         load.getIndices()[0] == b && load.getIndices()[1] == h && load.getIndices()[2] == row;
+}
+
+/// Whether `loop` yields `values`, exactly.
+bool yields(scf::ForOp loop, ValueRange values) {
+  return llvm::equal(loop.getBody()->getTerminator()->getOperands(), values);
+}
+
+/// Whether `splat` makes a tile of `value` used only by `loop`.
+bool splatOf(SplatOp splat, double value, scf::ForOp loop) {
+  APFloat constant(0.0);
+  if (!splat || !matchPattern(splat.getValue(), m_ConstantFloat(&constant)) ||
+      soleUser(splat.getResult()) != loop)
+    return false;
+  return constant.convertToDouble() == value;
+}
+
+/// Whether TMA reaches `type` (16-bit, S alone sharded) in the engine's [128 x D] boxes.
+bool engineTensor(DistTensorType type, Type element, int64_t headDim, ProgramOp program,
+                  const TileNumbering &numbering) {
+  PlacementAttr placement = type.getPlacement();
+  return type.getElementType() == element && type.getShape()[3] == headDim &&
+         (!placement.isSharded() || placement.getDim() == 2) &&
+         tmaAddresses(type, {128, headDim}, program.getMesh(), numbering);
+}
+
+} // namespace
+
+std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
+  AttentionPass pass;
+  pass.step = step;
+  pass.q = step.getQ().getDefiningOp<LoadOp>();
+  pass.k = step.getK().getDefiningOp<LoadOp>();
+  pass.v = step.getV().getDefiningOp<LoadOp>();
+  pass.blocks = dyn_cast<scf::ForOp>(step->getParentOp());
+  if (!pass.blocks)
+    return std::nullopt;
+  // Several sources, or one (its loop folded away): the blocks loop starts from the splats.
+  if (!pass.blocks.getInitArgs().empty() && !pass.blocks.getInitArgs()[0].getDefiningOp<SplatOp>())
+    pass.sources = dyn_cast<scf::ForOp>(pass.blocks->getParentOp());
+  if (!pass.q || !pass.k || !pass.v || (!pass.sources && pass.blocks.getInitArgs().empty()) ||
+      soleUser(pass.q.getResult()) != step || pass.q->getBlock() != pass.outer()->getBlock())
+    return std::nullopt;
+
+  // Q, K and V: [128 x D] tiles of one 16-bit type, D 64 or 128; K and V of the query's head.
+  TileType tile = pass.q.getResult().getType();
+  Type element = tile.getElementType();
+  int64_t d = tile.getShape()[1];
+  if (!(element.isBF16() || element.isF16()) || tile.getShape()[0] != 128 || (d != 64 && d != 128) ||
+      pass.k.getResult().getType() != tile || pass.v.getResult().getType() != tile)
+    return std::nullopt;
+  ValueRange at = pass.q.getIndices();
+  Value j = pass.blocks.getInductionVar();
+  if (at.size() != 3 || !readsRows(pass.q, at[0], at[1], at[2]) ||
+      !readsRows(pass.k, at[0], at[1], j) || !readsRows(pass.v, at[0], at[1], j))
+    return std::nullopt;
+  // The step's positions: the query tile's and the block's (causal needs them).
+  ValueRange positions = step.getPositions();
+  if (positions.empty() ? step.getCausal()
+                        : positions.size() != 2 || positions[0] != at[2] || positions[1] != j)
+    return std::nullopt;
+  if (std::optional<APFloat> scale = step.getScale(); scale && !(scale->convertToFloat() > 0))
+    return std::nullopt;
+
+  // The state: carried by the blocks loop from the sources loop's, which starts it from splats.
+  scf::ForOp outer = pass.outer();
+  if (pass.blocks.getNumRegionIterArgs() != 3 ||
+      !llvm::equal(ValueRange{step.getAcc(), step.getRowMax(), step.getRowSum()},
+                   pass.blocks.getRegionIterArgs()) ||
+      !yields(pass.blocks, step.getResults()) || !matchPattern(pass.blocks.getStep(), m_One()) ||
+      outer.getNumRegionIterArgs() != 3 || !matchPattern(outer.getStep(), m_One()))
+    return std::nullopt;
+  if (pass.sources && (!llvm::equal(pass.blocks.getInitArgs(), pass.sources.getRegionIterArgs()) ||
+                       !yields(pass.sources, pass.blocks.getResults())))
+    return std::nullopt;
+  for (Value init : outer.getInitArgs())
+    pass.init.push_back(init.getDefiningOp<SplatOp>());
+  if (!splatOf(pass.init[0], 0.0, outer) || !splatOf(pass.init[1], -INFINITY, outer) ||
+      !splatOf(pass.init[2], 0.0, outer))
+    return std::nullopt;
+  // The loops' bodies: waits and index arithmetic besides.
+  for (Operation &op : pass.blocks.getBody()->without_terminator())
+    if (&op != pass.k && &op != pass.v && &op != step && !isa<WaitOp>(op) &&
+        !(isMemoryEffectFree(&op) && llvm::none_of(op.getResultTypes(), llvm::IsaPred<TileType>)))
+      return std::nullopt;
+  if (pass.sources)
+    for (Operation &op : pass.sources.getBody()->without_terminator())
+      if (&op != pass.blocks && !(isMemoryEffectFree(&op) && op.getNumRegions() == 0 &&
+                                  llvm::none_of(op.getResultTypes(), llvm::IsaPred<TileType>)))
+        return std::nullopt;
+  if (!pass.k->hasOneUse() || !pass.v->hasOneUse())
+    return std::nullopt;
+
+  // The output: the state's output over its sum, converted to 16 bits and stored at the query's.
+  ValueRange state = outer.getResults();
+  pass.normalise = dyn_cast_or_null<DivOp>(soleUser(state[0]));
+  pass.sum = dyn_cast_or_null<BroadcastOp>(soleUser(state[2]));
+  if (!pass.normalise || !pass.sum || !state[1].use_empty() || pass.sum.getDim() != 1 ||
+      pass.normalise.getLhs() != state[0] || pass.normalise.getRhs() != pass.sum.getResult() ||
+      !pass.sum->hasOneUse())
+    return std::nullopt;
+  pass.convert = dyn_cast_or_null<ConvertOp>(soleUser(pass.normalise.getResult()));
+  if (!pass.convert || pass.convert.getResult().getType().getElementType().getIntOrFloatBitWidth() !=
+                           16)
+    return std::nullopt;
+  pass.store = dyn_cast_or_null<StoreOp>(soleUser(pass.convert.getResult()));
+  if (!pass.store || pass.store.getDest().getType().getRank() != 4 ||
+      pass.store.getWholeDims() != ArrayRef<int64_t>{3} ||
+      !llvm::equal(pass.store.getIndices(), at))
+    return std::nullopt;
+
+  return pass;
+}
+
+std::optional<AttentionPass> mlir::mk::attentionEnginePass(AttentionBlockOp step) {
+  std::optional<AttentionPass> pass = attentionPassOf(step);
+  if (!pass)
+    return std::nullopt;
+  // Tensors TMA reaches in the engine's boxes.
+  auto program = step->getParentOfType<ProgramOp>();
+  Type element = pass->q.getResult().getType().getElementType();
+  int64_t d = pass->headDim();
+  TileNumbering numbering = TileNumbering::of(program);
+  Type out = pass->convert.getResult().getType().getElementType();
+  if (!engineTensor(pass->q.getSource().getType(), element, d, program, numbering) ||
+      !engineTensor(pass->k.getSource().getType(), element, d, program, numbering) ||
+      !engineTensor(pass->v.getSource().getType(), element, d, program, numbering) ||
+      !engineTensor(pass->store.getDest().getType(), out, d, program, numbering))
+    return std::nullopt;
+  return pass;
+}

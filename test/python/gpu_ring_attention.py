@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The library's ring attention (lib/ring_attention.mlir, lib/ring_attention_causal.mlir) on the
+attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks taking turns on
+fewer GPUs at 1x2, 2x1 over libfabric tcp, 2x2), causal and not, D 64 and 128, B x H 1 x 1 and
+2 x 16, sequence lengths per rank with partial tiles; 3 launches with the output poisoned, and for
+one shape per topology 100 launches back to back and replays of a CUDA graph. The largest error
+must be at most twice that of PyTorch's own bf16 attention (SDPA's default backend) against the
+same reference, plus 1e-3, as in bench/attention_engine.py's check of the engine.
+
+Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
+a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1,2x2) picks the topologies.
+"""
+
+import math
+import os
+import sys
+
+import gpu_gemm_allreduce as common  # check, run_topologies; also puts mkc on the path
+
+NETWORK = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
+LAUNCHES = 3
+BACK_TO_BACK = 100
+
+
+def shapes(world):
+    """(B, H, S per rank, D, causal) of each case: every D, causal or not and B x H at a length of
+    whole tiles; lengths with partial tiles (at 1x1, where a rank's shard is the sequence) at
+    B x H = 2 x 16."""
+    lengths = (128, 4096) if world > 1 else (128, 1000, 3000, 4096)
+    for causal in (False, True):
+        for d in (64, 128):
+            for b, h in ((1, 1), (2, 16)):
+                for s in lengths:
+                    if (b, h) == (1, 1) or s != 4096 or d == 128:
+                        yield b, h, s, d, causal
+
+
+def reference(torch, q, k, v, causal, rows):
+    """softmax(Q K^T / sqrt(D)) V in f32 for query rows `rows` (a slice) of every head, causal as
+    PyTorch's is_causal; a head at a time, so that the scores of a long sequence fit."""
+    out = torch.empty(q.shape[0], q.shape[1], rows.stop - rows.start, q.shape[3],
+                      device=q.device)
+    scale = 1 / math.sqrt(q.shape[3])
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            scores = q[b, h, rows].float() @ k[b, h].float().T * scale
+            if causal:
+                position = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+                scores.masked_fill_(torch.arange(k.shape[2], device=q.device) > position,
+                                    float("-inf"))
+            out[b, h] = torch.softmax(scores, dim=1) @ v[b, h].float()
+    return out
+
+
+def place(runtime, torch, op, index, value):
+    """`value` where the op's argument `index` must be: in symmetric memory if peers reach it."""
+    if not op.arguments[index].symmetric:
+        return value, value
+    handle = runtime.empty(list(value.shape), value.dtype)
+    handle.torch().copy_(value)
+    return handle, handle.torch()
+
+
+def run_case(runtime, torch, mkc, generator, b, h, s_rank, d, causal, repeat):
+    rank, world = runtime.rank, runtime.world_size
+    s = s_rank * world
+    q, k, v = ((torch.rand(b, h, s, d, generator=generator, device="cuda") * 2 - 1)
+               .to(torch.bfloat16) for _ in range(3))
+    name = "ring_attention_causal" if causal else "ring_attention"
+    label = f"rank {rank}: {name} B={b} H={h} S={s} D={d}"
+    op = runtime.compile(mkc.library_program(name), B=b, H=h, S=s, D=d)
+    rows = slice(rank * s_rank, (rank + 1) * s_rank)
+    expected = reference(torch, q, k, v, causal, rows)
+    args = [place(runtime, torch, op, i, x[:, :, rows].contiguous())[0]
+            for i, x in enumerate((q, k, v))]
+    out, out_view = place(runtime, torch, op, 3,
+                          torch.empty(b, h, s_rank, d, dtype=torch.bfloat16, device="cuda"))
+
+    def launch(count=1):
+        out_view.fill_(float("nan"))
+        torch.cuda.synchronize()
+        runtime.barrier()
+        for _ in range(count):
+            op(*args, out)
+        torch.cuda.synchronize()
+
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    bound = 2 * (theirs[:, :, rows].float() - expected).abs().max().item() + 1e-3
+
+    def close(what):
+        error = (out_view.float() - expected).abs().nan_to_num(float("inf")).max().item()
+        common.check(error <= bound, f"{label}, {what} (error {error:.3g}, bound {bound:.3g})")
+
+    for launch_index in range(1, LAUNCHES + 1):
+        launch()
+        close(f"launch {launch_index}")
+    if repeat:
+        launch(BACK_TO_BACK)
+        close(f"{BACK_TO_BACK} launches back to back")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            op(*args, out)
+        for replay in range(3):
+            out_view.fill_(float("nan"))
+            torch.cuda.synchronize()
+            runtime.barrier()
+            graph.replay()
+            torch.cuda.synchronize()
+            close(f"graph replay {replay}")
+    op.close()
+
+
+def rank_main():
+    os.environ["MKC_DEVICE"] = os.environ.get("LOCAL_RANK", "0")
+    import torch
+
+    import mkc
+
+    runtime = mkc.Runtime()
+    torch.cuda.set_device(runtime.device)
+    generator = torch.Generator(device="cuda").manual_seed(2026)
+    for index, (b, h, s, d, causal) in enumerate(shapes(runtime.world_size)):
+        try:
+            run_case(runtime, torch, mkc, generator, b, h, s, d, causal,
+                     repeat=(b, h, s, d) == (2, 16, 128, 128))
+        except mkc.Error as error:
+            common.check(False, f"rank {runtime.rank}: case {index}: {error}")
+    torch.cuda.synchronize()
+    runtime.close()
+    return 1 if common.failures else 0
+
+
+def main():
+    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1,2x2").split(",")
+    return common.run_topologies(__file__, topologies, {t: NETWORK for t in topologies})
+
+
+if __name__ == "__main__":
+    sys.exit(common.script_main(__file__, rank_main, main))
