@@ -80,7 +80,7 @@ def ring_sdpa(q, k, v, causal, world, rank):
     return out.to(q.dtype)
 
 
-def bench(runtime, mkc, shapes, repeat, csv_path, plot_path):
+def bench(runtime, mkc, shapes, repeat, csv_path, plot_path, options):
     rank, world = runtime.rank, runtime.world_size
     properties = torch.cuda.get_device_properties(runtime.device)
     baselines = (("cudnn", "flash") if world == 1 else ("allgather_sdpa", "ring_sdpa"))
@@ -94,7 +94,7 @@ def bench(runtime, mkc, shapes, repeat, csv_path, plot_path):
     for B, H, S, D in shapes:
         for causal in (False, True):
             name = "ring_attention_causal" if causal else "ring_attention"
-            op = runtime.compile(mkc.library_program(name), B=B, H=H, S=S, D=D)
+            op = runtime.compile(mkc.library_program(name), B=B, H=H, S=S, D=D, options=options)
             s = S // world
             set_bytes = 4 * B * H * s * D * 2
             sets = []
@@ -183,6 +183,8 @@ def main():
     parser.add_argument("--plot")
     parser.add_argument("--shapes", help="B,H,S,D;... with S the whole sequence (issue 25's "
                                          "table by default)")
+    parser.add_argument("--options", default="",
+                        help="mkc's flags for the op, NAME=VALUE;... (sm-split=compute=132)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("SKIP: no GPU")
@@ -195,7 +197,8 @@ def main():
         dist.init_process_group("nccl")
     shapes = TABLE if not args.shapes else [tuple(int(x) for x in s.split(","))
                                             for s in args.shapes.split(";")]
-    bench(runtime, mkc, shapes, args.repeat, args.csv, args.plot)
+    options = dict(item.split("=", 1) for item in args.options.split(";") if item) or None
+    bench(runtime, mkc, shapes, args.repeat, args.csv, args.plot, options)
     runtime.close()
     return 0
 

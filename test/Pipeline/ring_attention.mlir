@@ -6,6 +6,7 @@
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 --emit=mlir | FileCheck %s --check-prefixes=CHECK,CAUSAL
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=1024,D=128 --emit=mlir | mk-opt --mk-plan-lowering | FileCheck %s --check-prefix=PLAN
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=ENGINE
+// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x1 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=CLAIM
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x1 --shape B=2,H=16,S=3000,D=64 --emit=cuda | FileCheck %s --check-prefix=ONE
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention ring_attention_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=CUBIN
 // CUBIN-COUNT-16: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -29,9 +30,11 @@
 // CHECK: mk.role republish ctas
 // CHECK-NOT: mk.ring_shift
 
-// The compute role runs the attention engine: its producer loads the query tile and each block
-// after the block's K and V flags; a causal step's blocks stop at the query tile's diagonal.
+// The compute role runs the attention engine: its producer loads the query tile (after the tile's
+// other waits) and each block after the block's K and V flags; a causal step's blocks stop at the
+// query tile's diagonal.
 // PLAN: mk.role compute ctas {{[0-9]+}} attributes {mk.attention_engine = #mk.attention_engine<element = bf16, head_dim = 128, stages = 2>}
+// PLAN: mk.wait @launched{{.*}}{mk.lowering = #mk.lowering<producer>}
 // PLAN: mk.load %arg0{{.*}}{mk.lowering = #mk.lowering<load>}
 // PLAN-COUNT-3: mk.splat {{.*}}{mk.lowering = #mk.lowering<registers>}
 // PLAN: %[[SEEN:.*]] = arith.select
@@ -51,6 +54,7 @@
 // ENGINE: if (mk::attention_is_producer()) {
 // ENGINE-NEXT: mk::attention_producer_begin([[E]]);
 // ENGINE-NEXT: if (mk::attention_loader()) {
+// ENGINE: mk::producer_wait_arrivals(
 // ENGINE: mk::attention_load_q([[E]],
 // ENGINE: for (size_t [[J:[a-z][0-9]+]] =
 // ENGINE: mk::producer_wait_arrivals(
@@ -61,8 +65,7 @@
 // ENGINE: mk::AttentionAccumulator<mk::AttentionConfig<mk::bf16, 128, 128, 2>> [[S:v[0-9]+]] = mk::attention_begin([[E]]);
 // ENGINE: mk::attention_fold([[E]], [[S]], {{.*}}, true,
 // ENGINE-NOT: mk::attention_fold
-// ENGINE: mk::wait_arrivals(
-// ENGINE-NEXT: mk::tensor_map(
+// ENGINE: mk::tensor_map(
 // ENGINE: mk::attention_store<mk::bf16>([[E]], [[S]],
 // ENGINE: mk::attention_finish([[E]]);
 // ENGINE: /* tensor_maps */ {{.*}}{0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {128ull, 512ull, 2ull}, {64, 128, 1}, 128}
@@ -72,3 +75,14 @@
 // ONE-NOT: mk::copy_region
 // ONE: mk::attention_fold({{.*}}, false,
 // ONE: /* sm_split */ {{[{][{]}}"compute", {{[0-9]+}}, 0}}
+
+// With one source, causal tiles are claimed from a counter, longest first.
+// CLAIM: if (mk::attention_loader()) {
+// CLAIM: mk::attention_claim_tile({{v[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, {{[0-9]+}});
+// CLAIM: do {
+// CLAIM: mk::attention_load_q(
+// CLAIM: mk::attention_claim_tile(
+// CLAIM: } while (
+// CLAIM: mk::attention_consumer_begin(
+// CLAIM-NEXT: mk::attention_next_tile(
+// CLAIM: /* flag_words */ 1,

@@ -20,9 +20,7 @@ float AttentionPass::scale() {
 namespace {
 
 /// The only user of `value`, if it has exactly one use.
-Operation *soleUser(Value value) {
-  return value.hasOneUse() ? *value.user_begin() : nullptr;
-}
+Operation *soleUser(Value value) { return value.hasOneUse() ? *value.user_begin() : nullptr; }
 
 /// Whether `load` reads a [128 x D] tile at [b, h, row, :] of a rank-4 tensor.
 bool readsRows(LoadOp load, Value b, Value h, Value row) {
@@ -76,8 +74,9 @@ std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
   TileType tile = pass.q.getResult().getType();
   Type element = tile.getElementType();
   int64_t d = tile.getShape()[1];
-  if (!(element.isBF16() || element.isF16()) || tile.getShape()[0] != 128 || (d != 64 && d != 128) ||
-      pass.k.getResult().getType() != tile || pass.v.getResult().getType() != tile)
+  if (!(element.isBF16() || element.isF16()) || tile.getShape()[0] != 128 ||
+      (d != 64 && d != 128) || pass.k.getResult().getType() != tile ||
+      pass.v.getResult().getType() != tile)
     return std::nullopt;
   ValueRange at = pass.q.getIndices();
   Value j = pass.blocks.getInductionVar();
@@ -130,8 +129,8 @@ std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
       !pass.sum->hasOneUse())
     return std::nullopt;
   pass.convert = dyn_cast_or_null<ConvertOp>(soleUser(pass.normalise.getResult()));
-  if (!pass.convert || pass.convert.getResult().getType().getElementType().getIntOrFloatBitWidth() !=
-                           16)
+  if (!pass.convert ||
+      pass.convert.getResult().getType().getElementType().getIntOrFloatBitWidth() != 16)
     return std::nullopt;
   pass.store = dyn_cast_or_null<StoreOp>(soleUser(pass.convert.getResult()));
   if (!pass.store || pass.store.getDest().getType().getRank() != 4 ||

@@ -46,7 +46,7 @@ attention(const mk_tensor_map &q, const mk_tensor_map &k, const mk_tensor_map &v
       return;
     for (int t = blockIdx.x;; t += gridDim.x) {
       if (kCausal)
-        t = mk::attention_claim_tile(engine, tile_counter, tiles);
+        t = mk::attention_claim_tile(engine, tile_counter, tiles, gridDim.x);
       if (t >= tiles)
         break;
       int bh, kv_bh, m, kv_blocks;

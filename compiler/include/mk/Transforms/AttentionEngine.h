@@ -30,10 +30,10 @@ struct AttentionPass {
   scf::ForOp blocks;            // over one source's key blocks, in steps of 1
   LoadOp k, v;                  // K[b, h, j, :] and V[b, h, j, :] of block j
   AttentionBlockOp step;
-  BroadcastOp sum;              // the sum down the output's columns
+  BroadcastOp sum; // the sum down the output's columns
   DivOp normalise;
-  ConvertOp convert;            // to 16 bits
-  StoreOp store;                // O[b, h, i, :]
+  ConvertOp convert; // to 16 bits
+  StoreOp store;     // O[b, h, i, :]
 
   /// The outermost loop: over the sources, or the blocks of the one.
   scf::ForOp outer() { return sources ? sources : blocks; }

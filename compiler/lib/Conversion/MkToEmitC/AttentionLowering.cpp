@@ -50,7 +50,8 @@ AttentionPass passIn(Block *block) {
 
 /// A loop of `loop`'s bounds without its carried values, made at `at`, into which the ops `keep`
 /// selects from its body move. The old loop stays, for the caller to erase.
-scf::ForOp withoutState(OpBuilder &at, scf::ForOp loop, llvm::function_ref<bool(Operation &)> keep) {
+scf::ForOp withoutState(OpBuilder &at, scf::ForOp loop,
+                        llvm::function_ref<bool(Operation &)> keep) {
   auto bare = scf::ForOp::create(at, loop.getLoc(), loop.getLowerBound(), loop.getUpperBound(),
                                  loop.getStep());
   for (Operation &op : llvm::make_early_inc_range(loop.getBody()->without_terminator()))
@@ -69,14 +70,42 @@ bool indexArithmetic(Operation &op) {
 /// Erases the pass's tile ops once their work is in the engine's calls: the output's, the loops
 /// (with what was not moved out of them), the state's splats and the query's load.
 void erasePass(AttentionPass &pass) {
-  for (Operation *op : {static_cast<Operation *>(pass.store), static_cast<Operation *>(pass.convert),
-                        static_cast<Operation *>(pass.normalise),
-                        static_cast<Operation *>(pass.sum)})
+  for (Operation *op :
+       {static_cast<Operation *>(pass.store), static_cast<Operation *>(pass.convert),
+        static_cast<Operation *>(pass.normalise), static_cast<Operation *>(pass.sum)})
     op->erase();
   pass.outer()->erase();
   for (SplatOp splat : pass.init)
     splat->erase();
   pass.q->erase();
+}
+
+/// Makes the tile loop of `branch` (the loop over the role's tiles around `pass`) a loop over the
+/// tiles `claim` hands out, until one past the last, longest first: the walk's positions from the
+/// last (its rows' last tiles, the causal ones that see the most keys, before their first).
+void claimTiles(Block *branch, AttentionPass &pass,
+                llvm::function_ref<Value(OpBuilder &, Value positions)> claim) {
+  Operation *op = pass.outer();
+  while (op->getBlock() != branch)
+    op = op->getParentOp();
+  auto loop = cast<scf::ForOp>(op);
+  Location loc = loop.getLoc();
+  OpBuilder b(loop);
+  Value positions = loop.getUpperBound();
+  Type index = b.getIndexType();
+  auto claims = scf::WhileOp::create(b, loc, TypeRange{index}, ValueRange{claim(b, positions)});
+  Block *before = b.createBlock(&claims.getBefore(), {}, {index}, {loc});
+  ArithIndexOps ops{b, loc};
+  scf::ConditionOp::create(b, loc, ops.lt(before->getArgument(0), positions),
+                           before->getArgument(0));
+  Block *after = b.createBlock(&claims.getAfter(), {}, {index}, {loc});
+  Value position = ops.sub(ops.sub(positions, ops.c(1)), after->getArgument(0));
+  for (Operation &inner : llvm::make_early_inc_range(loop.getBody()->without_terminator()))
+    inner.moveBefore(after, after->end());
+  loop.getInductionVar().replaceAllUsesWith(position);
+  b.setInsertionPointToEnd(after);
+  scf::YieldOp::create(b, loc, claim(b, positions));
+  loop.erase();
 }
 
 /// What the engine's calls need to know of the kernel: its layout and rank.
@@ -90,14 +119,13 @@ struct EngineCalls {
     auto type = cast<DistTensorType>(tensor.getType());
     ArrayRef<int64_t> shape = type.getShape();
     int64_t index = layout.tensorIndex.lookup(tensor);
-    int64_t map = layout.tensorMap(index, std::nullopt, type.getElementType(),
-                                   {shape[3], type.getLocalExtent(2, layout.mesh),
-                                    shape[0] * shape[1]},
-                                   {64, boxRows, 1});
+    int64_t map = layout.tensorMap(
+        index, std::nullopt, type.getElementType(),
+        {shape[3], type.getLocalExtent(2, layout.mesh), shape[0] * shape[1]}, {64, boxRows, 1});
     auto pointer =
         emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "const mk_tensor_map"));
-    return call(b, loc, pointer, "mk::tensor_map", {kernelArgs(engine.getDefiningOp()),
-                                                    std::to_string(map)})
+    return call(b, loc, pointer, "mk::tensor_map",
+                {kernelArgs(engine.getDefiningOp()), std::to_string(map)})
         .getResult(0);
   }
 
@@ -128,7 +156,7 @@ struct EngineCalls {
 } // namespace
 
 LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
-                                                    AttentionEngineAttr engineAttr) {
+                                                    AttentionEngineAttr engineAttr, int64_t ctas) {
   Location loc = branch.getLoc();
   MLIRContext *context = branch.getContext();
   Block *role = branch.thenBlock();
@@ -157,6 +185,30 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
   for (Operation &op : consumer->without_terminator())
     pb.clone(op, copies);
 
+  // Tiles claimed from the counter: the producer's loading thread claims, the consumers take
+  // what it claimed.
+  if (FlatSymbolRefAttr counter = engineAttr.getTileCounter()) {
+    AttentionPass inProducer = passIn(producer), inConsumer = passIn(consumer);
+    // Claims as int, the engine's, made indices by arith (SCF's while lowering takes converted
+    // values only).
+    auto tile = [&](OpBuilder &cb, emitc::CallOpaqueOp claimed) -> Value {
+      return arith::IndexCastOp::create(cb, loc, cb.getIndexType(), claimed.getResult(0));
+    };
+    Type i32 = IntegerType::get(context, 32);
+    int64_t offset = layout.flagOffset.lookup(counter.getValue());
+    claimTiles(producer, inProducer, [&](OpBuilder &cb, Value positions) {
+      auto word = emitc::PointerType::get(emitc::OpaqueType::get(context, "mk_u32"));
+      Value flag =
+          call(cb, loc, word, "mk::flag_local", {kernelArgs(engineOp), std::to_string(offset)})
+              .getResult(0);
+      return tile(cb, call(cb, loc, i32, "mk::attention_claim_tile",
+                           {engine, flag, toSizeT(cb, loc, positions), std::to_string(ctas)}));
+    });
+    claimTiles(consumer, inConsumer, [&](OpBuilder &cb, Value) {
+      return tile(cb, call(cb, loc, i32, "mk::attention_next_tile", {engine}));
+    });
+  }
+
   // Producer: the query tile's load, then each block's waits and load, in the pass's loops.
   {
     AttentionPass pass = passIn(producer);
@@ -172,9 +224,8 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
       sources = withoutState(lb, pass.sources, indexArithmetic);
       lb.setInsertionPoint(sources.getBody()->getTerminator());
     }
-    scf::ForOp blocks = withoutState(lb, pass.blocks, [](Operation &op) {
-      return isa<WaitOp>(op) || indexArithmetic(op);
-    });
+    scf::ForOp blocks = withoutState(
+        lb, pass.blocks, [](Operation &op) { return isa<WaitOp>(op) || indexArithmetic(op); });
     OpBuilder kb(blocks.getBody()->getTerminator());
     call(kb, loc, {}, "mk::attention_load_kv",
          {engine, calls.map(kb, loc, pass.k.getSource(), 128),
@@ -198,8 +249,8 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
       op.erase();
   OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
   call(producerBegin, loc, {}, "mk::attention_producer_begin", {engine});
-  Value loader = call(producerBegin, loc, producerBegin.getI1Type(), "mk::attention_loader", {})
-                     .getResult(0);
+  Value loader =
+      call(producerBegin, loc, producerBegin.getI1Type(), "mk::attention_loader", {}).getResult(0);
   auto loads = scf::IfOp::create(producerBegin, loc, loader, /*withElseRegion=*/false);
   for (Operation &op : llvm::make_early_inc_range(
            llvm::make_range(std::next(loads->getIterator()), producer->without_terminator().end())))
@@ -210,9 +261,9 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
     AttentionPass pass = passIn(consumer);
     std::string accumulator = "mk::AttentionAccumulator<" + config + ">";
     OpBuilder qb(pass.q);
-    Value state = call(qb, loc, emitc::OpaqueType::get(context, accumulator),
-                       "mk::attention_begin", {engine})
-                      .getResult(0);
+    Value state =
+        call(qb, loc, emitc::OpaqueType::get(context, accumulator), "mk::attention_begin", {engine})
+            .getResult(0);
     OpBuilder fb(pass.outer());
     scf::ForOp sources;
     if (pass.sources) {
@@ -226,9 +277,9 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
     int64_t keys = pass.k.getSource().getType().getShape()[2];
     Value first = ops.mul(lo, ops.c(128));
     Value length = ops.min(ops.sub(ops.c(keys), first), ops.mul(blocks, ops.c(128)));
-    Value last = sources ? ops.eq(ops.add(sources.getInductionVar(), ops.c(1)),
-                                  sources.getUpperBound())
-                         : arith::ConstantIntOp::create(fb, loc, fb.getI1Type(), 1).getResult();
+    Value last = sources
+                     ? ops.eq(ops.add(sources.getInductionVar(), ops.c(1)), sources.getUpperBound())
+                     : arith::ConstantIntOp::create(fb, loc, fb.getI1Type(), 1).getResult();
     Value position = ops.mul(pass.q.getIndices()[2], ops.c(128));
     char scale[32];
     std::snprintf(scale, sizeof scale, "%af",

@@ -147,6 +147,16 @@ struct LowerToEmitCPass : mk::impl::MkLowerToEmitCBase<LowerToEmitCPass> {
 
     sinkIntoRoles(func);
 
+    // SCF's while lowering assigns a loop's initial values unconverted, through a cast back to
+    // index: assign what the cast converts.
+    func.walk([](emitc::AssignOp assign) {
+      auto cast = assign.getValue().getDefiningOp<UnrealizedConversionCastOp>();
+      auto lvalue = cast ? dyn_cast<emitc::LValueType>(assign.getVar().getType()) : nullptr;
+      if (lvalue && cast.getInputs().size() == 1 &&
+          cast.getInputs()[0].getType() == lvalue.getValueType())
+        assign.getValueMutable().assign(cast.getInputs()[0]);
+    });
+
     // What is left of the casts between mk, index and EmitC types cancels out.
     SmallVector<UnrealizedConversionCastOp> casts, remaining;
     func.walk([&](UnrealizedConversionCastOp cast) { casts.push_back(cast); });

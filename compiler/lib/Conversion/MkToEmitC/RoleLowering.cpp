@@ -164,7 +164,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
     return lowerEngineRole(branch, engine);
   }
   if (attention)
-    return lowerAttentionRole(branch, attention);
+    return lowerAttentionRole(branch, attention, ctas);
   return lowerTeamRole(branch);
 }
 

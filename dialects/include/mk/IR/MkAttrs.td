@@ -130,13 +130,16 @@ def Mk_AttentionEngineAttr : Mk_Attr<"AttentionEngine", "attention_engine"> {
     a loop over each source's blocks, in a loop over the sources) and stores the normalised
     output: the attention engine (runtime/device/mk/device/attention_engine.cuh) with its 16-bit
     `element` type, head dim `head_dim` (64 or 128) and a ring of `stages` blocks of K and of V.
+    With `tile_counter` (a one-word flag array), CTAs claim the tiles from it as they become
+    free, longest first (causal tiles, of unequal work); without, they take them in turn.
 
     ```mlir
     mk.role compute ctas 132 attributes {mk.attention_engine = #mk.attention_engine<
-        element = bf16, head_dim = 128, stages = 2>} { ... }
+        element = bf16, head_dim = 128, stages = 2, tile_counter = @attention_tiles>} { ... }
     ```
   }];
-  let parameters = (ins "::mlir::Type":$element, "int64_t":$head_dim, "int64_t":$stages);
+  let parameters = (ins "::mlir::Type":$element, "int64_t":$head_dim, "int64_t":$stages,
+                        OptionalParameter<"::mlir::FlatSymbolRefAttr">:$tile_counter);
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

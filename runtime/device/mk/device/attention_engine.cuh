@@ -108,10 +108,11 @@ __device__ __forceinline__ void attention_load_kv(AttentionEngine<Config> &e,
 /// word of device memory that is 0 before the launch and is again after it, and hands it to the
 /// consumers; a claim of `tiles` or more means there are no more, and is handed on too. With
 /// attention_next_tile, CTAs take tiles as they become free, so that tiles of unequal work (causal
-/// ones, longest first) spread evenly. One counter per launch that may run at the same time.
+/// ones, longest first) spread evenly. `claimers` CTAs claim from the counter, each until it
+/// draws past the end; one counter per launch that may run at the same time.
 template <typename Config>
 __device__ __forceinline__ int attention_claim_tile(AttentionEngine<Config> &e, unsigned *counter,
-                                                    int tiles);
+                                                    int tiles, int claimers);
 /// Consumers: the tile the producer claimed next.
 template <typename Config>
 __device__ __forceinline__ int attention_next_tile(AttentionEngine<Config> &e);

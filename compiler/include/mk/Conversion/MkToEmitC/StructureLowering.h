@@ -32,8 +32,8 @@ private:
   LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
-  /// Splits a role's CTAs into the attention engine's producer and consumers.
-  LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine);
+  /// Splits a role's `ctas` CTAs into the attention engine's producer and consumers.
+  LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine, int64_t ctas);
   /// Runs a role on the tile library's team, with its TMA reduction and bulk copies if any.
   LogicalResult lowerTeamRole(scf::IfOp branch);
   /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`.
