@@ -4,8 +4,9 @@ runtime, against PyTorch's attention in the same run: a benchmark, not a timed t
 
 At 1x1, where ring attention is flash attention, each shape of issue 25's table (B, H, S, D;
 --shapes) causal and not, bf16: mkc's op against SDPA's cuDNN and flash backends, median of
---repeat calls timed with CUDA events after warm-up, inputs rotating over sets larger than the L2
-together; TFLOP/s = 4 B H S^2 D (halved when causal) / time, and the ratios. Every variant is
+--repeat samples timed with CUDA events after warm-up, each the mean of --batch calls in a row (so
+that the host's cost of a launch overlaps the calls before it), inputs rotating over sets larger
+than the L2 together; TFLOP/s = 4 B H S^2 D (halved when causal) / time, and the ratios. Every variant is
 checked against cuDNN's output before it is timed. Several GPUs (one rank each, under torchrun)
 are issue 29's runs: each rank times the op on its shard with the slowest rank's time kept, and the
 baselines are an all-gather of K and V then SDPA (cuDNN) on the rank's queries, and a ring of SDPA
@@ -80,7 +81,7 @@ def ring_sdpa(q, k, v, causal, world, rank):
     return out.to(q.dtype)
 
 
-def bench(runtime, mkc, shapes, repeat, csv_path, plot_path, options):
+def bench(runtime, mkc, shapes, repeat, csv_path, plot_path, options, batch):
     rank, world = runtime.rank, runtime.world_size
     properties = torch.cuda.get_device_properties(runtime.device)
     baselines = (("cudnn", "flash") if world == 1 else ("allgather_sdpa", "ring_sdpa"))
@@ -152,7 +153,7 @@ def bench(runtime, mkc, shapes, repeat, csv_path, plot_path, options):
             ms = {}
             for label, variant in variants.items():
                 runtime.barrier()
-                mine = time_ms(variant, sets, repeat)
+                mine = time_ms(variant, sets, repeat, batch=batch)
                 # The slowest rank's time.
                 if world > 1:
                     t = torch.tensor([mine], device="cuda")
@@ -179,6 +180,9 @@ def bench(runtime, mkc, shapes, repeat, csv_path, plot_path, options):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=8,
+                        help="calls in a row per timed sample (1: each call alone, with the "
+                             "host's cost of its launch)")
     parser.add_argument("--csv")
     parser.add_argument("--plot")
     parser.add_argument("--shapes", help="B,H,S,D;... with S the whole sequence (issue 25's "
@@ -198,7 +202,7 @@ def main():
     shapes = TABLE if not args.shapes else [tuple(int(x) for x in s.split(","))
                                             for s in args.shapes.split(";")]
     options = dict(item.split("=", 1) for item in args.options.split(";") if item) or None
-    bench(runtime, mkc, shapes, args.repeat, args.csv, args.plot, options)
+    bench(runtime, mkc, shapes, args.repeat, args.csv, args.plot, options, args.batch)
     runtime.close()
     return 0
 

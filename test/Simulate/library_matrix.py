@@ -37,6 +37,9 @@ def shapes(program, w):
                 f"M=7,N={128 * w},K=32", "M=300,N=700,K=40", "M=1,N=100,K=24"]
     if program == "allreduce":
         return ["M=300,N=136", "M=7,N=256", "M=384,N=128"]
+    if program.startswith("ring_attention_gqa"):
+        return [f"B=1,H=4,Hkv=2,S={128 * w},D=64", f"B=2,H=2,Hkv=1,S={128 * w},D=64",
+                "B=1,H=2,Hkv=2,S=1000,D=64"]
     if program.startswith("ring_attention"):
         return [f"B=1,H=2,S={128 * w},D=64", f"B=2,H=1,S={128 * w},D=64",
                 f"B=1,H=1,S={128 * w},D=128", "B=1,H=1,S=1000,D=64"]

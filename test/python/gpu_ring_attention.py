@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The library's ring attention (lib/ring_attention.mlir, lib/ring_attention_causal.mlir) on the
-attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks taking turns on
-fewer GPUs at 1x2, 2x1 over libfabric tcp, 2x2), causal and not, D 64 and 128, B x H 1 x 1 and
-2 x 16, sequence lengths per rank with partial tiles; 3 launches with the output poisoned, and for
-one shape per topology 100 launches back to back and replays of a CUDA graph. The largest error
+"""The library's ring attention (lib/ring_attention*.mlir: causal and not, grouped-query heads or
+not) on the attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks
+taking turns on fewer GPUs at 1x2, 2x1 over libfabric tcp, 2x2), D 64 and 128, B x H 1 x 1 and
+2 x 16, 32 query heads for 8 key heads, sequence lengths per rank with partial tiles; 3 launches
+with the output poisoned, and for one shape per topology 100 launches back to back and replays of
+a CUDA graph. The largest error
 must be at most twice that of PyTorch's own bf16 attention (SDPA's default backend) against the
 same reference, plus 1e-3, as in bench/attention_engine.py's check of the engine.
 
@@ -23,32 +24,36 @@ BACK_TO_BACK = 100
 
 
 def shapes(world):
-    """(B, H, S per rank, D, causal) of each case: every D, causal or not and B x H at a length of
-    whole tiles; lengths with partial tiles (at 1x1, where a rank's shard is the sequence) at
-    B x H = 2 x 16."""
+    """(B, H, Hkv, S per rank, D, causal) of each case: every D, causal or not and B x H at a
+    length of whole tiles; lengths with partial tiles (at 1x1, where a rank's shard is the
+    sequence) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads."""
     lengths = (128, 4096) if world > 1 else (128, 1000, 3000, 4096)
     for causal in (False, True):
         for d in (64, 128):
             for b, h in ((1, 1), (2, 16)):
                 for s in lengths:
                     if (b, h) == (1, 1) or s != 4096 or d == 128:
-                        yield b, h, s, d, causal
+                        yield b, h, h, s, d, causal
+            for s in lengths[:2]:
+                yield 1, 32, 8, s, d, causal
 
 
 def reference(torch, q, k, v, causal, rows):
     """softmax(Q K^T / sqrt(D)) V in f32 for query rows `rows` (a slice) of every head, causal as
-    PyTorch's is_causal; a head at a time, so that the scores of a long sequence fit."""
+    PyTorch's is_causal, query head h reading key head h / (H / Hkv); a head at a time, so that
+    the scores of a long sequence fit."""
     out = torch.empty(q.shape[0], q.shape[1], rows.stop - rows.start, q.shape[3],
                       device=q.device)
     scale = 1 / math.sqrt(q.shape[3])
+    group = q.shape[1] // k.shape[1]
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
-            scores = q[b, h, rows].float() @ k[b, h].float().T * scale
+            scores = q[b, h, rows].float() @ k[b, h // group].float().T * scale
             if causal:
                 position = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
                 scores.masked_fill_(torch.arange(k.shape[2], device=q.device) > position,
                                     float("-inf"))
-            out[b, h] = torch.softmax(scores, dim=1) @ v[b, h].float()
+            out[b, h] = torch.softmax(scores, dim=1) @ v[b, h // group].float()
     return out
 
 
@@ -61,14 +66,15 @@ def place(runtime, torch, op, index, value):
     return handle, handle.torch()
 
 
-def run_case(runtime, torch, mkc, generator, b, h, s_rank, d, causal, repeat):
+def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, repeat):
     rank, world = runtime.rank, runtime.world_size
     s = s_rank * world
-    q, k, v = ((torch.rand(b, h, s, d, generator=generator, device="cuda") * 2 - 1)
-               .to(torch.bfloat16) for _ in range(3))
-    name = "ring_attention_causal" if causal else "ring_attention"
-    label = f"rank {rank}: {name} B={b} H={h} S={s} D={d}"
-    op = runtime.compile(mkc.library_program(name), B=b, H=h, S=s, D=d)
+    q, k, v = ((torch.rand(b, heads, s, d, generator=generator, device="cuda") * 2 - 1)
+               .to(torch.bfloat16) for heads in (h, hkv, hkv))
+    name = "ring_attention" + ("_gqa" if hkv != h else "") + ("_causal" if causal else "")
+    label = f"rank {rank}: {name} B={b} H={h} Hkv={hkv} S={s} D={d}"
+    shape = dict(B=b, H=h, S=s, D=d, **({"Hkv": hkv} if hkv != h else {}))
+    op = runtime.compile(mkc.library_program(name), **shape)
     rows = slice(rank * s_rank, (rank + 1) * s_rank)
     expected = reference(torch, q, k, v, causal, rows)
     args = [place(runtime, torch, op, i, x[:, :, rows].contiguous())[0]
@@ -84,7 +90,8 @@ def run_case(runtime, torch, mkc, generator, b, h, s_rank, d, causal, repeat):
             op(*args, out)
         torch.cuda.synchronize()
 
-    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                              enable_gqa=hkv != h)
     bound = 2 * (theirs[:, :, rows].float() - expected).abs().max().item() + 1e-3
 
     def close(what):
@@ -119,9 +126,9 @@ def rank_main():
     runtime = mkc.Runtime()
     torch.cuda.set_device(runtime.device)
     generator = torch.Generator(device="cuda").manual_seed(2026)
-    for index, (b, h, s, d, causal) in enumerate(shapes(runtime.world_size)):
+    for index, (b, h, hkv, s, d, causal) in enumerate(shapes(runtime.world_size)):
         try:
-            run_case(runtime, torch, mkc, generator, b, h, s, d, causal,
+            run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal,
                      repeat=(b, h, s, d) == (2, 16, 128, 128))
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: case {index}: {error}")

@@ -170,6 +170,8 @@ TEST_CASE("the library programs verify and have the expected structure", "[libra
        {Expected{"allreduce.mlir", 1, 0, 1}, Expected{"gemm_allreduce.mlir", 1, 1, 1},
         Expected{"gemm_reducescatter.mlir", 1, 1, 1}, Expected{"allgather_gemm.mlir", 1, 1, 1},
         Expected{"ring_attention.mlir", 1, 0, 1}, Expected{"ring_attention_causal.mlir", 1, 0, 1},
+        Expected{"ring_attention_gqa.mlir", 1, 0, 1},
+        Expected{"ring_attention_gqa_causal.mlir", 1, 0, 1},
         Expected{"moe_dispatch_gemm_combine.mlir", 2, 3, 2}}) {
     Fixture f;
     INFO(e.file);

@@ -70,7 +70,7 @@ std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
       soleUser(pass.q.getResult()) != step || pass.q->getBlock() != pass.outer()->getBlock())
     return std::nullopt;
 
-  // Q, K and V: [128 x D] tiles of one 16-bit type, D 64 or 128; K and V of the query's head.
+  // Q, K and V: [128 x D] tiles of one 16-bit type, D 64 or 128.
   TileType tile = pass.q.getResult().getType();
   Type element = tile.getElementType();
   int64_t d = tile.getShape()[1];
@@ -80,8 +80,10 @@ std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
     return std::nullopt;
   ValueRange at = pass.q.getIndices();
   Value j = pass.blocks.getInductionVar();
-  if (at.size() != 3 || !readsRows(pass.q, at[0], at[1], at[2]) ||
-      !readsRows(pass.k, at[0], at[1], j) || !readsRows(pass.v, at[0], at[1], j))
+  // K and V of one head, of any index (grouped-query heads: h / (H / Hkv)).
+  ValueRange kAt = pass.k.getIndices();
+  if (at.size() != 3 || !readsRows(pass.q, at[0], at[1], at[2]) || kAt.size() != 3 ||
+      !readsRows(pass.k, kAt[0], kAt[1], j) || !readsRows(pass.v, kAt[0], kAt[1], j))
     return std::nullopt;
   // The step's positions: the query tile's and the block's (causal needs them).
   ValueRange positions = step.getPositions();

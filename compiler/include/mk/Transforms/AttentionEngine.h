@@ -28,7 +28,8 @@ struct AttentionPass {
   scf::ForOp sources;           // carries the state over the sources, in steps of 1 (none where
                                 // there is one source)
   scf::ForOp blocks;            // over one source's key blocks, in steps of 1
-  LoadOp k, v;                  // K[b, h, j, :] and V[b, h, j, :] of block j
+  LoadOp k, v;                  // K[b', g, j, :] and V[b', g, j, :] of block j: one head of
+                                // any index (g = h / (H / Hkv) for grouped-query heads)
   AttentionBlockOp step;
   BroadcastOp sum; // the sum down the output's columns
   DivOp normalise;
