@@ -1,6 +1,6 @@
 // Ring attention (causal and not) through every pass to the scheduled level on 2 nodes x 4 GPUs,
 // planned onto the attention engine, and to cubins that do not spill for 1x1, 1x2, 2x1 and 2x4 at
-// D 64 and 128.
+// D 64 and 128, with grouped-query heads and without.
 
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 --emit=mlir | FileCheck %s
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 2x4 --shape B=4,H=16,S=65536,D=128 --emit=mlir | FileCheck %s --check-prefixes=CHECK,CAUSAL
@@ -9,7 +9,9 @@
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x1 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=CLAIM
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x1 --shape B=2,H=16,S=3000,D=64 --emit=cuda | FileCheck %s --check-prefix=ONE
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention ring_attention_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention_gqa ring_attention_gqa_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=1,H=32,Hkv=8,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=GQA-CUBIN
 // CUBIN-COUNT-16: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// GQA-CUBIN-COUNT-16: mkc: {{ring_attention_gqa(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // K and V are gathered chunk by chunk (per 128 keys of each batch and head) along rails and within
 // nodes; each query tile visits the 8 sources in arrival order (this rank, its node, the other
