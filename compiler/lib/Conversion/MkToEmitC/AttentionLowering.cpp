@@ -20,7 +20,6 @@
 #include "mk/Transforms/LoweringPlan.h"
 #include "mk/Transforms/TileWalk.h"
 
-#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <cstdio>
@@ -173,17 +172,7 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
   EngineCalls calls{layout, engine};
 
   // The role's body becomes the consumers' branch, and a copy of it the producer's.
-  b.setInsertionPoint(role->getTerminator());
-  Value isProducer = call(b, loc, b.getI1Type(), "mk::attention_is_producer", {}).getResult(0);
-  auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
-  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
-  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
-           std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
-    op.moveBefore(consumer->getTerminator());
-  OpBuilder pb(producer->getTerminator());
-  IRMapping copies;
-  for (Operation &op : consumer->without_terminator())
-    pb.clone(op, copies);
+  auto [producer, consumer] = splitProducer(role, engineOp, "mk::attention_is_producer");
 
   // Tiles claimed from the counter: the producer's loading thread claims, the consumers take
   // what it claimed.

@@ -230,6 +230,23 @@ LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
   return success();
 }
 
+std::pair<Block *, Block *> StructureLowering::splitProducer(Block *role, Operation *engine,
+                                                             StringRef isProducer) {
+  Location loc = engine->getLoc();
+  OpBuilder b(role->getTerminator());
+  Operation *predicate = call(b, loc, b.getI1Type(), isProducer, {});
+  auto split = scf::IfOp::create(b, loc, predicate->getResult(0), /*withElseRegion=*/true);
+  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
+  for (Operation &op : llvm::make_early_inc_range(
+           llvm::make_range(std::next(engine->getIterator()), predicate->getIterator())))
+    op.moveBefore(consumer->getTerminator());
+  OpBuilder pb(producer->getTerminator());
+  IRMapping copies;
+  for (Operation &op : consumer->without_terminator())
+    pb.clone(op, copies);
+  return {producer, consumer};
+}
+
 LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAttr engineAttr) {
   Location loc = branch.getLoc();
   MLIRContext *context = branch.getContext();
@@ -246,17 +263,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
 
   // The role's body becomes the consumers' branch; the producer's is a copy of it pruned to the
   // tile loops' loads.
-  b.setInsertionPoint(role->getTerminator());
-  Value isProducer = call(b, loc, b.getI1Type(), "mk::gemm_is_producer", {}).getResult(0);
-  auto split = scf::IfOp::create(b, loc, isProducer, /*withElseRegion=*/true);
-  Block *producer = split.thenBlock(), *consumer = split.elseBlock();
-  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
-           std::next(engineOp->getIterator()), isProducer.getDefiningOp()->getIterator())))
-    op.moveBefore(consumer->getTerminator());
-  OpBuilder pb(producer->getTerminator());
-  IRMapping copies;
-  for (Operation &op : consumer->without_terminator())
-    pb.clone(op, copies);
+  auto [producer, consumer] = splitProducer(role, engineOp, "mk::gemm_is_producer");
 
   // Producer: each tile loop keeps what leads to its matmul (index arithmetic, the waits the plan
   // gave it), which becomes the loads; everything else goes.

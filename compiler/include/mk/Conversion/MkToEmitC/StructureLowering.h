@@ -30,6 +30,11 @@ public:
 private:
   /// The role of CTAs [begin, begin + its CTAs) as a branch on `cta`.
   LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
+  /// Splits an engine role's block after `engine` (the engine's construction) into a branch on
+  /// `isProducer` (a device-library predicate): the role's ops become the consumers' (else) and a
+  /// copy of them the producer's (then), for the caller to prune. Returns the two blocks.
+  static std::pair<Block *, Block *> splitProducer(Block *role, Operation *engine,
+                                                   StringRef isProducer);
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
   /// Splits a role's `ctas` CTAs into the attention engine's producer and consumers.
