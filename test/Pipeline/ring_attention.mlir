@@ -8,6 +8,8 @@
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=ENGINE
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x1 --shape B=1,H=2,S=1024,D=128 --emit=cuda | FileCheck %s --check-prefix=CLAIM
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x1 --shape B=2,H=16,S=3000,D=64 --emit=cuda | FileCheck %s --check-prefix=ONE
+// RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=2000,D=128 --emit=mlir | mk-opt --mk-plan-lowering | FileCheck %s --check-prefix=SHARDS
+// RUN: for t in 1x2 2x1; do for d in 64 128; do mkc %mkc_lib/ring_attention_causal.mlir --topology $t --shape B=2,H=16,S=6000,D=$d -o %t.cubin --ptxas-report; done; done 2>&1 | FileCheck %s --check-prefix=SHARDS-CUBIN
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention ring_attention_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention_gqa ring_attention_gqa_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=1,H=32,Hkv=8,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=GQA-CUBIN
 // CUBIN-COUNT-16: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -71,6 +73,18 @@
 // ENGINE: mk::attention_store<mk::bf16>([[E]], [[S]],
 // ENGINE: mk::attention_finish([[E]]);
 // ENGINE: /* tensor_maps */ {{.*}}{0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {128ull, 512ull, 2ull}, {64, 128, 1}, 128}
+
+// Shards of 1000 keys: tiles numbered shard after shard (8 a shard, the last of 104 rows), on the
+// engine; block j of a causal step is seen where j <= i.
+// SHARDS: mk.role compute ctas {{[0-9]+}} attributes {mk.attention_engine = #mk.attention_engine<element = bf16, head_dim = 128, stages = 2>}
+// SHARDS: %lo, %hi = mk.shard_range
+// SHARDS-NEXT: %c1{{.*}} = arith.constant 1 : index
+// SHARDS-NEXT: %[[NEXT:.*]] = arith.addi %[[I:.*]], %c1
+// SHARDS-NEXT: %[[BEFORE:.*]] = arith.cmpi slt, %hi, %[[NEXT]]
+// SHARDS-NEXT: %[[SEEN:.*]] = arith.select %[[BEFORE]], %hi, %[[NEXT]]
+// SHARDS-NEXT: scf.for %[[J:.*]] = %lo to %[[SEEN]]
+// SHARDS: mk.attention_block {{.*}} at (%[[I]], %[[J]]) causal {mk.lowering = #mk.lowering<mma>}
+// SHARDS-CUBIN-COUNT-4: mkc: ring_attention_causal: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // At 1x1 the op reads its own shards: no transfer roles; the tile with the sequence's last 56
 // keys masks the rest.

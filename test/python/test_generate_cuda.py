@@ -96,15 +96,16 @@ class GenerateCuda(unittest.TestCase):
                                   r"is unknown")
 
     def test_bad_shapes(self):
-        # Uneven shards compile (torch.tensor_split's); ring attention's steps do not take yet
-        # shards of partial tiles, and the message names shapes that work.
+        # Uneven shards compile (torch.tensor_split's), shards of partial tiles too; grouped
+        # query heads that do not divide into the key heads do not.
         mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", M=1000, N=2048, K=4095)
-        message = self.compile_error(mkc.library_program("ring_attention"), B=1, H=1, S=1000,
-                                     D=64)
-        self.assertRegex(message, r"ring_attention.mlir:\d+:\d+: error: .* masks the tiles of a "
-                                  r"shard, which 'mk.attention_block' does not take yet: dim 2 "
-                                  r"\(1000 over 2 ranks\) holds 500 a rank, .* use a multiple of "
-                                  r"256 \(768 or 1024\)")
+        mkc.generate_cuda(mkc.library_program("ring_attention_causal"), topology="1x2", B=1, H=1,
+                          S=1000, D=64)
+        message = self.compile_error(mkc.library_program("ring_attention_gqa"), B=1, H=6, Hkv=4,
+                                     S=256, D=64)
+        self.assertRegex(message, r"ring_attention_gqa.mlir:\d+:\d+: error: 'mk.load' op takes "
+                                  r"tile 5 of dim 1, which has 4 .*: a tile's index stays in its "
+                                  r"tensor")
         message = self.compile_error(support.GEMM_ALLREDUCE, M=1024, N=2048)
         self.assertRegex(message, r"gemm_allreduce.mlir:\d+:\d+: error: shape symbol 'K' of "
                                   r"@gemm_allreduce is not bound")

@@ -44,10 +44,10 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --emit=sass 2>&1 | FileCheck %s --check-prefix=EMIT
 // EMIT: Cannot find option named 'sass'!
 
-// A shape the lowering refuses: ring attention's steps take only tiles at multiples of 128 in
-// each shard (1000 over 2 ranks are 500 each).
-// RUN: not mkc %mkc_lib/ring_attention.mlir --topology 1x2 --shape B=1,H=1,S=1000,D=64 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHAPE
-// SHAPE: ring_attention.mlir:{{[0-9]+}}:3: error: 'mk.tile_grid' op masks the tiles of a shard, which 'mk.attention_block' does not take yet: dim 2 (1000 over 2 ranks) holds 500 a rank, not a multiple of the 128 of a tile; use a multiple of 256 (768 or 1024)
+// A shape the compiler refuses: 6 query heads cannot share 4 key heads (the last two would read
+// key heads past the tensor's).
+// RUN: not mkc %mkc_lib/ring_attention_gqa.mlir --topology 1x2 --shape B=1,H=6,Hkv=4,S=256,D=64 --emit=cuda 2>&1 | FileCheck %s --check-prefix=SHAPE
+// SHAPE: ring_attention_gqa.mlir:{{[0-9]+}}:15: error: 'mk.load' op takes tile 5 of dim 1, which has 4 (4 in tiles of 1): a tile's index stays in its tensor
 
 // Shape bindings that are not positive integers.
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=0,N=1024,K=1024 --emit=mlir 2>&1 | FileCheck %s --check-prefix=ZERO

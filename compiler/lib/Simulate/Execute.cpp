@@ -137,7 +137,14 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
   SmallVector<SimValue> operands;
   for (Value v : op->getOperands())
     operands.push_back(valueOf(thread, v));
-  if (std::optional<SmallVector<SimValue>> results = evaluatePure(op, operands)) {
+  std::optional<AttentionRows<int64_t>> rows;
+  if (auto step = dyn_cast<AttentionBlockOp>(op)) {
+    IntIndexOps ops;
+    rows = attentionRows<IntIndexOps>(
+        ops, step, numbering, [&](Value v) { return std::get<int64_t>(valueOf(thread, v)); });
+  }
+  if (std::optional<SmallVector<SimValue>> results =
+          evaluatePure(op, operands, rows ? &*rows : nullptr)) {
     for (auto [result, value] : llvm::zip(op->getResults(), *results))
       thread.env[result] = value;
     return Outcome::next;
@@ -207,8 +214,10 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         return Outcome::next;
       })
       .Case([&](ShardRangeOp range) -> FailureOr<Outcome> {
-        auto [lo, hi] = shardRange(range.getTensor().getType(), mesh, range.getTile(),
-                                   std::get<int64_t>(lookup(range.getIndex())));
+        IntIndexOps ops;
+        auto [lo, hi] =
+            numbering.shardTiles(ops, range.getTensor().getType(), mesh, range.getTile(),
+                                 std::get<int64_t>(lookup(range.getIndex())));
         thread.env[range.getLo()] = lo;
         thread.env[range.getHi()] = hi;
         return Outcome::next;

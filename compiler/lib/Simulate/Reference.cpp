@@ -145,9 +145,18 @@ private:
 
   /// A pure op's results, with slack: each operand with slack moved by it, up and down, one at a
   /// time; a result's slack is the sum over the operands of the larger change it sees.
-  std::optional<SmallVector<SimValue>> evaluateWithSlack(Operation *op,
-                                                         ArrayRef<SimValue> operands) {
-    std::optional<SmallVector<SimValue>> results = evaluatePure(op, operands);
+  std::optional<SmallVector<SimValue>> evaluateWithSlack(Operation *op, ArrayRef<SimValue> operands,
+                                                         Env &env) {
+    std::optional<AttentionRows<int64_t>> rows;
+    if (auto step = dyn_cast<AttentionBlockOp>(op)) {
+      IntIndexOps ops;
+      rows = attentionRows<IntIndexOps>(ops, step, numbering,
+                                        [&](Value v) { return std::get<int64_t>(env.lookup(v)); });
+    }
+    auto evaluate = [&](ArrayRef<SimValue> in) {
+      return evaluatePure(op, in, rows ? &*rows : nullptr);
+    };
+    std::optional<SmallVector<SimValue>> results = evaluate(operands);
     if (!results)
       return results;
     SmallVector<std::vector<float>> slack(results->size());
@@ -162,7 +171,7 @@ private:
           moved->data[k] += direction * moved->slack[k];
         SmallVector<SimValue> shifted(operands);
         shifted[index] = TilePtr(moved);
-        SmallVector<SimValue> other = *evaluatePure(op, shifted);
+        SmallVector<SimValue> other = *evaluate(shifted);
         for (auto [i, result] : llvm::enumerate(*results)) {
           auto *base = std::get_if<TilePtr>(&result);
           if (!base)
@@ -401,7 +410,7 @@ private:
 
   LogicalResult evalOp(Operation *op, int64_t r, Env &env) {
     SmallVector<SimValue> operands = operandsOf(op, env);
-    if (std::optional<SmallVector<SimValue>> results = evaluateWithSlack(op, operands)) {
+    if (std::optional<SmallVector<SimValue>> results = evaluateWithSlack(op, operands, env)) {
       for (auto [result, value] : llvm::zip(op->getResults(), *results))
         env[result] = value;
       return success();
@@ -464,9 +473,10 @@ private:
         .Case([&](CombineOp combine) { return combineRows(combine, r, env); })
         .Case([&](RingShiftOp ring) { return ringShift(ring, r, env); })
         .Case([&](ShardRangeOp range) {
-          DistTensorType type = range.getTensor().getType();
-          int64_t index = std::get<int64_t>(env.lookup(range.getIndex()));
-          auto [lo, hi] = shardRange(type, mesh, range.getTile(), index);
+          IntIndexOps ops;
+          auto [lo, hi] =
+              numbering.shardTiles(ops, range.getTensor().getType(), mesh, range.getTile(),
+                                   std::get<int64_t>(env.lookup(range.getIndex())));
           env[range.getLo()] = lo;
           env[range.getHi()] = hi;
           return success();

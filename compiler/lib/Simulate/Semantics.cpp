@@ -234,16 +234,12 @@ float identity(ReduceKind kind) {
 
 /// One step of online softmax: see mk.attention_block. A row whose every key is masked so far
 /// keeps a running max of -inf and adds nothing.
-SmallVector<SimValue> attentionBlock(AttentionBlockOp op, ArrayRef<SimValue> in) {
+SmallVector<SimValue> attentionBlock(AttentionBlockOp op, ArrayRef<SimValue> in,
+                                     const AttentionRows<int64_t> &at) {
   const Tile &q = asTile(in[0]), &k = asTile(in[1]), &v = asTile(in[2]);
   const Tile &acc = asTile(in[3]), &rowMax = asTile(in[4]), &rowSum = asTile(in[5]);
   int64_t rows = q.rows(), keys = k.rows(), dim = q.cols(), width = v.cols();
   float scale = op.getScale() ? op.getScale()->convertToFloat() : 1.0f / std::sqrt(float(dim));
-  int64_t queryFirst = 0, keyFirst = 0;
-  if (op.getCausal()) {
-    queryFirst = asInt(in[6]) * rows;
-    keyFirst = asInt(in[7]) * keys;
-  }
   auto newAcc = std::make_shared<Tile>(acc.shape, acc.element);
   auto newMax = std::make_shared<Tile>(rowMax.shape, rowMax.element);
   auto newSum = std::make_shared<Tile>(rowSum.shape, rowSum.element);
@@ -252,7 +248,7 @@ SmallVector<SimValue> attentionBlock(AttentionBlockOp op, ArrayRef<SimValue> in)
   for (int64_t r = 0; r < rows; ++r) {
     float m = rowMax.data[r];
     for (int64_t c = 0; c < keys; ++c) {
-      bool masked = op.getCausal() && keyFirst + c > queryFirst + r;
+      bool masked = c >= at.keys || (op.getCausal() && at.keyFirst + c > at.queryFirst + r);
       float s = 0;
       for (int64_t d = 0; d < dim; ++d)
         s += q.at(r, d) * k.at(c, d);
@@ -277,7 +273,8 @@ SmallVector<SimValue> attentionBlock(AttentionBlockOp op, ArrayRef<SimValue> in)
 
 } // namespace
 
-std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<SimValue> in) {
+std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<SimValue> in,
+                                                       const AttentionRows<int64_t> *rows) {
   if (op->getDialect() && op->getDialect()->getNamespace() == "arith") {
     if (std::optional<SimValue> v = evaluateArith(op, in))
       return SmallVector<SimValue>{*v};
@@ -347,7 +344,11 @@ std::optional<SmallVector<SimValue>> sim::evaluatePure(Operation *op, ArrayRef<S
         return one(std::make_shared<Tile>(type.getShape(), type.getElementType(),
                                           roundTo(type.getElementType(), value)));
       })
-      .Case([&](AttentionBlockOp a) { return attentionBlock(a, in); })
+      .Case([&](AttentionBlockOp a) -> std::optional<SmallVector<SimValue>> {
+        if (!rows)
+          return std::nullopt;
+        return attentionBlock(a, in, *rows);
+      })
       .Default([](Operation *) { return std::nullopt; });
 }
 
@@ -419,13 +420,6 @@ Tile sim::accumulate(const TensorData &source, const Box &box, ReduceKind kind, 
   });
   out.round();
   return out;
-}
-
-std::pair<int64_t, int64_t> sim::shardRange(DistTensorType type, MeshAttr mesh, int64_t tile,
-                                            int64_t index) {
-  int64_t d = type.getPlacement().getDim();
-  int64_t local = type.getLocalExtent(d, mesh);
-  return {index * local / tile, llvm::divideCeil((index + 1) * local, tile)};
 }
 
 Routing sim::route(ArrayRef<int64_t> experts, int64_t numExperts, int64_t capacity) {

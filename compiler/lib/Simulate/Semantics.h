@@ -12,15 +12,18 @@
 #define MK_SIMULATE_SEMANTICS_H
 
 #include "Memory.h"
+#include "mk/Transforms/AttentionEngine.h"
 
 #include <optional>
 
 namespace mlir::mk::sim {
 
 /// The results of `op` if it computes on values alone (arith ops, mk.convert, elementwise ops,
-/// mk.activation, mk.swiglu, mk.broadcast, mk.reduce, mk.splat, mk.attention_block); nullopt for
-/// any other op. `operands` are the op's operands' values.
-std::optional<SmallVector<SimValue>> evaluatePure(Operation *op, ArrayRef<SimValue> operands);
+/// mk.activation, mk.swiglu, mk.broadcast, mk.reduce, mk.splat, and mk.attention_block given
+/// where its rows lie, attentionRows); nullopt for any other op. `operands` are the op's
+/// operands' values.
+std::optional<SmallVector<SimValue>> evaluatePure(Operation *op, ArrayRef<SimValue> operands,
+                                                  const AttentionRows<int64_t> *rows = nullptr);
 
 /// The box of an mk.matmul operand: the panel of the result tile's rows (`lhs`) or columns, over
 /// the whole contracted dim; and the matmul of two such panels (zero past the tensors' edges).
@@ -31,11 +34,6 @@ Tile matmul(MatmulOp op, const TensorData &lhs, const Box &lhsPanel, const Tenso
 
 /// mk.accumulate over `box` of `source`: its leading dims beyond the tile's are the slots combined.
 Tile accumulate(const TensorData &source, const Box &box, ReduceKind kind, TileType type);
-
-/// The tile coordinates [lo, hi) that the shard of index `index` along `type`'s sharding axis
-/// covers along its sharded dim, in tiles of `tile` (mk.shard_range).
-std::pair<int64_t, int64_t> shardRange(DistTensorType type, MeshAttr mesh, int64_t tile,
-                                       int64_t index);
 
 /// How tokens are routed to experts (the meaning of mk.dispatch and mk.select_routed): token by
 /// token, in order, each of its top_k copies takes the next slot of its expert, up to the

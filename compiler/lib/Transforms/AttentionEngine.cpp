@@ -1,7 +1,6 @@
 //===- AttentionEngine.cpp - which attention the attention engine computes ===//
 
 #include "mk/Transforms/AttentionEngine.h"
-#include "mk/Transforms/GemmEngine.h"
 
 #include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -43,13 +42,15 @@ bool splatOf(SplatOp splat, double value, scf::ForOp loop) {
   return constant.convertToDouble() == value;
 }
 
-/// Whether TMA reaches `type` (16-bit, S alone sharded) in the engine's [128 x D] boxes.
-bool engineTensor(DistTensorType type, Type element, int64_t headDim, ProgramOp program,
-                  const TileNumbering &numbering) {
+/// Whether TMA reaches `type` (16-bit, S alone sharded, evenly: every rank's maps have one
+/// extent) in the engine's [128 x D] boxes. Along S a tile lies where the program's numbering
+/// puts it, in a shard's own rows or a gathered copy's (EngineCalls::row): a partial tile's rows
+/// past its shard are clipped, or masked as keys.
+bool engineTensor(DistTensorType type, Type element, int64_t headDim, ProgramOp program) {
   PlacementAttr placement = type.getPlacement();
   return type.getElementType() == element && type.getShape()[3] == headDim &&
          (!placement.isSharded() || placement.getDim() == 2) &&
-         tmaAddresses(type, {128, headDim}, program.getMesh(), numbering);
+         type.isEvenlySplit(program.getMesh()) && headDim * 2 % 16 == 0;
 }
 
 } // namespace
@@ -151,12 +152,11 @@ std::optional<AttentionPass> mlir::mk::attentionEnginePass(AttentionBlockOp step
   auto program = step->getParentOfType<ProgramOp>();
   Type element = pass->q.getResult().getType().getElementType();
   int64_t d = pass->headDim();
-  TileNumbering numbering = TileNumbering::of(program);
   Type out = pass->convert.getResult().getType().getElementType();
-  if (!engineTensor(pass->q.getSource().getType(), element, d, program, numbering) ||
-      !engineTensor(pass->k.getSource().getType(), element, d, program, numbering) ||
-      !engineTensor(pass->v.getSource().getType(), element, d, program, numbering) ||
-      !engineTensor(pass->store.getDest().getType(), out, d, program, numbering))
+  if (!engineTensor(pass->q.getSource().getType(), element, d, program) ||
+      !engineTensor(pass->k.getSource().getType(), element, d, program) ||
+      !engineTensor(pass->v.getSource().getType(), element, d, program) ||
+      !engineTensor(pass->store.getDest().getType(), out, d, program))
     return std::nullopt;
   return pass;
 }

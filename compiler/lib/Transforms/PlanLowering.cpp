@@ -39,10 +39,11 @@ using namespace mlir::mk;
 namespace {
 
 /// A causal step's key blocks after every query of its tile are masked for all of its rows: its
-/// loop over the blocks stops after the last one the tile's last query sees. (Positions are tile
-/// coordinates at i * t: TileNumbering takes no other where a program has attention steps.)
+/// loop over the blocks stops after the last one the tile's last query sees. Tiles at i * t, or
+/// numbered shard after shard with as many rows as keys (block j is seen where j <= i).
 void skipMaskedBlocks(ProgramOp program) {
-  program.walk([](AttentionBlockOp step) {
+  TileNumbering numbering = TileNumbering::of(program);
+  program.walk([&](AttentionBlockOp step) {
     auto loop = dyn_cast<scf::ForOp>(step->getParentOp());
     ValueRange positions = step.getPositions();
     if (!step.getCausal() || !loop || positions.size() != 2 ||
@@ -50,13 +51,19 @@ void skipMaskedBlocks(ProgramOp program) {
         !matchPattern(loop.getStep(), m_One()))
       return;
     int64_t rows = step.getQ().getType().getShape()[0], keys = step.getK().getType().getShape()[0];
+    auto kLoad = step.getK().getDefiningOp<LoadOp>();
+    bool plain = !kLoad || numbering.plain(kLoad.getSource().getType().getShape()[2], keys);
+    if (!plain && rows != keys)
+      return;
     OpBuilder b(loop);
     Location loc = loop.getLoc();
     ArithIndexOps ops{b, loc};
     // Block j's first key, j * keys, is at most the tile's last query, i * rows + rows - 1.
-    Value seen =
-        ops.add(ops.div(ops.add(ops.mul(positions[0], ops.c(rows)), ops.c(rows - 1)), ops.c(keys)),
-                ops.c(1));
+    Value seen = plain
+                     ? ops.add(ops.div(ops.add(ops.mul(positions[0], ops.c(rows)), ops.c(rows - 1)),
+                                       ops.c(keys)),
+                               ops.c(1))
+                     : ops.add(positions[0], ops.c(1));
     loop.getUpperBoundMutable().assign(ops.min(loop.getUpperBound(), seen));
   });
 }

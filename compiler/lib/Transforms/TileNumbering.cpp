@@ -25,8 +25,7 @@ TileNumbering TileNumbering::of(ProgramOp program) {
     note(argument.getType());
   program.getBody().walk([&](Operation *op) {
     auto grid = dyn_cast<TileGridOp>(op);
-    if (isa<RingShiftOp, AttentionBlockOp, DispatchOp, CombineOp, ShardRangeOp, SelectRoutedOp,
-            CombineRoutedOp>(op) ||
+    if (isa<DispatchOp, CombineOp, SelectRoutedOp, CombineRoutedOp>(op) ||
         (grid && grid.getRowCounts()))
       numbering.plainOnly = op->getName().getStringRef();
     for (Type type : op->getResultTypes())

@@ -57,18 +57,19 @@ VECTOR_OPS_KERNEL(vector_ops_bf16, mk::bf16, 64, 128)
 VECTOR_OPS_KERNEL(vector_ops_f32_128x256, float, 128, 256)
 
 // One attention step of a 128-row query block against a 128-key block, from a running state
-// (acc, m, l) given in f32, written back in place; causal for keys k_first.. against q_first...
+// (acc, m, l) given in f32, written back in place; `keys` of k's rows keys, causal for keys
+// k_first.. against q_first...
 MK_SMEM(attention_block_bf16, (mk::attention_block_smem_bytes<mk::bf16, 128, 128, 128, 128>()))
 MK_KERNEL attention_block_bf16(const mk::bf16 *q, const mk::bf16 *k, const mk::bf16 *v, float *acc,
-                               float *m, float *l, long long q_first, long long k_first, int causal,
-                               float scale) {
+                               float *m, float *l, long long q_first, long long k_first, int keys,
+                               int causal, float scale) {
   const auto qt = mk::load_tile<mk::bf16, 128, 128>(q, 128, 128, 128, mk_smem);
   const auto kt = mk::load_tile<mk::bf16, 128, 128>(k, 128, 128, 128, mk_smem);
   const auto vt = mk::load_tile<mk::bf16, 128, 128>(v, 128, 128, 128, mk_smem);
   const mk::AttentionState<128, 128> s =
       mk::attention_block(qt, kt, vt, mk::load_tile<float, 128, 128>(acc, 128, 128, 128, mk_smem),
                           mk::load_vector<float, 128>(m, 128), mk::load_vector<float, 128>(l, 128),
-                          q_first, k_first, causal != 0, scale, mk_smem);
+                          q_first, k_first, keys, causal != 0, scale, mk_smem);
   mk::store_tile(mk::attention_acc(s), acc, 128, 128, 128, mk_smem);
   mk::store_vector(mk::attention_row_max(s), m, 128);
   mk::store_vector(mk::attention_row_sum(s), l, 128);

@@ -21,6 +21,41 @@
 
 namespace mlir::mk {
 
+/// Where an attention step's rows lie in the sequence (the dim before the last): its first query's
+/// and first key's positions, and how many of k's rows are keys.
+template <typename Index> struct AttentionRows { Index queryFirst, keyFirst, keys; };
+
+/// The rows of `step` (mk.attention_block), `valueOf` giving the index values it depends on. Its
+/// `at` coordinates are tiles of its q and k: where those are loaded from a tensor, at the places
+/// the program's tile numbering gives that tensor's tiles, else at i * rows. The rows of a loaded
+/// k past its tensor's end, or its shard's (a partial tile's), are not keys.
+template <typename Ops>
+AttentionRows<typename Ops::Index>
+attentionRows(Ops &ops, AttentionBlockOp step, const TileNumbering &numbering,
+              llvm::function_ref<typename Ops::Index(Value)> valueOf) {
+  using Index = typename Ops::Index;
+  // The span of tile `at` (the load's own where none is given) of `tile`'s rows.
+  auto along = [&](Value tile, std::optional<Value> at) -> TileSpan<Index> {
+    int64_t rows = cast<TileType>(tile.getType()).getShape()[0];
+    auto load = tile.getDefiningOp<LoadOp>();
+    if (!load)
+      return {at ? ops.mul(valueOf(*at), ops.c(rows)) : ops.c(0), ops.c(rows)};
+    DistTensorType type = load.getSource().getType();
+    int64_t d = type.getRank() - 2;
+    ArrayRef<int64_t> whole = load.getWholeDims();
+    if (llvm::is_contained(whole, d))
+      return {ops.c(0), ops.c(type.getShape()[d])};
+    Value index = load.getIndices()[d - llvm::count_if(whole, [&](int64_t w) { return w < d; })];
+    return numbering.span(ops, type.getShape()[d], rows, valueOf(at ? *at : index));
+  };
+  ValueRange positions = step.getPositions();
+  auto at = [&](int64_t i) {
+    return positions.empty() ? std::nullopt : std::optional<Value>(positions[i]);
+  };
+  TileSpan<Index> query = along(step.getQ(), at(0)), key = along(step.getK(), at(1));
+  return {query.start, key.start, along(step.getK(), std::nullopt).size};
+}
+
 /// The ops of one query tile's attention on the engine, found from its step.
 struct AttentionPass {
   LoadOp q;                     // Q[b, h, i, :], [128 x D]

@@ -30,6 +30,22 @@
 
 namespace mlir::mk {
 
+/// The index along `axis` of the rank on `node`, `gpu` of `mesh`: the shard it holds of a tensor
+/// sharded over `axis`.
+template <typename Ops>
+typename Ops::Index axisIndex(Ops &ops, MeshAttr mesh, MeshAxis axis, typename Ops::Index node,
+                              typename Ops::Index gpu) {
+  switch (axis) {
+  case MeshAxis::world:
+    return ops.add(ops.mul(node, ops.c(mesh.getGpus())), gpu);
+  case MeshAxis::nodes:
+    return node;
+  case MeshAxis::gpus:
+    return gpu;
+  }
+  llvm_unreachable("unknown mesh axis");
+}
+
 /// Shard `shard`'s first element, as Ops arithmetic.
 template <typename Ops>
 typename Ops::Index shardStart(Ops &ops, const ShardSplit &split, typename Ops::Index shard) {
@@ -64,8 +80,8 @@ public:
   std::optional<ShardSplit> splitOf(int64_t extent) const;
   /// Whether tensors shard `extent` over different numbers of ranks (so it is not numbered).
   bool splitsAmbiguously(int64_t extent) const;
-  /// The op of the program whose meaning takes only tiles at i * t (positions, ranges of shards,
-  /// row counts), if any.
+  /// The op of the program whose meaning takes only tiles at i * t (expert routing, row counts),
+  /// if any.
   StringRef plainTilesOnly() const { return plainOnly; }
 
   /// Tiles of `tile` along a dim of `extent`.
@@ -101,6 +117,26 @@ public:
     // A shard's tiles start within it (T tiles of the largest), so `size` is never negative.
     return {ops.add(shardStart(ops, *split, shard), within),
             ops.min(ops.c(tile), ops.sub(shardExtent(ops, *split, shard), within))};
+  }
+  /// The tiles [lo, hi) of `tile` that shard `shard` of `type`'s sharded dim holds
+  /// (mk.shard_range).
+  template <typename Ops>
+  std::pair<typename Ops::Index, typename Ops::Index> shardTiles(Ops &ops, DistTensorType type,
+                                                                 MeshAttr mesh, int64_t tile,
+                                                                 typename Ops::Index shard) const {
+    int64_t d = type.getPlacement().getDim();
+    ShardSplit split = type.getShardSplit(d, mesh);
+    std::optional<ShardSplit> numbered = splitOf(type.getShape()[d]);
+    if (plain(numbered, tile)) {
+      int64_t local = type.getLocalExtent(d, mesh);
+      typename Ops::Index first = ops.mul(shard, ops.c(local));
+      return {ops.div(first, ops.c(tile)),
+              ops.div(ops.add(first, ops.c(local + tile - 1)), ops.c(tile))};
+    }
+    typename Ops::Index lo = ops.mul(shard, ops.c(perShard(*numbered, tile)));
+    typename Ops::Index tiles =
+        ops.div(ops.add(shardExtent(ops, split, shard), ops.c(tile - 1)), ops.c(tile));
+    return {lo, ops.add(lo, tiles)};
   }
   /// Tiles of `tile` per shard along a dim numbered by `split`.
   static int64_t perShard(const ShardSplit &split, int64_t tile) {

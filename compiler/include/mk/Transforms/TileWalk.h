@@ -126,7 +126,9 @@ private:
 
   template <typename Ops>
   typename Ops::Index indexAlong(Ops &ops, MeshAxis axis,
-                                 const Place<typename Ops::Index> &place) const;
+                                 const Place<typename Ops::Index> &place) const {
+    return axisIndex(ops, mesh, axis, place.node, place.gpu);
+  }
   template <typename Ops>
   SmallVector<typename Ops::Index> decode(Ops &ops, typename Ops::Index pos, TileOrderAttr order,
                                           std::optional<typename Ops::Index> rotation) const;
@@ -189,20 +191,6 @@ tileOwner(Ops &ops, DistTensorType type, ArrayRef<typename Ops::Index> indices,
                    : axis == MeshAxis::gpus ? along
                                             : gpu;
   return {ownerNode, ownerGpu};
-}
-
-template <typename Ops>
-typename Ops::Index TileWalk::indexAlong(Ops &ops, MeshAxis axis,
-                                         const Place<typename Ops::Index> &place) const {
-  switch (axis) {
-  case MeshAxis::world:
-    return ops.add(ops.mul(place.node, ops.c(mesh.getGpus())), place.gpu);
-  case MeshAxis::nodes:
-    return place.node;
-  case MeshAxis::gpus:
-    return place.gpu;
-  }
-  llvm_unreachable("unknown axis");
 }
 
 template <typename Ops>

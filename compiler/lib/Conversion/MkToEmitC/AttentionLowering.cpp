@@ -135,11 +135,8 @@ struct EngineCalls {
     Value start = layout.numbering.span(ops, extent, 128, tile).start;
     PlacementAttr placement = type.getPlacement();
     if (placement.shardsDim(2)) {
-      Value node = toIndex(b, loc, layout.node), gpu = toIndex(b, loc, layout.gpu);
-      Value shard = placement.getAxis() == MeshAxis::world
-                        ? ops.add(ops.mul(node, ops.c(layout.mesh.getGpus())), gpu)
-                    : placement.getAxis() == MeshAxis::nodes ? node
-                                                             : gpu;
+      Value shard = axisIndex(ops, layout.mesh, placement.getAxis(), toIndex(b, loc, layout.node),
+                              toIndex(b, loc, layout.gpu));
       start = ops.sub(start, shardStart(ops, type.getShardSplit(2, layout.mesh), shard));
     }
     return toSizeT(b, loc, start);
@@ -260,16 +257,24 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
       fb.setInsertionPoint(sources.getBody()->getTerminator());
     }
     ArithIndexOps ops{fb, loc};
+    // The source's keys, from its first block's first to its last block's last (tiles of one
+    // shard, consecutive), where the program's tile numbering puts them.
     Value lo = pass.blocks.getLowerBound(), hi = pass.blocks.getUpperBound();
-    Value blocks = ops.select(ops.lt(lo, hi), ops.sub(hi, lo), ops.c(0));
-    // The source's keys from its first block: all of its blocks' but at the tensor's end.
+    Value any = ops.lt(lo, hi);
+    Value blocks = ops.select(any, ops.sub(hi, lo), ops.c(0));
     int64_t keys = pass.k.getSource().getType().getShape()[2];
-    Value first = ops.mul(lo, ops.c(128));
-    Value length = ops.min(ops.sub(ops.c(keys), first), ops.mul(blocks, ops.c(128)));
+    auto span = [&](Value tile) { return layout.numbering.span(ops, keys, 128, tile); };
+    Value first = span(lo).start;
+    TileSpan<Value> lastBlock = span(ops.select(any, ops.sub(hi, ops.c(1)), lo));
+    Value length =
+        ops.select(any, ops.sub(ops.add(lastBlock.start, lastBlock.size), first), ops.c(0));
     Value last = sources
                      ? ops.eq(ops.add(sources.getInductionVar(), ops.c(1)), sources.getUpperBound())
                      : arith::ConstantIntOp::create(fb, loc, fb.getI1Type(), 1).getResult();
-    Value position = ops.mul(pass.q.getIndices()[2], ops.c(128));
+    Value position =
+        layout.numbering
+            .span(ops, pass.q.getSource().getType().getShape()[2], 128, pass.q.getIndices()[2])
+            .start;
     char scale[32];
     std::snprintf(scale, sizeof scale, "%af",
                   static_cast<double>(pass.scale() * std::numbers::log2e_v<float>));

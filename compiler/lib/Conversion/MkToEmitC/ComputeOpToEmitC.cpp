@@ -12,6 +12,7 @@
 #include "mk/Conversion/MkToEmitC/LoweringPattern.h"
 #include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
 #include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/AttentionEngine.h"
 #include "mk/Transforms/LoweringPlan.h"
 
 #include <cmath>
@@ -233,9 +234,11 @@ struct AttentionBlockLowering : LoweringPattern<AttentionBlockOp> {
     char literal[32];
     std::snprintf(literal, sizeof literal, "%af", static_cast<double>(scale));
     SmallVector<CallArg> args(adaptor.getOperands().take_front(6));
-    ValueRange positions = adaptor.getPositions();
-    args.push_back(positions.empty() ? CallArg(std::string("0")) : a.mul(positions[0], rows));
-    args.push_back(positions.empty() ? CallArg(std::string("0")) : a.mul(positions[1], keys));
+    EmitCIndexOps ops{a};
+    AttentionRows<Value> at = attentionRows<EmitCIndexOps>(
+        ops, op, layout.numbering, [&](Value v) { return rewriter.getRemappedValue(v); });
+    for (Value row : {at.queryFirst, at.keyFirst, at.keys})
+      args.push_back(row);
     args.push_back(std::string(op.getCausal() ? "true" : "false"));
     args.push_back(std::string(literal));
     args.push_back(std::string("mk_smem"));

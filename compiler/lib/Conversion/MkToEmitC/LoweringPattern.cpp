@@ -97,15 +97,8 @@ Address PatternBase::address(Arith &a, DistTensorType type, ValueRange indices,
 }
 
 Value PatternBase::shardIndex(Arith &a, MeshAxis axis, Value node, Value gpu) const {
-  switch (axis) {
-  case MeshAxis::world:
-    return a.add(a.mul(node, layout.mesh.getGpus()), gpu);
-  case MeshAxis::nodes:
-    return node;
-  case MeshAxis::gpus:
-    return gpu;
-  }
-  llvm_unreachable("unknown mesh axis");
+  EmitCIndexOps ops{a};
+  return axisIndex(ops, layout.mesh, axis, node, gpu);
 }
 
 Value PatternBase::pointer(OpBuilder &b, Location loc, DistTensorType type, Value tensor,

@@ -43,17 +43,17 @@ struct OwnerLowering : LoweringPattern<OwnerOp> {
   }
 };
 
-/// The tile coordinates a rank's shard covers: [i * local / tile, ceil((i + 1) * local / tile)).
+/// The tile coordinates a rank's shard covers, as the program numbers its tiles.
 struct ShardRangeLowering : LoweringPattern<ShardRangeOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(ShardRangeOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Arith a(rewriter, op.getLoc());
-    DistTensorType type = op.getTensor().getType();
-    int64_t local = type.getLocalExtent(type.getPlacement().getDim(), layout.mesh);
-    int64_t tile = static_cast<int64_t>(op.getTile());
-    Value first = a.mul(adaptor.getIndex(), local);
-    rewriter.replaceOp(op, {a.div(first, tile), a.div(a.add(first, local + tile - 1), tile)});
+    EmitCIndexOps ops{a};
+    auto [lo, hi] =
+        layout.numbering.shardTiles(ops, op.getTensor().getType(), layout.mesh,
+                                    static_cast<int64_t>(op.getTile()), adaptor.getIndex());
+    rewriter.replaceOp(op, {lo, hi});
     return success();
   }
 };

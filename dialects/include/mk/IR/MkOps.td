@@ -326,8 +326,10 @@ def Mk_AttentionBlockOp : Mk_Op<"attention_block", [Pure,
     With S = scale * q k^T, the running row max m, row sum l and output accumulator acc become
     m' = max(m, rowmax(S)), l' = l e^(m-m') + rowsum(e^(S-m')), acc' = acc e^(m-m') + e^(S-m') v.
     The result is acc / l after the last block. `causal` masks keys after the query; it needs the
-    global tile coordinates of the query and key blocks (`at (%qi, %kj)`). `scale` defaults to
-    1/sqrt(head dim).
+    global tile coordinates of the query and key blocks along the sequence (`at (%qi, %kj)`): a q
+    or k loaded from a tensor starts where the program numbers that tensor's tile (shard after
+    shard where shards hold partial tiles), any other at i * rows. The rows of a loaded k past
+    the end of its tensor, or of its shard, are not keys. `scale` defaults to 1/sqrt(head dim).
 
     ```mlir
     %acc1, %m1, %l1 = mk.attention_block %q, %k, %v, %acc, %m, %l at (%i, %j) causal

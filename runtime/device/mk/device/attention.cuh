@@ -23,15 +23,16 @@ template <int RQ, int DV> struct AttentionState {
 template <typename T, int RQ, int RK, int D, int DV>
 __host__ __device__ constexpr int attention_block_smem_bytes();
 
-/// With S = scale * q k^T (keys after their query masked out when `causal`, query row r being
-/// global row q_first + r and key c global key k_first + c), m' = max(m, rowmax(S)),
+/// With S = scale * q k^T (keys c >= `keys` masked out, a partial tile's, and keys after their
+/// query when `causal`, query row r being global row q_first + r and key c global key
+/// k_first + c), m' = max(m, rowmax(S)),
 /// l' = l e^(m - m') + rowsum(e^(S - m')), acc' = acc e^(m - m') + e^(S - m') v, the products in
 /// T with f32 accumulation. A row whose keys are all masked so far keeps m = -inf and adds nothing.
 template <typename T, int RQ, int RK, int D, int DV>
 __device__ __forceinline__ AttentionState<RQ, DV>
 attention_block(const Tile<T, RQ, D> &q, const Tile<T, RK, D> &k, const Tile<T, RK, DV> &v,
                 const Tile<float, RQ, DV> &acc, const Tile<float, RQ, 1> &row_max,
-                const Tile<float, RQ, 1> &row_sum, long long q_first, long long k_first,
+                const Tile<float, RQ, 1> &row_sum, long long q_first, long long k_first, int keys,
                 bool causal, float scale, void *smem);
 
 // The parts of a state, for code that holds one value per name.

@@ -20,7 +20,7 @@ template <typename T, int RQ, int RK, int D, int DV>
 __device__ __forceinline__ AttentionState<RQ, DV>
 attention_block(const Tile<T, RQ, D> &q, const Tile<T, RK, D> &k, const Tile<T, RK, DV> &v,
                 const Tile<float, RQ, DV> &acc, const Tile<float, RQ, 1> &row_max,
-                const Tile<float, RQ, 1> &row_sum, long long q_first, long long k_first,
+                const Tile<float, RQ, 1> &row_sum, long long q_first, long long k_first, int keys,
                 bool causal, float scale, void *smem) {
   using Scores = TileLayout<RQ, RK>;
   using OpQ = detail::Operand<T, RQ, D, true>;
@@ -47,9 +47,10 @@ attention_block(const Tile<T, RQ, D> &q, const Tile<T, RK, D> &k, const Tile<T, 
   const int limit = int(after < -RQ ? -RQ : after > RK ? RK : after);
 #pragma unroll
   for (int p = 0; p < Scores::kPairs; ++p) {
-    const int distance = Scores::col(p) - Scores::row(p);
-    s.pairs[p].x = causal && distance > limit ? minus_inf : s.pairs[p].x * scale;
-    s.pairs[p].y = causal && distance + 1 > limit ? minus_inf : s.pairs[p].y * scale;
+    const int col = Scores::col(p), distance = col - Scores::row(p);
+    s.pairs[p].x = col >= keys || (causal && distance > limit) ? minus_inf : s.pairs[p].x * scale;
+    s.pairs[p].y =
+        col + 1 >= keys || (causal && distance + 1 > limit) ? minus_inf : s.pairs[p].y * scale;
   }
   AttentionState<RQ, DV> next;
   next.row_max = maximum(row_max, reduce<Reduce::max, 1>(s, work));
