@@ -10,6 +10,9 @@
 // RUN: mkc %mkc_lib/ring_attention.mlir --topology 1x1 --shape B=2,H=16,S=3000,D=64 --emit=cuda | FileCheck %s --check-prefix=ONE
 // RUN: mkc %mkc_lib/ring_attention_causal.mlir --topology 1x2 --shape B=1,H=2,S=2000,D=128 --emit=mlir | mk-opt --mk-plan-lowering | FileCheck %s --check-prefix=SHARDS
 // RUN: for t in 1x2 2x1; do for d in 64 128; do mkc %mkc_lib/ring_attention_causal.mlir --topology $t --shape B=2,H=16,S=6000,D=$d -o %t.cubin --ptxas-report; done; done 2>&1 | FileCheck %s --check-prefix=SHARDS-CUBIN
+// RUN: mkc %mkc_lib/ring_attention_zigzag.mlir --topology 1x2 --shape B=1,H=2,S=2048,D=128 --emit=mlir | mk-opt --mk-plan-lowering | FileCheck %s --check-prefix=ZIGZAG
+// RUN: mkc %mkc_lib/ring_attention_zigzag.mlir --topology 1x2 --shape B=1,H=2,S=2048,D=128 --emit=cuda | FileCheck %s --check-prefix=ZIGZAG-CUDA
+// RUN: for t in 1x1 1x2; do for d in 64 128; do mkc %mkc_lib/ring_attention_zigzag.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done 2>&1 | FileCheck %s --check-prefix=ZIGZAG-CUBIN
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention ring_attention_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=2,H=16,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: for t in 1x1 1x2 2x1 2x4; do for d in 64 128; do for p in ring_attention_gqa ring_attention_gqa_causal; do mkc %mkc_lib/$p.mlir --topology $t --shape B=1,H=32,Hkv=8,S=8192,D=$d -o %t.cubin --ptxas-report; done; done; done 2>&1 | FileCheck %s --check-prefix=GQA-CUBIN
 // CUBIN-COUNT-16: mkc: {{ring_attention(_causal)?}}: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -85,6 +88,23 @@
 // SHARDS-NEXT: scf.for %[[J:.*]] = %lo to %[[SEEN]]
 // SHARDS: mk.attention_block {{.*}} at (%[[I]], %[[J]]) causal {mk.lowering = #mk.lowering<mma>}
 // SHARDS-CUBIN-COUNT-4: mkc: ring_attention_causal: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// The zigzag layout (2 ranks, 4 chunks of 4 tiles): the mask takes the tiles' places in the
+// sequence, and a causal step's blocks stop after those of the source's chunks c and 3 - c that
+// the query tile sees; the consumers fold each chunk with one call site.
+// ZIGZAG: mk.role compute ctas {{[0-9]+}} attributes {mk.attention_engine = #mk.attention_engine<element = bf16, head_dim = 128, stages = 2>}
+// ZIGZAG: %[[QS:.*]] = mk.sequence_tile %arg0 tile 128 of %{{.*}} : !mk.tensor<[1, 2, 2048, 128], bf16, shard 2 over world zigzag>
+// ZIGZAG: %lo, %hi = mk.shard_range %arg1 tile 128 of %[[SRC:.*]] : !mk.tensor<[1, 2, 2048, 128], bf16, shard 2 over world zigzag>
+// ZIGZAG: arith.subi %c3{{.*}}, %[[SRC]] : index
+// ZIGZAG: %[[SEEN:.*]] = arith.addi %lo, %{{.*}} : index
+// ZIGZAG-NEXT: scf.for %[[J:.*]] = %lo to %[[SEEN]]
+// ZIGZAG-NEXT: %[[KS:.*]] = mk.sequence_tile %arg1 tile 128 of %[[J]]
+// ZIGZAG: mk.attention_block {{.*}} at (%[[QS]], %[[KS]]) causal {mk.lowering = #mk.lowering<mma>}
+// ZIGZAG-CUDA: mk::attention_consumer_begin(
+// ZIGZAG-CUDA: for (size_t [[P:k[0-9]+]] = 0; [[P]] < (2); [[P]] += 1) {
+// ZIGZAG-CUDA: mk::attention_fold(
+// ZIGZAG-CUDA-NOT: mk::attention_fold(
+// ZIGZAG-CUBIN-COUNT-4: mkc: ring_attention_zigzag: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // At 1x1 the op reads its own shards: no transfer roles; the tile with the sequence's last 56
 // keys masks the rest.

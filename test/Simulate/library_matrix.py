@@ -40,6 +40,9 @@ def shapes(program, w):
     if program.startswith("ring_attention_gqa"):
         return [f"B=1,H=4,Hkv=2,S={128 * w},D=64", f"B=2,H=2,Hkv=1,S={128 * w},D=64",
                 "B=1,H=2,Hkv=2,S=1000,D=64"]
+    if program == "ring_attention_zigzag":
+        # Chunks of whole tiles only: S = 1000 is refused.
+        return [f"B=1,H=2,S={256 * w},D=64", f"B=2,H=1,S={256 * w},D=128", "B=1,H=1,S=1000,D=64"]
     if program.startswith("ring_attention"):
         return [f"B=1,H=2,S={128 * w},D=64", f"B=2,H=1,S={128 * w},D=64",
                 f"B=1,H=1,S={128 * w},D=128", "B=1,H=1,S=1000,D=64"]

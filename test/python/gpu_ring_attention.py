@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The library's ring attention (lib/ring_attention*.mlir: causal and not, grouped-query heads or
-not) on the attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks
+not, the zigzag layout) on the attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks
 taking turns on fewer GPUs at 1x2, 2x1 over libfabric tcp, 2x2), D 64 and 128, B x H 1 x 1 and
 2 x 16, 32 query heads for 8 key heads, sequence lengths per rank with partial tiles; 3 launches
 with the output poisoned, and for one shape per topology 100 launches back to back and replays of
@@ -24,18 +24,24 @@ BACK_TO_BACK = 100
 
 
 def shapes(world):
-    """(B, H, Hkv, S per rank, D, causal) of each case: every D, causal or not and B x H at a
-    length of whole tiles; lengths with partial tiles (shards of 1000 and 3000, tiles numbered shard
-    after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads."""
+    """(B, H, Hkv, S per rank, D, causal, zigzag) of each case: every D, causal or not and B x H
+    at a length of whole tiles; lengths with partial tiles (shards of 1000 and 3000, tiles numbered
+    shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads; the causal
+    zigzag layout (chunks of whole tiles) at 256 and 4096 a rank."""
     lengths = (128, 1000, 3000, 4096)
     for causal in (False, True):
         for d in (64, 128):
             for b, h in ((1, 1), (2, 16)):
                 for s in lengths:
                     if (b, h) == (1, 1) or s != 4096 or d == 128:
-                        yield b, h, h, s, d, causal
+                        yield b, h, h, s, d, causal, False
             for s in lengths[:2]:
-                yield 1, 32, 8, s, d, causal
+                yield 1, 32, 8, s, d, causal, False
+    for d in (64, 128):
+        for b, h in ((1, 1), (2, 16)):
+            for s in (256, 4096):
+                if (b, h) == (1, 1) or s != 4096 or d == 128:
+                    yield b, h, h, s, d, True, True
 
 
 def reference(torch, q, k, v, causal, rows):
@@ -66,18 +72,29 @@ def place(runtime, torch, op, index, value):
     return handle, handle.torch()
 
 
-def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, repeat):
+def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, zigzag, repeat):
     rank, world = runtime.rank, runtime.world_size
     s = s_rank * world
     q, k, v = ((torch.rand(b, heads, s, d, generator=generator, device="cuda") * 2 - 1)
                .to(torch.bfloat16) for heads in (h, hkv, hkv))
-    name = "ring_attention" + ("_gqa" if hkv != h else "") + ("_causal" if causal else "")
+    name = ("ring_attention" + ("_gqa" if hkv != h else "") +
+            ("_zigzag" if zigzag else "_causal" if causal else ""))
     label = f"rank {rank}: {name} B={b} H={h} Hkv={hkv} S={s} D={d}"
     shape = dict(B=b, H=h, S=s, D=d, **({"Hkv": hkv} if hkv != h else {}))
     op = runtime.compile(mkc.library_program(name), **shape)
     rows = slice(rank * s_rank, (rank + 1) * s_rank)
-    expected = reference(torch, q, k, v, causal, rows)
-    args = [place(runtime, torch, op, i, x[:, :, rows].contiguous())[0]
+    # The rank's shard: its rows of the sequence, or of its zigzag layout (chunks rank and
+    # 2W - 1 - rank), whose round trip must give the sequence back.
+    layout = (lambda x: mkc.zigzag(x, world)) if zigzag else (lambda x: x)
+    if zigzag:
+        common.check(torch.equal(mkc.unzigzag(layout(q), world), q),
+                     f"{label}: unzigzag(zigzag(x)) is x")
+        chunk = s // (2 * world)
+        expected = torch.cat([reference(torch, q, k, v, causal, slice(c * chunk, (c + 1) * chunk))
+                              for c in (rank, 2 * world - 1 - rank)], dim=2)
+    else:
+        expected = reference(torch, q, k, v, causal, rows)
+    args = [place(runtime, torch, op, i, layout(x)[:, :, rows].contiguous())[0]
             for i, x in enumerate((q, k, v))]
     out, out_view = place(runtime, torch, op, 3,
                           torch.empty(b, h, s_rank, d, dtype=torch.bfloat16, device="cuda"))
@@ -92,7 +109,7 @@ def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, repea
 
     theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                               enable_gqa=hkv != h)
-    bound = 2 * (theirs[:, :, rows].float() - expected).abs().max().item() + 1e-3
+    bound = 2 * (layout(theirs)[:, :, rows].float() - expected).abs().max().item() + 1e-3
 
     def close(what):
         error = (out_view.float() - expected).abs().nan_to_num(float("inf")).max().item()
@@ -127,10 +144,10 @@ def rank_main():
     runtime = mkc.Runtime(symmetric_bytes=6 << 30)
     torch.cuda.set_device(runtime.device)
     generator = torch.Generator(device="cuda").manual_seed(2026)
-    for index, (b, h, hkv, s, d, causal) in enumerate(shapes(runtime.world_size)):
+    for index, (b, h, hkv, s, d, causal, zigzag) in enumerate(shapes(runtime.world_size)):
         try:
-            run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal,
-                     repeat=(b, h, s, d) == (2, 16, 128, 128))
+            run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal, zigzag,
+                     repeat=(b, h, s, d) == (2, 16, 128, 128) or (zigzag and (b, s) == (2, 256)))
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: case {index}: {error}")
     torch.cuda.synchronize()

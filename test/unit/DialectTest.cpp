@@ -62,9 +62,11 @@ TEST_CASE("placements are canonical", "[attr]") {
   Fixture f;
   CHECK(PlacementAttr::get(&f.context, 1, MeshAxis::gpus).str() == "shard 1 over gpus");
   CHECK(PlacementAttr::get(&f.context, PlacementKind::symmetric).str() == "symmetric");
+  CHECK(PlacementAttr::get(&f.context, PlacementKind::shard, 2, MeshAxis::world, true).str() ==
+        "shard 2 over world zigzag");
   // Only the C++ API can give a replicated placement a dim; the parser cannot.
   CHECK_FALSE(PlacementAttr::getChecked(f.emitter(), &f.context, PlacementKind::replicated,
-                                        int64_t{1}, MeshAxis::world));
+                                        int64_t{1}, MeshAxis::world, false));
   REQUIRE(f.diagnostics.size() == 1);
   CHECK(f.diagnostics[0] == "only a sharded placement has a dim and an axis");
 }
@@ -172,6 +174,7 @@ TEST_CASE("the library programs verify and have the expected structure", "[libra
         Expected{"ring_attention.mlir", 1, 0, 1}, Expected{"ring_attention_causal.mlir", 1, 0, 1},
         Expected{"ring_attention_gqa.mlir", 1, 0, 1},
         Expected{"ring_attention_gqa_causal.mlir", 1, 0, 1},
+        Expected{"ring_attention_zigzag.mlir", 1, 0, 1},
         Expected{"moe_dispatch_gemm_combine.mlir", 2, 3, 2}}) {
     Fixture f;
     INFO(e.file);

@@ -222,6 +222,13 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         thread.env[range.getHi()] = hi;
         return Outcome::next;
       })
+      .Case([&](SequenceTileOp sequence) -> FailureOr<Outcome> {
+        IntIndexOps ops;
+        thread.env[sequence.getPosition()] =
+            sequenceTile(ops, sequence.getTensor().getType(), mesh, sequence.getTile(),
+                         std::get<int64_t>(lookup(sequence.getIndex())));
+        return Outcome::next;
+      })
       .Case([&](LoadOp load) -> FailureOr<Outcome> {
         Tensor &tensor = tensorOf(thread.rank, load.getSource());
         TileType type = load.getResult().getType();

@@ -481,6 +481,13 @@ private:
           env[range.getHi()] = hi;
           return success();
         })
+        .Case([&](SequenceTileOp sequence) {
+          IntIndexOps ops;
+          env[sequence.getPosition()] =
+              sequenceTile(ops, sequence.getTensor().getType(), mesh, sequence.getTile(),
+                           std::get<int64_t>(env.lookup(sequence.getIndex())));
+          return success();
+        })
         .Case([&](scf::ForOp loop) {
           int64_t lb = std::get<int64_t>(env.lookup(loop.getLowerBound()));
           int64_t ub = std::get<int64_t>(env.lookup(loop.getUpperBound()));

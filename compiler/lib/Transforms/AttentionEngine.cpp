@@ -86,11 +86,26 @@ std::optional<AttentionPass> mlir::mk::attentionPassOf(AttentionBlockOp step) {
   if (at.size() != 3 || !readsRows(pass.q, at[0], at[1], at[2]) || kAt.size() != 3 ||
       !readsRows(pass.k, kAt[0], kAt[1], j) || !readsRows(pass.v, kAt[0], kAt[1], j))
     return std::nullopt;
-  // The step's positions: the query tile's and the block's (causal needs them).
+  // The step's positions: the query tile's and the block's, or their tiles of the sequence
+  // (causal needs them).
   ValueRange positions = step.getPositions();
-  if (positions.empty() ? step.getCausal()
-                        : positions.size() != 2 || positions[0] != at[2] || positions[1] != j)
+  auto sequenceOf = [](Value position, Value index) -> std::optional<SequenceTileOp> {
+    if (position == index)
+      return SequenceTileOp();
+    auto sequence = position.getDefiningOp<SequenceTileOp>();
+    if (sequence && sequence.getIndex() == index && sequence.getTile() == 128)
+      return sequence;
     return std::nullopt;
+  };
+  if (positions.empty() && step.getCausal())
+    return std::nullopt;
+  if (!positions.empty()) {
+    std::optional<SequenceTileOp> query = sequenceOf(positions[0], at[2]),
+                                  key = sequenceOf(positions[1], j);
+    if (positions.size() != 2 || !query || !key)
+      return std::nullopt;
+    pass.keySequence = *key;
+  }
   if (std::optional<APFloat> scale = step.getScale(); scale && !(scale->convertToFloat() > 0))
     return std::nullopt;
 
@@ -148,6 +163,14 @@ std::optional<AttentionPass> mlir::mk::attentionEnginePass(AttentionBlockOp step
   std::optional<AttentionPass> pass = attentionPassOf(step);
   if (!pass)
     return std::nullopt;
+  // A zigzag shard's blocks: all of one source's (the engine folds each of its two chunks).
+  if (SequenceTileOp key = pass->keySequence;
+      key && key.getTensor().getType().getPlacement().getZigzag()) {
+    auto range = pass->blocks.getLowerBound().getDefiningOp<ShardRangeOp>();
+    if (!range || pass->blocks.getUpperBound() != range.getHi() ||
+        range.getTensor() != key.getTensor() || range.getTile() != key.getTile())
+      return std::nullopt;
+  }
   // Tensors TMA reaches in the engine's boxes.
   auto program = step->getParentOfType<ProgramOp>();
   Type element = pass->q.getResult().getType().getElementType();

@@ -761,11 +761,11 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
     break;
   }
 
-  // The ranges of the sources' shards are those of the sharded tensors; the tiles come from the
-  // gathered copies.
+  // The ranges of the sources' shards and the tiles' places in the sequence are those of the
+  // sharded tensors; the tiles come from the gathered copies.
   for (auto [i, shard] : llvm::enumerate(op.getShards()))
     for (OpOperand &use : llvm::make_early_inc_range(body.getArgument(1 + i).getUses()))
-      if (isa<ShardRangeOp>(use.getOwner()))
+      if (isa<ShardRangeOp, SequenceTileOp>(use.getOwner()))
         use.set(shard);
 
   IRMapping mapping;

@@ -2,7 +2,6 @@
 //
 // Everything mk-lower-to-emitc needs to know about a program that is not the code itself is
 // decided here and recorded as typed attributes (mk/Transforms/LoweringPlan.h), in this order:
-//   0. causal attention steps skip the key blocks their mask removes;
 //   1. the reductions that are only converted to 16 bits and stored: through the bulk tensor copy
 //      engine, or combined and stored chunk by chunk;
 //   2. for each role, whether it runs the attention engine (one query tile's attention in its
@@ -11,7 +10,8 @@
 //      producer and consumers: which waits the producer keeps, which signals and waits the
 //      consumers leave to the engine's senders;
 //   3. loops that put a staged tile to each GPU and signal each: every put, then every signal;
-//   4. loops whose only effect is an engine store to each GPU of the node: one store to all.
+//   4. loops whose only effect is an engine store to each GPU of the node: one store to all;
+//   5. causal attention steps skip the key blocks their mask removes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,26 +38,63 @@ using namespace mlir::mk;
 
 namespace {
 
+/// The upper bound of the blocks loop of a causal step whose keys are a zigzag shard's (positions
+/// mk.sequence_tile of the query tile and of block j, tiles of as many rows as keys): the
+/// shard's blocks in its two chunks, c and 2P - 1 - c (C tiles each), that the query tile
+/// sees, a prefix of them (the second chunk's are seen only once all of the first's are).
+std::optional<Value> seenOfZigzag(ArithIndexOps &ops, scf::ForOp loop, Value query,
+                                  SequenceTileOp key, MeshAttr mesh) {
+  auto range = loop.getLowerBound().getDefiningOp<ShardRangeOp>();
+  DistTensorType type = key.getTensor().getType();
+  PlacementAttr placement = type.getPlacement();
+  if (!range || loop.getUpperBound() != range.getHi() || range.getTensor() != key.getTensor() ||
+      range.getTile() != key.getTile())
+    return std::nullopt;
+  int64_t parts = mesh.getAxisSize(placement.getAxis());
+  int64_t chunk = type.getShape()[placement.getDim()] / (2 * parts) / key.getTile();
+  // The chunk's tiles the query tile sees: clamp(query - first + 1, 0, C).
+  auto seenOf = [&](Value chunkIndex) {
+    Value seen = ops.add(ops.sub(query, ops.mul(chunkIndex, ops.c(chunk))), ops.c(1));
+    seen = ops.select(ops.lt(seen, ops.c(0)), ops.c(0), seen);
+    return ops.min(seen, ops.c(chunk));
+  };
+  Value source = range.getIndex();
+  Value mirror = ops.sub(ops.c(2 * parts - 1), source);
+  return ops.add(range.getLo(), ops.add(seenOf(source), seenOf(mirror)));
+}
+
 /// A causal step's key blocks after every query of its tile are masked for all of its rows: its
 /// loop over the blocks stops after the last one the tile's last query sees. Tiles at i * t, or
-/// numbered shard after shard with as many rows as keys (block j is seen where j <= i).
+/// numbered shard after shard with as many rows as keys (block j is seen where j <= i), or in
+/// zigzag shards.
 void skipMaskedBlocks(ProgramOp program) {
   TileNumbering numbering = TileNumbering::of(program);
   program.walk([&](AttentionBlockOp step) {
     auto loop = dyn_cast<scf::ForOp>(step->getParentOp());
     ValueRange positions = step.getPositions();
     if (!step.getCausal() || !loop || positions.size() != 2 ||
-        positions[1] != loop.getInductionVar() || !loop.isDefinedOutsideOfLoop(positions[0]) ||
-        !matchPattern(loop.getStep(), m_One()))
+        !loop.isDefinedOutsideOfLoop(positions[0]) || !matchPattern(loop.getStep(), m_One()))
       return;
     int64_t rows = step.getQ().getType().getShape()[0], keys = step.getK().getType().getShape()[0];
+    OpBuilder b(loop);
+    Location loc = loop.getLoc();
+    ArithIndexOps ops{b, loc};
+    auto sequence = positions[1].getDefiningOp<SequenceTileOp>();
+    if (sequence && sequence.getIndex() == loop.getInductionVar() &&
+        sequence.getTensor().getType().getPlacement().getZigzag()) {
+      if (rows != keys || sequence.getTile() != keys)
+        return;
+      if (std::optional<Value> seen =
+              seenOfZigzag(ops, loop, positions[0], sequence, program.getMesh()))
+        loop.getUpperBoundMutable().assign(*seen);
+      return;
+    }
+    if (positions[1] != loop.getInductionVar())
+      return;
     auto kLoad = step.getK().getDefiningOp<LoadOp>();
     bool plain = !kLoad || numbering.plain(kLoad.getSource().getType().getShape()[2], keys);
     if (!plain && rows != keys)
       return;
-    OpBuilder b(loop);
-    Location loc = loop.getLoc();
-    ArithIndexOps ops{b, loc};
     // Block j's first key, j * keys, is at most the tile's last query, i * rows + rows - 1.
     Value seen = plain
                      ? ops.add(ops.div(ops.add(ops.mul(positions[0], ops.c(rows)), ops.c(rows - 1)),
@@ -257,13 +294,14 @@ struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
       return signalPassFailure();
     mesh = program.getMesh();
     numbering = TileNumbering::of(program);
-    skipMaskedBlocks(program);
     markReductions(program);
     rolesPairUp = llvm::all_of(program.getBodyBlock().getOps<RoleOp>(),
                                [](RoleOp role) { return role.getCtas().value_or(1) % 2 == 0; });
     for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
       if (!planAttentionRole(role) && failed(planRole(role)))
         return signalPassFailure();
+    // After the roles' plans, which take the program's own loops.
+    skipMaskedBlocks(program);
     signalAfterAllPuts(program);
     storeToGpusAtOnce(program, mesh.getGpus());
   }

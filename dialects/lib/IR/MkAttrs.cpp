@@ -122,14 +122,16 @@ PlacementAttr PlacementAttr::parseBody(AsmParser &parser) {
                               << "'; expected world, nodes or gpus";
     return {};
   }
+  bool zigzag = succeeded(parser.parseOptionalKeyword("zigzag"));
   return getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
-                    PlacementKind::shard, dim, *axis);
+                    PlacementKind::shard, dim, *axis, zigzag);
 }
 
 void PlacementAttr::printBody(raw_ostream &os) const {
   os << stringifyPlacementKind(getKind());
   if (isSharded())
-    os << ' ' << getDim() << " over " << stringifyMeshAxis(getAxis());
+    os << ' ' << getDim() << " over " << stringifyMeshAxis(getAxis())
+       << (getZigzag() ? " zigzag" : "");
 }
 
 std::string PlacementAttr::str() const {
@@ -153,10 +155,10 @@ void PlacementAttr::print(AsmPrinter &printer) const {
 }
 
 LogicalResult PlacementAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                    PlacementKind kind, int64_t dim, MeshAxis axis) {
+                                    PlacementKind kind, int64_t dim, MeshAxis axis, bool zigzag) {
   if (kind == PlacementKind::shard && dim < 0)
     return emitError() << "shard dim must be non-negative, got " << dim;
-  if (kind != PlacementKind::shard && (dim != 0 || axis != MeshAxis::world))
+  if (kind != PlacementKind::shard && (dim != 0 || axis != MeshAxis::world || zigzag))
     return emitError() << "only a sharded placement has a dim and an axis";
   return success();
 }

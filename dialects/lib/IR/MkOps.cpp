@@ -967,6 +967,30 @@ LogicalResult ShardRangeOp::verify() {
   return success();
 }
 
+LogicalResult SequenceTileOp::verify() {
+  DistTensorType type = getTensor().getType();
+  PlacementAttr placement = type.getPlacement();
+  if (!placement.isSharded())
+    return emitOpError() << "needs a sharded tensor, not " << type;
+  auto program = (*this)->getParentOfType<ProgramOp>();
+  if (!placement.getZigzag() || !program || !program.getMesh().isBound())
+    return success();
+  int64_t extent = program.resolve(type.getDim(placement.getDim()));
+  if (ShapedType::isDynamic(extent))
+    return success();
+  int64_t chunks = 2 * program.getMesh().getAxisSize(placement.getAxis());
+  int64_t whole = chunks * static_cast<int64_t>(getTile());
+  if (extent % whole == 0)
+    return success();
+  InFlightDiagnostic diag = emitOpError()
+                            << "places dim " << placement.getDim() << " (" << extent
+                            << ") zigzag in " << chunks << " chunks, which must be whole tiles of "
+                            << getTile() << ": use a multiple of " << whole;
+  if (int64_t below = extent / whole * whole)
+    diag << " (" << below << " or " << below + whole << ")";
+  return diag;
+}
+
 //===----------------------------------------------------------------------===//
 // Scheduled level
 //===----------------------------------------------------------------------===//

@@ -951,6 +951,23 @@ mk.program @shard_range_replicated [S] mesh <?x?> (%k: !mk.tensor<[S, 64], bf16,
   %lo, %hi = mk.shard_range %k tile 64 of %i : !mk.tensor<[S, 64], bf16, replicated>
 }
 
+// -----
+
+mk.program @sequence_tile_replicated [S] mesh <?x?> (%k: !mk.tensor<[S, 64], bf16, replicated>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.sequence_tile' op needs a sharded tensor, not '!mk.tensor<[S, 64], bf16, replicated>'}}
+  %p = mk.sequence_tile %k tile 64 of %i : !mk.tensor<[S, 64], bf16, replicated>
+}
+
+// -----
+
+// A zigzag layout of 1000 over 2 ranks: chunks of 250, not whole tiles.
+mk.program @zigzag_chunks [S = 1000] mesh <1x2> (%k: !mk.tensor<[S, 64], bf16, shard 0 over world zigzag>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.sequence_tile' op places dim 0 (1000) zigzag in 4 chunks, which must be whole tiles of 128: use a multiple of 512 (512 or 1024)}}
+  %p = mk.sequence_tile %k tile 128 of %i : !mk.tensor<[S, 64], bf16, shard 0 over world zigzag>
+}
+
 //===----------------------------------------------------------------------===//
 // Scheduled level
 //===----------------------------------------------------------------------===//

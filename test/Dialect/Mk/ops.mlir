@@ -212,6 +212,18 @@ mk.program @ring [S] mesh <?x?> (%kv: !mk.tensor<[S, 128], bf16, shard 0 over wo
 
 // -----
 
+// A zigzag placement, and a tile's place in the sequence.
+// CHECK-LABEL: mk.program @zigzag
+// CHECK: %[[Q:.+]]: !mk.tensor<[S, 128], bf16, shard 0 over world zigzag>
+// CHECK: mk.sequence_tile %[[Q]] tile 128 of %{{.*}} : !mk.tensor<[S, 128], bf16, shard 0 over world zigzag>
+mk.program @zigzag [S] mesh <?x?> (%q: !mk.tensor<[S, 128], bf16, shard 0 over world zigzag>) {
+  mk.tile_grid (%i, %d) over %q tiles [128, :] : !mk.tensor<[S, 128], bf16, shard 0 over world zigzag> {
+    %p = mk.sequence_tile %q tile 128 of %i : !mk.tensor<[S, 128], bf16, shard 0 over world zigzag>
+  }
+}
+
+// -----
+
 // Expert routing: dispatch and combine.
 // CHECK-LABEL: mk.program @moe
 // CHECK: %{{.*}}, %{{.*}}, %{{.*}} = mk.dispatch %{{.*}} by %{{.*}} : !mk.tensor<[T, H], bf16, shard 0 over world>, !mk.tensor<[T, 2], i32, shard 0 over world> -> !mk.tensor<[E, C, H], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[E, C], i32, shard 0 over world>

@@ -66,7 +66,8 @@ struct AttentionPass {
   LoadOp k, v;                  // K[b', g, j, :] and V[b', g, j, :] of block j: one head of
                                 // any index (g = h / (H / Hkv) for grouped-query heads)
   AttentionBlockOp step;
-  BroadcastOp sum; // the sum down the output's columns
+  SequenceTileOp keySequence; // the block's tile of the sequence, where it is not j
+  BroadcastOp sum;            // the sum down the output's columns
   DivOp normalise;
   ConvertOp convert; // to 16 bits
   StoreOp store;     // O[b, h, i, :]
@@ -82,7 +83,8 @@ struct AttentionPass {
 /// The pass `step` is the step of, if it has the engine's shape: the ops above, in one block
 /// but for the loops' bodies, each used only as described; the loops' bodies otherwise only waits
 /// and index arithmetic; 16-bit [B, H, S, D] tensors (S alone sharded) that TMA addresses in
-/// [128 x D] tiles; D 64 or 128; a causal step at the query tile's and the block's coordinates.
+/// [128 x D] tiles; D 64 or 128; a causal step at the query tile's and the block's coordinates, or
+/// their tiles of the sequence (mk.sequence_tile).
 std::optional<AttentionPass> attentionEnginePass(AttentionBlockOp step);
 
 /// The same without the tensors' checks, which need the program: the lowering's view of a pass

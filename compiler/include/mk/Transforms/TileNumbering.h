@@ -68,6 +68,27 @@ typename Ops::Index shardOf(Ops &ops, const ShardSplit &split, typename Ops::Ind
                  ops.div(ops.sub(element, inLarger), ops.c(std::max<int64_t>(split.base(), 1))));
 }
 
+/// Tile `index` of `tile` along the sharded dim of `type` as a tile of the sequence
+/// (mk.sequence_tile): itself, but where the dim is placed zigzag, whose tiles run rank after rank
+/// over chunks r and 2P - 1 - r of whole tiles (C each): tile l of rank r's 2C is tile
+/// l % C of chunk r (l < C) or of chunk 2P - 1 - r.
+template <typename Ops>
+typename Ops::Index sequenceTile(Ops &ops, DistTensorType type, MeshAttr mesh, int64_t tile,
+                                 typename Ops::Index index) {
+  PlacementAttr placement = type.getPlacement();
+  if (!placement.getZigzag())
+    return index;
+  ShardSplit split = type.getShardSplit(placement.getDim(), mesh);
+  int64_t chunk = split.extent / (2 * split.parts) / tile;
+  typename Ops::Index rank = ops.div(index, ops.c(2 * chunk)),
+                      local = ops.rem(index, ops.c(2 * chunk));
+  typename Ops::Index second = ops.div(local, ops.c(chunk));
+  // Chunk r, or 2P - 1 - r = r + (2P - 1 - 2r) where the tile is in the second.
+  typename Ops::Index chunkIndex =
+      ops.add(rank, ops.mul(second, ops.sub(ops.c(2 * split.parts - 1), ops.mul(rank, ops.c(2)))));
+  return ops.add(ops.mul(chunkIndex, ops.c(chunk)), ops.rem(local, ops.c(chunk)));
+}
+
 /// Where a tile lies along one dim: its first element (global) and how many it holds.
 template <typename Index> struct TileSpan { Index start, size; };
 

@@ -257,31 +257,57 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
       fb.setInsertionPoint(sources.getBody()->getTerminator());
     }
     ArithIndexOps ops{fb, loc};
-    // The source's keys, from its first block's first to its last block's last (tiles of one
-    // shard, consecutive), where the program's tile numbering puts them.
-    Value lo = pass.blocks.getLowerBound(), hi = pass.blocks.getUpperBound();
-    Value any = ops.lt(lo, hi);
-    Value blocks = ops.select(any, ops.sub(hi, lo), ops.c(0));
-    int64_t keys = pass.k.getSource().getType().getShape()[2];
-    auto span = [&](Value tile) { return layout.numbering.span(ops, keys, 128, tile); };
-    Value first = span(lo).start;
-    TileSpan<Value> lastBlock = span(ops.select(any, ops.sub(hi, ops.c(1)), lo));
-    Value length =
-        ops.select(any, ops.sub(ops.add(lastBlock.start, lastBlock.size), first), ops.c(0));
     Value last = sources
                      ? ops.eq(ops.add(sources.getInductionVar(), ops.c(1)), sources.getUpperBound())
                      : arith::ConstantIntOp::create(fb, loc, fb.getI1Type(), 1).getResult();
+    ValueRange positions = pass.step.getPositions();
+    Value queryTile = positions.empty() ? pass.q.getIndices()[2] : positions[0];
     Value position =
-        layout.numbering
-            .span(ops, pass.q.getSource().getType().getShape()[2], 128, pass.q.getIndices()[2])
+        layout.numbering.span(ops, pass.q.getSource().getType().getShape()[2], 128, queryTile)
             .start;
     char scale[32];
     std::snprintf(scale, sizeof scale, "%af",
                   static_cast<double>(pass.scale() * std::numbers::log2e_v<float>));
-    call(fb, loc, {}, "mk::attention_fold",
-         {engine, state, toSizeT(fb, loc, blocks), toSizeT(fb, loc, length),
-          std::string(pass.step.getCausal() ? "true" : "false"), toSizeT(fb, loc, position),
-          toSizeT(fb, loc, first), std::string(scale), last});
+    // Blocks [lo, hi) in one call: keys `length` from `first`, consecutive.
+    auto fold = [&](OpBuilder &b, Value blocks, Value length, Value first, Value last) {
+      call(b, loc, {}, "mk::attention_fold",
+           {engine, state, toSizeT(b, loc, blocks), toSizeT(b, loc, length),
+            std::string(pass.step.getCausal() ? "true" : "false"), toSizeT(b, loc, position),
+            toSizeT(b, loc, first), std::string(scale), last});
+    };
+    Value lo = pass.blocks.getLowerBound(), hi = pass.blocks.getUpperBound();
+    DistTensorType keysType = pass.k.getSource().getType();
+    if (pass.keySequence && pass.keySequence.getTensor().getType().getPlacement().getZigzag()) {
+      // A zigzag shard's blocks are two chunks of C tiles apart in the sequence: one call each,
+      // from one call site.
+      DistTensorType shard = pass.keySequence.getTensor().getType();
+      PlacementAttr placement = shard.getPlacement();
+      int64_t chunk = shard.getShape()[placement.getDim()] /
+                      (2 * layout.mesh.getAxisSize(placement.getAxis())) / 128;
+      auto parts = scf::ForOp::create(fb, loc, ops.c(0), ops.c(2), ops.c(1));
+      OpBuilder pb(parts.getBody()->getTerminator());
+      ArithIndexOps pops{pb, loc};
+      Value part = parts.getInductionVar();
+      Value partLo = pops.add(lo, pops.mul(part, pops.c(chunk)));
+      Value partHi = pops.min(hi, pops.add(partLo, pops.c(chunk)));
+      Value blocks = pops.select(pops.lt(partLo, partHi), pops.sub(partHi, partLo), pops.c(0));
+      Value first = pops.mul(sequenceTile(pops, shard, layout.mesh, 128, partLo), pops.c(128));
+      Value lastPart = arith::AndIOp::create(pb, loc, last, pops.eq(part, pops.c(1)));
+      fold(pb, blocks, pops.mul(blocks, pops.c(128)), first, lastPart);
+    } else {
+      // The source's keys, from its first block's first to its last block's last (tiles of one
+      // shard, consecutive), where the program's tile numbering puts them.
+      Value any = ops.lt(lo, hi);
+      Value blocks = ops.select(any, ops.sub(hi, lo), ops.c(0));
+      auto span = [&](Value tile) {
+        return layout.numbering.span(ops, keysType.getShape()[2], 128, tile);
+      };
+      Value first = span(lo).start;
+      TileSpan<Value> lastBlock = span(ops.select(any, ops.sub(hi, ops.c(1)), lo));
+      Value length =
+          ops.select(any, ops.sub(ops.add(lastBlock.start, lastBlock.size), first), ops.c(0));
+      fold(fb, blocks, length, first, last);
+    }
     // The output, where the store was (after the waits before it).
     OpBuilder sb(pass.store);
     DistTensorType out = pass.store.getDest().getType();

@@ -58,6 +58,18 @@ struct ShardRangeLowering : LoweringPattern<ShardRangeOp> {
   }
 };
 
+struct SequenceTileLowering : LoweringPattern<SequenceTileOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(SequenceTileOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Arith a(rewriter, op.getLoc());
+    EmitCIndexOps ops{a};
+    rewriter.replaceOp(op, sequenceTile(ops, op.getTensor().getType(), layout.mesh,
+                                        static_cast<int64_t>(op.getTile()), adaptor.getIndex()));
+    return success();
+  }
+};
+
 struct LoadLowering : LoweringPattern<LoadOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(LoadOp op, OpAdaptor adaptor,
@@ -246,7 +258,7 @@ struct CopyLowering : LoweringPattern<CopyOp> {
 void mlir::mk::to_emitc::populateMemoryOpToEmitCPatterns(const TypeConverter &converter,
                                                          RewritePatternSet &patterns,
                                                          KernelLayout &layout) {
-  patterns.add<PlaceLowering, OwnerLowering, ShardRangeLowering, LoadLowering,
+  patterns.add<PlaceLowering, OwnerLowering, ShardRangeLowering, SequenceTileLowering, LoadLowering,
                StoreLowering<StoreOp>, StoreLowering<PutOp>, CopyLowering>(
       converter, patterns.getContext(), layout);
 }

@@ -38,6 +38,10 @@ def Mk_PlacementAttr : Mk_Attr<"Placement", "placement"> {
       as torch.tensor_split splits it: of an extent E over P ranks, the first E % P hold E / P + 1
       elements, the others E / P (none where E < P leaves them short). Sharding over `gpus`
       replicates across nodes, sharding over `nodes` replicates across the GPUs of a node.
+    - `shard D over AXIS zigzag`: for causal attention's balance, dim D in 2P chunks of equal
+      extent, rank r holding chunks r and 2P - 1 - r, in that order: stored as the shards of the
+      sequence permuted so (tile coordinates are the permuted ones), while `mk.sequence_tile`
+      gives a tile's place in the sequence. The chunks are whole tiles (checked where tiles are).
     - `replicated`: every rank holds the whole tensor with the same contents.
     - `symmetric`: every rank holds a whole-shape tensor of its own contents (a partial sum, a
       staging area) at the same place in symmetric memory, so peers can address it.
@@ -47,15 +51,16 @@ def Mk_PlacementAttr : Mk_Attr<"Placement", "placement"> {
   }];
   let parameters = (ins EnumParameter<Mk_PlacementKind>:$kind,
                         DefaultValuedParameter<"int64_t", "0">:$dim,
-                        DefaultValuedParameter<"::mlir::mk::MeshAxis", "::mlir::mk::MeshAxis::world">:$axis);
+                        DefaultValuedParameter<"::mlir::mk::MeshAxis", "::mlir::mk::MeshAxis::world">:$axis,
+                        DefaultValuedParameter<"bool", "false">:$zigzag);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let builders = [
     AttrBuilder<(ins "int64_t":$dim, "::mlir::mk::MeshAxis":$axis), [{
-      return $_get($_ctxt, PlacementKind::shard, dim, axis);
+      return $_get($_ctxt, PlacementKind::shard, dim, axis, false);
     }]>,
     AttrBuilder<(ins "::mlir::mk::PlacementKind":$kind), [{
-      return $_get($_ctxt, kind, 0, MeshAxis::world);
+      return $_get($_ctxt, kind, 0, MeshAxis::world, false);
     }]>,
   ];
   let extraClassDeclaration = [{

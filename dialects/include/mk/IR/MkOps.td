@@ -529,6 +529,24 @@ def Mk_ShardRangeOp : Mk_Op<"shard_range", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Mk_SequenceTileOp : Mk_Op<"sequence_tile", [Pure]> {
+  let summary = "Where tile %i of a tensor sharded along a sequence lies in the sequence";
+  let description = [{
+    Tile %i of `tile` along the tensor's sharded dim is tile %p of the sequence: %i itself, but
+    for a `zigzag` placement, whose tile coordinates run rank after rank over the permuted
+    sequence (rank r's tiles are those of chunks r and 2P - 1 - r). A zigzag dim's chunks must be
+    whole tiles. For the positions of causal attention (`mk.attention_block ... at`).
+
+    ```mlir
+    %p = mk.sequence_tile %Q tile 128 of %i : !mk.tensor<[B, H, S, D], bf16, shard 2 over world zigzag>
+    ```
+  }];
+  let arguments = (ins Mk_Tensor:$tensor, ConfinedAttr<I64Attr, [IntPositive]>:$tile, Index:$index);
+  let results = (outs Index:$position);
+  let assemblyFormat = "$tensor `tile` $tile `of` $index attr-dict `:` qualified(type($tensor))";
+  let hasVerifier = 1;
+}
+
 include "mk/IR/MkScheduleOps.td"
 
 #endif // MK_OPS_TD
