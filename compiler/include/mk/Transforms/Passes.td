@@ -236,6 +236,13 @@ def MkPlanLowering : Pass<"mk-plan-lowering", "::mlir::mk::ProgramOp"> {
       Where every role has an even number of CTAs and the grid's order gives CTAs 2c and 2c + 1
       the two rows of a column band's pair of tiles, the engine runs in clusters of 2 CTAs that
       load each B panel once for both.
+    - `mk.attention_engine` on a role whose tile is one query tile's attention in the engine's
+      shape (mk/Transforms/AttentionEngine.h): a producer thread loads the query tile and every
+      key block after the program's waits for it, and the consumers fold each source's blocks in
+      one engine call; with one source, causal tiles are claimed longest first from a counter of
+      the role's own (`tile_counter`). Causal steps' loops over the key blocks, in every lowering,
+      stop after the last block their query tile sees (at its diagonal, or in a zigzag shard's
+      two chunks).
     - `mk.lowering` on the reductions that are only converted to 16 bits and stored: through the
       bulk tensor copy engine (`tma`) or chunk by chunk (`chunks`), with their conversions
       (`elide`) and stores.
