@@ -50,8 +50,8 @@ std::optional<Value> seenOfZigzag(ArithIndexOps &ops, scf::ForOp loop, Value que
   if (!range || loop.getUpperBound() != range.getHi() || range.getTensor() != key.getTensor() ||
       range.getTile() != key.getTile())
     return std::nullopt;
-  int64_t parts = mesh.getAxisSize(placement.getAxis());
-  int64_t chunk = type.getShape()[placement.getDim()] / (2 * parts) / key.getTile();
+  int64_t parts = mesh.getAxisSize(placement.getAxis()),
+          chunk = zigzagChunkTiles(type, mesh, key.getTile());
   // The chunk's tiles the query tile sees: clamp(query - first + 1, 0, C).
   auto seenOf = [&](Value chunkIndex) {
     Value seen = ops.add(ops.sub(query, ops.mul(chunkIndex, ops.c(chunk))), ops.c(1));

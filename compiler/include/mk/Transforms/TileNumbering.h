@@ -68,6 +68,13 @@ typename Ops::Index shardOf(Ops &ops, const ShardSplit &split, typename Ops::Ind
                  ops.div(ops.sub(element, inLarger), ops.c(std::max<int64_t>(split.base(), 1))));
 }
 
+/// Tiles of `tile` in each of the 2P chunks of the sharded dim of `type`, placed zigzag over P
+/// ranks (the verifier of mk.sequence_tile keeps the chunks whole tiles).
+inline int64_t zigzagChunkTiles(DistTensorType type, MeshAttr mesh, int64_t tile) {
+  ShardSplit split = type.getShardSplit(type.getPlacement().getDim(), mesh);
+  return split.extent / (2 * split.parts) / tile;
+}
+
 /// Tile `index` of `tile` along the sharded dim of `type` as a tile of the sequence
 /// (mk.sequence_tile): itself, but where the dim is placed zigzag, whose tiles run rank after rank
 /// over chunks r and 2P - 1 - r of whole tiles (C each): tile l of rank r's 2C is tile
@@ -78,14 +85,13 @@ typename Ops::Index sequenceTile(Ops &ops, DistTensorType type, MeshAttr mesh, i
   PlacementAttr placement = type.getPlacement();
   if (!placement.getZigzag())
     return index;
-  ShardSplit split = type.getShardSplit(placement.getDim(), mesh);
-  int64_t chunk = split.extent / (2 * split.parts) / tile;
+  int64_t parts = mesh.getAxisSize(placement.getAxis()), chunk = zigzagChunkTiles(type, mesh, tile);
   typename Ops::Index rank = ops.div(index, ops.c(2 * chunk)),
                       local = ops.rem(index, ops.c(2 * chunk));
   typename Ops::Index second = ops.div(local, ops.c(chunk));
   // Chunk r, or 2P - 1 - r = r + (2P - 1 - 2r) where the tile is in the second.
   typename Ops::Index chunkIndex =
-      ops.add(rank, ops.mul(second, ops.sub(ops.c(2 * split.parts - 1), ops.mul(rank, ops.c(2)))));
+      ops.add(rank, ops.mul(second, ops.sub(ops.c(2 * parts - 1), ops.mul(rank, ops.c(2)))));
   return ops.add(ops.mul(chunkIndex, ops.c(chunk)), ops.rem(local, ops.c(chunk)));
 }
 

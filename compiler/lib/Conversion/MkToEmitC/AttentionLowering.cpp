@@ -281,9 +281,7 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
       // A zigzag shard's blocks are two chunks of C tiles apart in the sequence: one call each,
       // from one call site.
       DistTensorType shard = pass.keySequence.getTensor().getType();
-      PlacementAttr placement = shard.getPlacement();
-      int64_t chunk = shard.getShape()[placement.getDim()] /
-                      (2 * layout.mesh.getAxisSize(placement.getAxis())) / 128;
+      int64_t chunk = zigzagChunkTiles(shard, layout.mesh, 128);
       auto parts = scf::ForOp::create(fb, loc, ops.c(0), ops.c(2), ops.c(1));
       OpBuilder pb(parts.getBody()->getTerminator());
       ArithIndexOps pops{pb, loc};
