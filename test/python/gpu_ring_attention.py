@@ -25,12 +25,13 @@ BACK_TO_BACK = 100
 
 def shapes(world):
     """(B, H, Hkv, S per rank, D, causal, zigzag) of each case: every D, causal or not and B x H
-    at a length of whole tiles; lengths with partial tiles (shards of 1000 and 3000, tiles numbered
-    shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads; the causal
-    zigzag layout (chunks of whole tiles) at 256 and 4096 a rank."""
+    at a length of whole tiles; lengths with partial tiles (shards of 7, 1000 and 3000, tiles
+    numbered shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads; the
+    causal zigzag layout (chunks of whole tiles) at 256 and 4096 a rank."""
     lengths = (128, 1000, 3000, 4096)
     for causal in (False, True):
         for d in (64, 128):
+            yield 2, 16, 16, 7, d, causal, False
             for b, h in ((1, 1), (2, 16)):
                 for s in lengths:
                     if (b, h) == (1, 1) or s != 4096 or d == 128:

@@ -5,9 +5,10 @@
 // whose first thread loads a 128-row block of queries and then streams the blocks of keys and
 // values into a kStages-deep ring with TMA, and two consumer warpgroups (threads 128-383), each
 // of which owns 64 of the query rows. Per key block a consumer computes S = Q K^T with wgmma
-// from shared memory, updates its rows' online softmax in f32 registers (running maximum and
-// sum, in base 2), converts the probabilities where they are and multiplies them by V with wgmma
-// reading them from registers. Two overlaps keep the tensor cores busy:
+// from shared memory, updates its rows' online softmax in f32 registers (a reference near the
+// running maximum, moved and the output rescaled only when the maximum outgrows it by 2^8, and
+// the running sum, in base 2), converts the probabilities where they are and multiplies them by V
+// with wgmma reading them from registers. Two overlaps keep the tensor cores busy:
 //   - inside a warpgroup, S of the next block is issued before the softmax of this one, and
 //     P V of this one runs under the next softmax;
 //   - between the warpgroups, named barriers let their GEMMs take turns (ping-pong), so that one
@@ -73,7 +74,8 @@ struct AttentionWindow {
 
 /// A consumer thread's part of the running state of 64 query rows x D: the unnormalised output
 /// (wgmma's accumulator layout: rows 16 (warp) + lane / 4 (+ 8)), and for its two rows the
-/// running maximum of the scaled scores in base 2 and its own share of the running sum (the four
+/// reference of the scaled scores in base 2 (the running maximum, or at most 8 below it) and its
+/// own share of the running sum (the four
 /// threads of a row add theirs at the end).
 template <typename Config> struct AttentionAccumulator;
 

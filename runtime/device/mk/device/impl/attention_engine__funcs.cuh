@@ -221,6 +221,9 @@ attention_begin(AttentionEngine<Config> &e) {
 
 namespace detail {
 
+/// How far (in base 2) a row's maximum may grow past its reference before the reference moves.
+constexpr float kRescaleSlack = 8.0f;
+
 /// A key block's scores for this thread's rows (wgmma's accumulator of 64 x BN), and the same as
 /// 16-bit probabilities in the A-operand registers of the P V product (AttentionScores::kSlices
 /// slices of 16 keys, four registers each).
@@ -276,11 +279,12 @@ __device__ __forceinline__ void issue_values(const AttentionEngine<Config> &e,
 }
 
 /// The online softmax of a key block for this thread's two rows: masks the keys the window does
-/// not see (where `masked` says some may be), moves each row's running maximum, returns the
-/// factor by which its earlier output and sum shrink (alpha), and leaves e^(S - max) in
-/// `scores`.
+/// not see (where `masked` says some may be), moves each row's reference where its maximum grew
+/// past it by more than kRescaleSlack, sets the factor by which its earlier output and sum shrink
+/// (alpha), leaves 2^(S - reference) in `scores`, and returns whether any row of the warp moved
+/// (and so its output needs rescaling).
 template <typename Config>
-__device__ __forceinline__ void
+__device__ __forceinline__ bool
 softmax_block(AttentionAccumulator<Config> &state, AttentionScores<Config> &scores,
               float (&alpha)[2], bool masked, const int (&limit)[2], float scale_log2) {
   const float minus_inf = -__int_as_float(0x7f800000);
@@ -299,15 +303,21 @@ softmax_block(AttentionAccumulator<Config> &state, AttentionScores<Config> &scor
   for (int i = 0; i < Config::BN / 2; ++i)
     block_max[i / 2 % 2] = fmaxf(block_max[i / 2 % 2], scores.s[i]);
   float base[2];
+  bool moved[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     // The four threads of a row hold its columns.
     block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
     block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-    const float next = fmaxf(state.max[h], block_max[h] * scale_log2);
-    // A row that has seen no key yet keeps -inf and weighs its (masked) scores at 0.
+    // FlashAttention-4's conditional rescaling: the reference stays while the maximum is at
+    // most kRescaleSlack above it, so that most blocks leave the output as it is (their
+    // probabilities stay at most 2^kRescaleSlack). A row that has seen no key yet keeps -inf (the
+    // difference is NaN, not above) and weighs its (masked) scores at 0.
+    const float grown = fmaxf(state.max[h], block_max[h] * scale_log2);
+    moved[h] = grown - state.max[h] > kRescaleSlack;
+    const float next = moved[h] ? grown : state.max[h];
     base[h] = next == minus_inf ? 0.0f : next;
-    alpha[h] = ptx::ex2_approx(state.max[h] - base[h]);
+    alpha[h] = moved[h] ? ptx::ex2_approx(state.max[h] - base[h]) : 1.0f;
     state.max[h] = next;
   }
   float block_sum[2] = {0.0f, 0.0f};
@@ -320,18 +330,21 @@ softmax_block(AttentionAccumulator<Config> &state, AttentionScores<Config> &scor
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     state.sum[h] = state.sum[h] * alpha[h] + block_sum[h];
+  return __any_sync(0xffffffffu, moved[0] || moved[1]);
 }
 
-/// Once the previous block's P V has read its probabilities: O *= alpha row by row, and this
-/// block's probabilities to 16 bits. Accumulator pairs (2 i, 2 i + 1) are the registers of the
-/// product's A operand, in order.
+/// Once the previous block's P V has read its probabilities: O *= alpha row by row where a row of
+/// the warp moved its reference, and this block's probabilities to 16 bits. Accumulator pairs (2 i,
+/// 2 i + 1) are the registers of the product's A operand, in order.
 template <typename Config>
 __device__ __forceinline__ void
 next_probabilities(AttentionAccumulator<Config> &state, const AttentionScores<Config> &scores,
-                   AttentionProbabilities<Config> &p, const float (&alpha)[2]) {
+                   AttentionProbabilities<Config> &p, const float (&alpha)[2], bool rescale) {
+  if (rescale) {
 #pragma unroll
-  for (int i = 0; i < Config::D / 2; ++i)
-    state.o[i] *= alpha[i / 2 % 2];
+    for (int i = 0; i < Config::D / 2; ++i)
+      state.o[i] *= alpha[i / 2 % 2];
+  }
 #pragma unroll
   for (int i = 0; i < Config::BN / 4; ++i)
     p.p[i] = pack_pair<typename Config::T>(scores.s[2 * i], scores.s[2 * i + 1]);
@@ -357,22 +370,26 @@ attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, i
   // This thread's rows, and the distance from each row's position to the first key's: key c of
   // block j is seen by row h where c < limit: the source's length, and with causal its diagonal.
   const int row0 = wg * 64 + warp * 16 + lane / 4;
-  const long long diagonal = window.q_position - window.k_position;
+  // The distance from the first key's position to the first query's matters only within
+  // [-BM, length] (beyond, a row sees all of the source's keys or none): clamped so, it is an int,
+  // and the blocks' arithmetic 32-bit.
+  const long long distance = window.q_position - window.k_position;
+  const int diagonal = static_cast<int>(distance < -Config::BM     ? -Config::BM
+                                        : distance > window.length ? window.length
+                                                                   : distance);
   // A block whose every key the first row of this warp sees (and so every row) needs no mask.
-  const long long warp_first = diagonal + wg * 64 + warp * 16;
+  const int warp_first = diagonal + wg * 64 + warp * 16;
   const auto limits = [&](int j, int(&limit)[2]) {
-    const long long first = static_cast<long long>(j) * Config::BN;
+    const int first = j * Config::BN;
     bool masked = first + Config::BN > window.length;
     if (window.causal)
       masked |= first + Config::BN - 1 > warp_first;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      long long seen = window.length - first;
-      if (window.causal) {
-        const long long diag = diagonal + row0 + 8 * h - first + 1;
-        seen = diag < seen ? diag : seen;
-      }
-      limit[h] = static_cast<int>(seen < 0 ? 0 : seen > Config::BN ? Config::BN : seen);
+      int seen = window.length - first;
+      if (window.causal)
+        seen = min(seen, diagonal + row0 + 8 * h - first + 1);
+      limit[h] = max(0, min(seen, Config::BN));
     }
     return masked;
   };
@@ -400,8 +417,8 @@ attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, i
   if (last && kv_blocks == 1)
     detail::attention_release(e.q_empty());
   bool masked = limits(0, limit);
-  detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
-  detail::next_probabilities(state, scores, p, alpha);
+  bool rescale = detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
+  detail::next_probabilities(state, scores, p, alpha, rescale);
   int previous = s;
   mk_u32 previous_phase = e.phase();
   e.advance();
@@ -421,10 +438,10 @@ attention_mma(AttentionEngine<Config> &e, AttentionAccumulator<Config> &state, i
     if (last && j == kv_blocks - 1)
       detail::attention_release(e.q_empty());
     masked = limits(j, limit);
-    detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
+    rescale = detail::softmax_block(state, scores, alpha, masked, limit, scale_log2);
     detail::values_done(state, p);
     detail::attention_release(e.v_empty(previous));
-    detail::next_probabilities(state, scores, p, alpha);
+    detail::next_probabilities(state, scores, p, alpha, rescale);
     previous = s;
     previous_phase = e.phase();
     e.advance();
