@@ -109,6 +109,14 @@ ContextScope::~ContextScope() {
   driver_.cuCtxPopCurrent(&popped);
 }
 
+RelaxedCaptureScope::RelaxedCaptureScope(const Driver &driver) : driver_(driver) {
+  MK_CU_CHECK(driver_, cuThreadExchangeStreamCaptureMode(&previous_));
+}
+
+RelaxedCaptureScope::~RelaxedCaptureScope() {
+  driver_.cuThreadExchangeStreamCaptureMode(&previous_);
+}
+
 StreamCounter::StreamCounter(const Driver &driver) : driver_(driver) {
   void *word = nullptr;
   MK_CU_CHECK(driver_, cuMemHostAlloc(&word, sizeof(std::uint64_t),

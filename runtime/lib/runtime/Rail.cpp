@@ -84,6 +84,9 @@ void Runtime::State::watchLaunches() {
   if (!lock)
     return;
   cuda::ContextScope scope(driver, context.context());
+  // The launching thread may be capturing a graph meanwhile; the queue holds only launches made
+  // before (a captured launch is not queued).
+  cuda::RelaxedCaptureScope relaxed(driver);
   retireFinishedLaunches();
   const auto waited = std::chrono::steady_clock::now() - oldestSince;
   if (queuedLaunches->size() && waited > launchTimeout)

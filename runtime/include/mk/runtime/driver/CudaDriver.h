@@ -99,6 +99,7 @@ namespace mkc::cuda {
   X(cuStreamSynchronize, 2000)                                                                     \
   X(cuStreamQuery, 2000)                                                                           \
   X(cuStreamIsCapturing, 10000)                                                                    \
+  X(cuThreadExchangeStreamCaptureMode, 10010)                                                      \
   X(cuStreamBatchMemOp, 11070)                                                                     \
   X(cuStreamWaitEvent, 3020)                                                                       \
   X(cuStreamBeginCapture, 10010)                                                                   \
@@ -185,6 +186,21 @@ public:
 
 private:
   const Driver &driver_;
+};
+
+/// Lets this thread make the calls that another thread's graph capture in global mode (PyTorch's
+/// default) refuses, such as cuEventQuery, for the scope's life: for threads that look only at
+/// work enqueued before any capture (a failed call would also end the other thread's capture).
+class RelaxedCaptureScope {
+public:
+  explicit RelaxedCaptureScope(const Driver &driver);
+  ~RelaxedCaptureScope();
+  RelaxedCaptureScope(const RelaxedCaptureScope &) = delete;
+  RelaxedCaptureScope &operator=(const RelaxedCaptureScope &) = delete;
+
+private:
+  const Driver &driver_;
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
 
 /// Events recorded on streams, oldest first, to learn how far the work before them has come
