@@ -5,31 +5,20 @@
 //
 // Without a driver (the CI machine) it prints "SKIP: <why>" and exits 0; ctest reports Skipped.
 
-#include "mk/runtime/driver/CudaDriver.h"
+#include "../GpuChecks.h"
 
-#include <cstdio>
 #include <optional>
 #include <thread>
 #include <tuple>
 
-namespace {
-
-int failures = 0;
-
-void expect(bool ok, const char *what) {
-  std::printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-  failures += !ok;
-}
-
-} // namespace
+using mkc::test::expect;
+using mkc::test::failures;
 
 int main() {
-  const mkc::cuda::Driver &cu = mkc::cuda::Driver::get();
-  if (!cu.available()) {
-    std::printf("SKIP: no usable CUDA driver: %s\n", cu.unavailableReason().c_str());
+  const mkc::cuda::Driver *driver = mkc::test::driverOrSkip();
+  if (!driver)
     return 0;
-  }
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const mkc::cuda::Driver &cu = *driver;
   try {
     mkc::cuda::PrimaryContext context(cu);
     mkc::cuda::ContextScope scope(cu, context.context());

@@ -9,6 +9,8 @@
 
 #include "mk/abi.h"
 
+#include "../GpuChecks.h"
+
 #include <stdlib.h>
 
 #include <cstdio>
@@ -16,14 +18,10 @@
 
 namespace fs = std::filesystem;
 
+using mkc::test::expect;
+using mkc::test::failures;
+
 namespace {
-
-int failures = 0;
-
-void expect(bool ok, const char *what) {
-  std::printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-  failures += !ok;
-}
 
 /// Whether `kernel` is usable in the current context, as its launch parameters say.
 bool usable(const mkc::cuda::Driver &cu, const mkc::LoadedKernel &kernel) {
@@ -36,12 +34,10 @@ bool usable(const mkc::cuda::Driver &cu, const mkc::LoadedKernel &kernel) {
 } // namespace
 
 int main() {
-  const mkc::cuda::Driver &cu = mkc::cuda::Driver::get();
-  if (!cu.available()) {
-    std::printf("SKIP: no usable CUDA driver: %s\n", cu.unavailableReason().c_str());
+  const mkc::cuda::Driver *driver = mkc::test::driverOrSkip();
+  if (!driver)
     return 0;
-  }
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const mkc::cuda::Driver &cu = *driver;
   std::string scratch = std::string(MKC_JIT_SCRATCH) + "/gpu-XXXXXX";
   fs::create_directories(MKC_JIT_SCRATCH);
   if (!::mkdtemp(scratch.data())) {
