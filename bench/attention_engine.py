@@ -14,8 +14,9 @@ and the engine's rate over each backend's. Every timed engine result is checked 
 --check (the gpu/attention-engine test) times nothing: against an f32 reference (the math of
 softmax(scale Q K^T) V and its log-sum-exp, key heads repeated for grouped-query attention), for
 S in {1, 7, 128, 1000, 3000, 4096}, D in {64, 128}, (B, H, Hkv) in {(1, 1, 1), (2, 16, 16),
-(1, 32, 8)}, causal and not, bf16 and f16, and with the keys folded in as two sources (as a ring's
-shards are): outputs poisoned (NaN) before each of 3 launches; then
+(1, 32, 8)}, causal and not, bf16 and f16, with the keys folded in as two sources (as a ring's
+shards are), and with keys growing along the sequence (so that rows rescale their output after the
+first blocks): outputs poisoned (NaN) before each of 3 launches; then
 100 launches back to back and 10 replays of a CUDA graph of one. The engine's largest error must be
 at most twice PyTorch's own 16-bit attention's (SDPA's default backend, against the same reference)
 plus 1e-3, and the log-sum-exp within 1e-3 (relative). Exits 77 without torch or a GPU.
@@ -69,11 +70,16 @@ class Engine:
             raise RuntimeError(self.lib.mkc_attention_engine_error().decode())
 
 
-def inputs(B, H, Hkv, S, D, dtype, seed):
+def inputs(B, H, Hkv, S, D, dtype, seed, growing=False):
+    """Normal Q, K and V; with `growing`, keys scaled up along the sequence (to 25x), so that a
+    row's largest score outgrows the engine's reference for it (by more than 2^8) after its first
+    blocks, and its output is rescaled there."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g)
     k = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=g)
     v = torch.randn(B, Hkv, S, D, device="cuda", dtype=dtype, generator=g)
+    if growing:
+        k = (k.float() * (1 + 24 * torch.arange(S, device="cuda") / S)[:, None]).to(dtype)
     return q, k, v
 
 
@@ -101,8 +107,8 @@ def torch_attention(q, k, v, causal):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=H != Hkv)
 
 
-def check_case(engine, B, H, Hkv, S, D, causal, dtype, split, seed):
-    q, k, v = inputs(B, H, Hkv, S, D, dtype, seed)
+def check_case(engine, B, H, Hkv, S, D, causal, dtype, split, growing, seed):
+    q, k, v = inputs(B, H, Hkv, S, D, dtype, seed, growing)
     scale = 1.0 / math.sqrt(D)
     ref, ref_lse = reference(q, k, v, causal, scale)
     theirs_diff = (torch_attention(q, k, v, causal).float() - ref).abs()
@@ -171,18 +177,24 @@ def check(engine):
                     for B, H, Hkv in ((1, 1, 1), (2, 16, 16), (1, 32, 8)):
                         if dtype == torch.float16 and (B, H) != (1, 32):
                             continue
-                        cases.append((B, H, Hkv, S, D, causal, dtype, 0))
+                        cases.append((B, H, Hkv, S, D, causal, dtype, 0, False))
     # The keys folded in as two sources, as a ring's shards are: the first block, or three, then
     # the rest.
     for causal in (False, True):
         for S, split in ((1000, 3), (3000, 1), (4096, 3)):
-            cases.append((2, 16, 8, S, 128, causal, torch.bfloat16, split))
-            cases.append((1, 32, 8, S, 64, causal, torch.bfloat16, split))
+            cases.append((2, 16, 8, S, 128, causal, torch.bfloat16, split, False))
+            cases.append((1, 32, 8, S, 64, causal, torch.bfloat16, split, False))
+    # Keys growing along the sequence: references that move after the first blocks and sources.
+    for causal in (False, True):
+        for D in (64, 128):
+            cases.append((2, 16, 16, 4096, D, causal, torch.bfloat16, 0, True))
+            cases.append((1, 32, 8, 3000, D, causal, torch.bfloat16, 1, True))
     failures = []
-    for i, (B, H, Hkv, S, D, causal, dtype, split) in enumerate(cases):
-        ok, what = check_case(engine, B, H, Hkv, S, D, causal, dtype, split, i)
+    for i, (B, H, Hkv, S, D, causal, dtype, split, growing) in enumerate(cases):
+        ok, what = check_case(engine, B, H, Hkv, S, D, causal, dtype, split, growing, i)
         name = (f"B={B} H={H} Hkv={Hkv} S={S} D={D} {'causal' if causal else 'full'} "
-                f"{str(dtype).removeprefix('torch.')}{f' split {split}' if split else ''}")
+                f"{str(dtype).removeprefix('torch.')}{f' split {split}' if split else ''}"
+                f"{' growing keys' if growing else ''}")
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {what}")
         if not ok:
             failures.append(name)

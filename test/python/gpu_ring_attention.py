@@ -24,25 +24,28 @@ BACK_TO_BACK = 100
 
 
 def shapes(world):
-    """(B, H, Hkv, S per rank, D, causal, zigzag) of each case: every D, causal or not and B x H
-    at a length of whole tiles; lengths with partial tiles (shards of 7, 1000 and 3000, tiles
-    numbered shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads; the
-    causal zigzag layout (chunks of whole tiles) at 256 and 4096 a rank."""
+    """(B, H, Hkv, S per rank, D, causal, zigzag, growing) of each case: every D, causal or not
+    and B x H at a length of whole tiles; lengths with partial tiles (shards of 7, 1000 and 3000,
+    tiles numbered shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads;
+    keys growing along the sequence (rows whose largest score outgrows the engine's reference
+    after the first blocks and sources); the causal zigzag layout (chunks of whole tiles) at 256
+    and 4096 a rank."""
     lengths = (128, 1000, 3000, 4096)
     for causal in (False, True):
         for d in (64, 128):
-            yield 2, 16, 16, 7, d, causal, False
+            yield 2, 16, 16, 7, d, causal, False, False
             for b, h in ((1, 1), (2, 16)):
                 for s in lengths:
                     if (b, h) == (1, 1) or s != 4096 or d == 128:
-                        yield b, h, h, s, d, causal, False
+                        yield b, h, h, s, d, causal, False, False
             for s in lengths[:2]:
-                yield 1, 32, 8, s, d, causal, False
+                yield 1, 32, 8, s, d, causal, False, False
+            yield 2, 16, 16, 1000, d, causal, False, True
     for d in (64, 128):
         for b, h in ((1, 1), (2, 16)):
             for s in (256, 4096):
                 if (b, h) == (1, 1) or s != 4096 or d == 128:
-                    yield b, h, h, s, d, True, True
+                    yield b, h, h, s, d, True, True, False
 
 
 def reference(torch, q, k, v, causal, rows):
@@ -73,14 +76,19 @@ def place(runtime, torch, op, index, value):
     return handle, handle.torch()
 
 
-def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, zigzag, repeat):
+def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, zigzag, growing,
+             repeat):
     rank, world = runtime.rank, runtime.world_size
     s = s_rank * world
     q, k, v = ((torch.rand(b, heads, s, d, generator=generator, device="cuda") * 2 - 1)
-               .to(torch.bfloat16) for heads in (h, hkv, hkv))
+               for heads in (h, hkv, hkv))
+    if growing:
+        k *= (1 + 96 * torch.arange(s, device="cuda") / s)[:, None]
+    q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
     name = ("ring_attention" + ("_gqa" if hkv != h else "") +
             ("_zigzag" if zigzag else "_causal" if causal else ""))
-    label = f"rank {rank}: {name} B={b} H={h} Hkv={hkv} S={s} D={d}"
+    label = f"rank {rank}: {name} B={b} H={h} Hkv={hkv} S={s} D={d}" + (
+        " growing keys" if growing else "")
     shape = dict(B=b, H=h, S=s, D=d, **({"Hkv": hkv} if hkv != h else {}))
     op = runtime.compile(mkc.library_program(name), **shape)
     rows = slice(rank * s_rank, (rank + 1) * s_rank)
@@ -145,9 +153,10 @@ def rank_main():
     runtime = mkc.Runtime(symmetric_bytes=6 << 30)
     torch.cuda.set_device(runtime.device)
     generator = torch.Generator(device="cuda").manual_seed(2026)
-    for index, (b, h, hkv, s, d, causal, zigzag) in enumerate(shapes(runtime.world_size)):
+    for index, (b, h, hkv, s, d, causal, zigzag, growing) in enumerate(
+            shapes(runtime.world_size)):
         try:
-            run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal, zigzag,
+            run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal, zigzag, growing,
                      repeat=(b, h, s, d) == (2, 16, 128, 128) or (zigzag and (b, s) == (2, 256)))
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: case {index}: {error}")
