@@ -2,14 +2,15 @@
 """The library's ring attention (lib/ring_attention*.mlir: causal and not, grouped-query heads or
 not, the zigzag layout) on the attention engine, against PyTorch's attention in f32: per topology (1x1, and ranks
 taking turns on fewer GPUs at 1x2, 2x1 over libfabric tcp, 2x2), D 64 and 128, B x H 1 x 1 and
-2 x 16, 32 query heads for 8 key heads, sequence lengths per rank with partial tiles; 3 launches
+2 x 16, 32 query heads for 8 key heads, sequence lengths per rank with partial tiles, and at 1x3
+sequences that do not split evenly (shards as torch.tensor_split makes them); 3 launches
 with the output poisoned, and for one shape per topology 100 launches back to back and replays of
 a CUDA graph. The largest error
 must be at most twice that of PyTorch's own bf16 attention (SDPA's default backend) against the
 same reference, plus 1e-3, as in bench/attention_engine.py's check of the engine.
 
 Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
-a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1,2x2) picks the topologies.
+a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1,2x2,1x3) picks the topologies.
 """
 
 import math
@@ -24,28 +25,43 @@ BACK_TO_BACK = 100
 
 
 def shapes(world):
-    """(B, H, Hkv, S per rank, D, causal, zigzag, growing) of each case: every D, causal or not
-    and B x H at a length of whole tiles; lengths with partial tiles (shards of 7, 1000 and 3000,
-    tiles numbered shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8 key heads;
-    keys growing along the sequence (rows whose largest score outgrows the engine's reference
-    after the first blocks and sources); the causal zigzag layout (chunks of whole tiles) at 256
-    and 4096 a rank."""
+    """(B, H, Hkv, S, D, causal, zigzag, growing) of each case on `world` ranks: every D, causal or
+    not and B x H at a length of whole tiles a rank; lengths with partial tiles (shards of 7, 1000
+    and 3000, tiles numbered shard after shard) at B x H = 2 x 16; grouped-query heads, 32 for 8
+    key heads; keys growing along the sequence (rows whose largest score outgrows the engine's
+    reference after the first blocks and sources); the causal zigzag layout (chunks of whole
+    tiles) at 256 and 4096 a rank. On 3 ranks, sequences of 22 and 3001 (shards of 8, 7, 7 and
+    1001, 1000, 1000), which only uneven shards can hold."""
+    if world == 3:
+        for causal in (False, True):
+            for d in (64, 128):
+                for s in (22, 3001):
+                    yield 2, 16, 16, s, d, causal, False, False
+        return
     lengths = (128, 1000, 3000, 4096)
     for causal in (False, True):
         for d in (64, 128):
-            yield 2, 16, 16, 7, d, causal, False, False
+            yield 2, 16, 16, 7 * world, d, causal, False, False
             for b, h in ((1, 1), (2, 16)):
                 for s in lengths:
                     if (b, h) == (1, 1) or s != 4096 or d == 128:
-                        yield b, h, h, s, d, causal, False, False
+                        yield b, h, h, s * world, d, causal, False, False
             for s in lengths[:2]:
-                yield 1, 32, 8, s, d, causal, False, False
-            yield 2, 16, 16, 1000, d, causal, False, True
+                yield 1, 32, 8, s * world, d, causal, False, False
+            yield 2, 16, 16, 1000 * world, d, causal, False, True
     for d in (64, 128):
         for b, h in ((1, 1), (2, 16)):
             for s in (256, 4096):
                 if (b, h) == (1, 1) or s != 4096 or d == 128:
-                    yield b, h, h, s, d, True, True, False
+                    yield b, h, h, s * world, d, True, True, False
+
+
+def repeated(world, b, h, s, d, zigzag):
+    """Whether a case also runs 100 launches back to back and replays of a graph: B x H 2 x 16 at
+    D = 128 on 128 rows a rank (22 in all on 3 ranks), and the zigzag layout on 256 a rank."""
+    if zigzag:
+        return (b, s) == (2, 256 * world)
+    return (b, h, d) == (2, 16, 128) and s == (22 if world == 3 else 128 * world)
 
 
 def reference(torch, q, k, v, causal, rows):
@@ -76,10 +92,12 @@ def place(runtime, torch, op, index, value):
     return handle, handle.torch()
 
 
-def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, zigzag, growing,
-             repeat):
+def run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal, zigzag, growing, repeat):
     rank, world = runtime.rank, runtime.world_size
-    s = s_rank * world
+    # The rank's shard of the sequence, as torch.tensor_split makes them: the first S % W one
+    # longer.
+    s_rank = s // world + (rank < s % world)
+    first = rank * (s // world) + min(rank, s % world)
     q, k, v = ((torch.rand(b, heads, s, d, generator=generator, device="cuda") * 2 - 1)
                for heads in (h, hkv, hkv))
     if growing:
@@ -91,7 +109,7 @@ def run_case(runtime, torch, mkc, generator, b, h, hkv, s_rank, d, causal, zigza
         " growing keys" if growing else "")
     shape = dict(B=b, H=h, S=s, D=d, **({"Hkv": hkv} if hkv != h else {}))
     op = runtime.compile(mkc.library_program(name), **shape)
-    rows = slice(rank * s_rank, (rank + 1) * s_rank)
+    rows = slice(first, first + s_rank)
     # The rank's shard: its rows of the sequence, or of its zigzag layout (chunks rank and
     # 2W - 1 - rank), whose round trip must give the sequence back.
     layout = (lambda x: mkc.zigzag(x, world)) if zigzag else (lambda x: x)
@@ -157,7 +175,7 @@ def rank_main():
             shapes(runtime.world_size)):
         try:
             run_case(runtime, torch, mkc, generator, b, h, hkv, s, d, causal, zigzag, growing,
-                     repeat=(b, h, s, d) == (2, 16, 128, 128) or (zigzag and (b, s) == (2, 256)))
+                     repeat=repeated(runtime.world_size, b, h, s, d, zigzag))
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: case {index}: {error}")
     torch.cuda.synchronize()
@@ -166,7 +184,7 @@ def rank_main():
 
 
 def main():
-    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1,2x2").split(",")
+    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1,2x2,1x3").split(",")
     return common.run_topologies(__file__, topologies, {t: NETWORK for t in topologies})
 
 
