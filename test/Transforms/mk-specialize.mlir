@@ -33,6 +33,16 @@ mk.program @attention [M, N, K, D = 128] mesh <?x?> (%q: !mk.tensor<[M, D], bf16
 
 // -----
 
+// A symbol nothing binds takes its default's value; a binding overrides the default (the RUN line
+// binds M, N and K, not C or D).
+// CHECK-LABEL: mk.program @defaults [M = 4096, N = 2048 default M, K = 1024, C = 4096 default M, D = 4096 default C] mesh <2x4> rank 5
+// CHECK-SAME: !mk.tensor<[4096, 4096], bf16, shard 0 over world>
+mk.program @defaults [M, N default M, K, C default M, D default C] mesh <?x?> (
+    %routed: !mk.tensor<[C, D], bf16, shard 0 over world>) {
+}
+
+// -----
+
 // A program on a bound mesh equal to the topology asked for.
 // CHECK-LABEL: mk.program @bound [M = 4096, N = 2048, K = 1024] mesh <2x4> rank 5
 mk.program @bound [M, N, K] mesh <2x4> () {

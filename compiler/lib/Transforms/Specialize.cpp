@@ -205,6 +205,11 @@ struct SpecializePass : mk::impl::MkSpecializeBase<SpecializePass> {
                                    << " is " << bound << ", not " << value;
       bound = value;
     }
+    for (auto [i, symbol, value] : llvm::enumerate(symbols.getAsValueRange<StringAttr>(), values))
+      if (StringRef fallback = program.getShapeDefault(i);
+          ShapedType::isDynamic(value) && !fallback.empty())
+        value = values[std::distance(symbols.getAsValueRange<StringAttr>().begin(),
+                                     llvm::find(symbols.getAsValueRange<StringAttr>(), fallback))];
     for (auto [symbol, value] : llvm::zip(symbols.getAsValueRange<StringAttr>(), values))
       if (ShapedType::isDynamic(value))
         return program.emitError() << "shape symbol '" << symbol << "' of @" << program.getSymName()

@@ -246,8 +246,9 @@ ParseResult ProgramOp::parse(OpAsmParser &parser, OperationState &result) {
     return failure();
   props.sym_name = name;
 
-  SmallVector<Attribute> symbols;
+  SmallVector<Attribute> symbols, defaults;
   SmallVector<int64_t> values;
+  bool anyDefault = false;
   if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
         StringRef symbol;
         if (parser.parseKeyword(&symbol))
@@ -257,11 +258,18 @@ ParseResult ProgramOp::parse(OpAsmParser &parser, OperationState &result) {
         if (succeeded(parser.parseOptionalEqual()) && parser.parseInteger(value))
           return failure();
         values.push_back(value);
+        StringRef fallback;
+        if (succeeded(parser.parseOptionalKeyword("default")) && parser.parseKeyword(&fallback))
+          return failure();
+        anyDefault |= !fallback.empty();
+        defaults.push_back(builder.getStringAttr(fallback));
         return success();
       }))
     return failure();
   props.shape_symbols = builder.getArrayAttr(symbols);
   props.shape_values = builder.getDenseI64ArrayAttr(values);
+  if (anyDefault)
+    props.shape_defaults = builder.getArrayAttr(defaults);
 
   MeshAttr mesh;
   if (parser.parseKeyword("mesh") || parser.parseCustomAttributeWithFallback(mesh))
@@ -304,6 +312,8 @@ void ProgramOp::print(OpAsmPrinter &printer) {
     printer << symbol;
     if (!ShapedType::isDynamic(getShapeValues()[i]))
       printer << " = " << getShapeValues()[i];
+    if (StringRef fallback = getShapeDefault(i); !fallback.empty())
+      printer << " default " << fallback;
   }
   printer << "] mesh ";
   printer.printStrippedAttrOrType(getMesh());
@@ -326,6 +336,11 @@ std::optional<int64_t> ProgramOp::lookupShapeSymbol(StringRef name) {
     if (symbol == name)
       return value;
   return std::nullopt;
+}
+
+StringRef ProgramOp::getShapeDefault(unsigned index) {
+  std::optional<ArrayAttr> defaults = getShapeDefaults();
+  return defaults ? cast<StringAttr>((*defaults)[index]).getValue() : StringRef();
 }
 
 int64_t ProgramOp::resolve(Dim dim) {
@@ -388,9 +403,17 @@ LogicalResult ProgramOp::verify() {
   if (getShapeSymbols().size() != getShapeValues().size())
     return emitOpError() << "binds " << getShapeValues().size() << " values to "
                          << getShapeSymbols().size() << " shape symbols";
+  if (std::optional<ArrayAttr> defaults = getShapeDefaults();
+      defaults && defaults->size() != getShapeSymbols().size())
+    return emitOpError() << "gives " << defaults->size() << " defaults to "
+                         << getShapeSymbols().size() << " shape symbols";
   llvm::StringSet<> seen;
-  for (auto [symbol, value] :
-       llvm::zip(getShapeSymbols().getAsValueRange<StringAttr>(), getShapeValues())) {
+  for (auto [i, symbol, value] :
+       llvm::enumerate(getShapeSymbols().getAsValueRange<StringAttr>(), getShapeValues())) {
+    // Defaults name earlier symbols, so that they resolve in one pass and never in a cycle.
+    if (StringRef fallback = getShapeDefault(i); !fallback.empty() && !seen.contains(fallback))
+      return emitOpError() << "gives shape symbol '" << symbol << "' the default '" << fallback
+                           << "', which is not a shape symbol declared before it";
     if (!seen.insert(symbol).second)
       return emitOpError() << "declares shape symbol '" << symbol << "' twice";
     if (!ShapedType::isDynamic(value) && value < 1)

@@ -93,6 +93,16 @@ mk.program @zero [M = 0] mesh <?x?> () {}
 
 // -----
 
+// expected-error @+1 {{'mk.program' op gives shape symbol 'C' the default 'T', which is not a shape symbol declared before it}}
+mk.program @later_default [C default T, T] mesh <?x?> () {}
+
+// -----
+
+// expected-error @+1 {{'mk.program' op gives shape symbol 'C' the default 'C', which is not a shape symbol declared before it}}
+mk.program @own_default [C default C] mesh <?x?> () {}
+
+// -----
+
 // expected-error @+1 {{'mk.program' op binds 1 values to 2 shape symbols}}
 "mk.program"() <{sym_name = "bindings", shape_symbols = ["M", "N"], shape_values = array<i64: 4>, mesh = #mk.mesh<?x?>}> ({
 ^bb0:

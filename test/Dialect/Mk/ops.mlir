@@ -5,14 +5,14 @@
 // form. Each case is a program that verifies.
 
 // Types and attributes: every placement, mesh form and element type.
-// CHECK-LABEL: mk.program @types [M, N = 512] mesh <2x4>
+// CHECK-LABEL: mk.program @types [M, N = 512, C default M] mesh <2x4>
 // CHECK-SAME: !mk.tensor<[M, N], bf16, shard 0 over world>
 // CHECK-SAME: !mk.tensor<[M, 512], f16, shard 1 over nodes>
 // CHECK-SAME: !mk.tensor<[16, N], f32, shard 0 over gpus>
 // CHECK-SAME: !mk.tensor<[M, N], f8E4M3FN, replicated>
 // CHECK-SAME: !mk.tensor<[4, M, N], f8E5M2, symmetric>
 // CHECK-SAME: !mk.tensor<[M], i32, replicated>
-mk.program @types [M, N = 512] mesh <2x4> (
+mk.program @types [M, N = 512, C default M] mesh <2x4> (
     %a: !mk.tensor<[M, N], bf16, shard 0 over world>,
     %b: !mk.tensor<[M, 512], f16, shard 1 over nodes>,
     %c: !mk.tensor<[16, N], f32, shard 0 over gpus>,

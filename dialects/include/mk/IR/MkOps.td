@@ -34,8 +34,9 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
   let summary = "A fused multi-GPU operation: distributed tensors and what happens to their tiles";
   let description = [{
     A program declares its shape symbols (bound to numbers by specialization, `M = 8192` once
-    bound), the topology it runs on (and, once specialized for one, the rank it is compiled for),
-    and its distributed tensor arguments. Its body holds tile grids, collectives and, after the
+    bound; `C default T` takes T's value where specialization binds no other: a default names a
+    symbol declared before it), the topology it runs on (and, once specialized for one, the rank
+    it is compiled for), and its distributed tensor arguments. Its body holds tile grids, collectives and, after the
     compiler's passes, the roles of one persistent kernel of `grid` CTAs. Once shapes are bound,
     the bytes of its distributed tensors (arguments, buffers, gathered tensors) must count in
     int64, and those of one rank together fit 1 TiB (`kMaxRankBytes`), above any GPU's memory.
@@ -52,6 +53,7 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
   let arguments = (ins SymbolNameAttr:$sym_name,
                        StrArrayAttr:$shape_symbols,
                        DenseI64ArrayAttr:$shape_values,
+                       OptionalAttr<StrArrayAttr>:$shape_defaults,
                        Mk_MeshAttr:$mesh,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$rank,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$grid);
@@ -64,6 +66,8 @@ def Mk_ProgramOp : Mk_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove, NoT
     /// The value bound to shape symbol `name`: a number, ShapedType::kDynamic while unbound, or
     /// std::nullopt where the program declares no such symbol.
     std::optional<int64_t> lookupShapeSymbol(::llvm::StringRef name);
+    /// The symbol whose value shape symbol `index` takes when nothing binds it ("" if none).
+    ::llvm::StringRef getShapeDefault(unsigned index);
     /// The extent of `dim`: static, or the value bound to its symbol (kDynamic while unbound).
     int64_t resolve(::mlir::mk::Dim dim);
   }];
@@ -473,7 +477,12 @@ def Mk_DispatchOp : Mk_Op<"dispatch"> {
     `experts[t, j]` is the j-th expert token t is routed to. The results are the routed rows, laid
     out expert-major with a capacity per expert, the number of rows each expert received, and for
     every routed row its origin (token * top_k + j, or -1 for an empty slot), which mk.combine uses
-    to bring results back.
+    to bring results back. Copies are taken in token order; one past its expert's capacity C is
+    dropped, and one whose expert index lies outside [0, E) goes nowhere: neither is silent, each
+    launch reports them for every rank's own tokens (the runtime's routing report, mk/abi.h's
+    mk_routing_report: the dropped count, and an error naming the first index out of range). A
+    program routes tokens once (one mk.dispatch). With distinct experts per token, C = T drops
+    nothing, the default of the library's program.
 
     ```mlir
     %Xe, %count, %origin = mk.dispatch %X by %experts
