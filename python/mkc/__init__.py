@@ -18,10 +18,10 @@ ValueError first. torch is never imported here unless SymmetricTensor.torch() is
 
 from ._errors import Error
 from ._programs import generate_cuda, library_program
-from ._runtime import FusedOp, NetworkStatistics, Runtime
+from ._runtime import FusedOp, NetworkStatistics, RoutingReport, Runtime
 from ._sequence import unzigzag, zigzag
 from ._tensors import Argument, SymmetricTensor
 
 __version__ = "0.1.0"
-__all__ = ["Argument", "Error", "FusedOp", "NetworkStatistics", "Runtime", "SymmetricTensor",
-           "generate_cuda", "library_program", "unzigzag", "zigzag"]
+__all__ = ["Argument", "Error", "FusedOp", "NetworkStatistics", "RoutingReport", "Runtime",
+           "SymmetricTensor", "generate_cuda", "library_program", "unzigzag", "zigzag"]

@@ -29,6 +29,13 @@ class NetworkStatistics(NamedTuple):
     bytes: int     # their payload bytes, flags left out
 
 
+class RoutingReport(NamedTuple):
+    """What a launch's routing of tokens to experts reported for this rank's tokens
+    (FusedOp.routing)."""
+    launch: int   # the launch it is of: 1 for the op's first, 0 before any has routed
+    dropped: int  # copies (token x top-k choice) past their expert's capacity, dropped
+
+
 def _destroy_runtime(lib, handle, live_ops):
     for destroy_op in list(live_ops.values()):
         destroy_op()
@@ -267,6 +274,20 @@ class FusedOp:
         _capi.library().mkc_op_launch(self._handle, _stream_handle(stream, device),
                                       (ctypes.c_void_p * len(addresses))(*addresses),
                                       len(addresses))
+
+    def routing(self):
+        """The RoutingReport of the latest launch to route tokens to experts (mk.dispatch), for
+        this rank's tokens: read it once the launch's stream has synchronised. A copy dropped
+        past its expert's capacity C leaves its expert out of its token's result; the library's
+        programs default C so that none drops. mkc.Error if the op routes nothing, or naming the
+        token, choice and index once a launch routed a copy to an expert out of range (reported
+        once; the next launch reports it too).
+        """
+        if self.closed:
+            raise closed(f"fused op {self.name}")
+        launch, dropped = ctypes.c_uint(), ctypes.c_uint()
+        _capi.library().mkc_op_routing(self._handle, ctypes.byref(launch), ctypes.byref(dropped))
+        return RoutingReport(launch.value, dropped.value)
 
     def __repr__(self):
         state = " (closed)" if self.closed else ""

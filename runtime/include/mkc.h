@@ -138,6 +138,14 @@ mkc_status mkc_op_get_role(const mkc_op *op, int index, const char **kind, int *
  * stream) with `count` device addresses, one per argument. */
 mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments, int count);
 
+/* What the op's latest launch to route tokens to experts (mk.dispatch) reported for this rank's
+ * tokens, once its stream has synchronised: `*launch` the launch (1 for the first, 0 before any),
+ * `*dropped` the copies (token x top-k choice) that went past their expert's capacity and were
+ * dropped. MKC_ERROR_INVALID_ARGUMENT when the op routes nothing, or naming the token, choice and
+ * index once a launch routed a copy to an expert out of range (reported once; mkc_op_launch
+ * reports it too). */
+mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped);
+
 /* The CUDA C++ that `text` becomes for `topology` ("NODESxGPUS"), `rank` (-1: any), `shapes`
  * and `options` (as for mkc_op_compile), without a GPU: what the JIT would compile. *cuda is
  * freed with mkc_free. */

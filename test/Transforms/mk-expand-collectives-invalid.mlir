@@ -47,3 +47,18 @@ mk.program @undispatched [] mesh <1x2> (%y: !Y, %o: !O, %w: !W) {
     mk.combine %v from [%e, %t, %n] into %y routed %o weighted %w : !mk.tile<[64, 64], f32>, !Y, !O, !W
   }
 }
+
+// -----
+
+!X = !mk.tensor<[1024, 256], bf16, shard 0 over world>
+!R = !mk.tensor<[1024, 2], i32, shard 0 over world>
+!Xe = !mk.tensor<[16, 256, 256], bf16, shard 0 over world>
+!Cn = !mk.tensor<[16], i32, shard 0 over world>
+!O = !mk.tensor<[16, 256], i32, shard 0 over world>
+
+// Two routings: a launch reports one (mk_routing_report).
+mk.program @routes_twice [] mesh <1x2> (%x: !X, %r: !R, %s: !R) {
+  %xe, %count, %origin = mk.dispatch %x by %r : !X, !R -> !Xe, !Cn, !O
+  // expected-error @+1 {{'mk.dispatch' op routes tokens a second time in @routes_twice: a program routes once, as its launches report one routing (mk_routing_report)}}
+  %xe2, %count2, %origin2 = mk.dispatch %x by %s : !X, !R -> !Xe, !Cn, !O
+}

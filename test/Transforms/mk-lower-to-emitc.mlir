@@ -271,11 +271,15 @@ mk.program @attention [] mesh <1x2> (%q: !Q, %k: !Q, %o: !Q) grid 132 {
 
 // -----
 
-// Expert routing: the selection in one CTA, the combination per tile of tokens.
+// Expert routing: the selection in one CTA, which reports on this launch's routing (the
+// manifest names its experts), the combination per tile of tokens.
 // CHECK-LABEL: emitc.func @routing
-// CHECK: call_opaque "mk::select_routed"{{.*}}template_args = [#emitc.opaque<"8">]
+// CHECK: %[[REPORT:.+]] = call_opaque "mk::routing_report"(%arg0){{.*}} -> !emitc.ptr<!emitc.opaque<"mk_routing_report">>
+// CHECK: %[[EPOCH:.+]] = call_opaque "mk::epoch"
+// CHECK: call_opaque "mk::select_routed"({{.*}}, %[[REPORT]], %[[EPOCH]]){{.*}}template_args = [#emitc.opaque<"8">]
 // CHECK: call_opaque "mk::combine_routed"
 // CHECK: mk::select_routed_smem_bytes<8>()
+// CHECK: /* routed_experts */ 8,
 mk.program @routing [] mesh <1x2> (%x: !mk.tensor<[256, 512], bf16, symmetric>, %e: !mk.tensor<[256, 4], i32, symmetric>,
     %w: !mk.tensor<[256, 4], f32, shard 0 over world>, %y: !mk.tensor<[256, 512], bf16, shard 0 over world>) grid 132 {
   %routed = mk.buffer : !mk.tensor<[8, 128, 512], bf16, shard 0 over world>

@@ -30,6 +30,7 @@ C_TYPES = {
     "void *const *": ctypes.POINTER(ctypes.c_void_p),
     "void **": ctypes.POINTER(ctypes.c_void_p),
     "int *": ctypes.POINTER(ctypes.c_int),
+    "unsigned *": ctypes.POINTER(ctypes.c_uint),
     "mkc_runtime *": _runtime_p,
     "const mkc_runtime *": _runtime_p,
     "mkc_runtime **": ctypes.POINTER(_runtime_p),

@@ -99,6 +99,10 @@ class FakeLibrary:
         argument._obj.bytes = 2 * shape[0] * shape[1]
         argument._obj.symmetric = index == 2
 
+    def mkc_op_routing(self, op, launch, dropped):
+        self.calls.append(("routing", self.name_of(op)))
+        launch._obj.value, dropped._obj.value = 12, 3
+
     def mkc_op_destroy(self, op):
         self.calls.append(("destroy", self.name_of(op)))
 
@@ -236,6 +240,14 @@ class Calls(RuntimeTest):
         statistics = mkc.Runtime().network_statistics()
         self.assertEqual(self.last("network_statistics"), ("network_statistics", "runtime"))
         self.assertEqual(statistics, mkc.NetworkStatistics(commands=7, writes=6, bytes=1 << 40))
+
+    def test_routing(self):
+        op = self.compiled(mkc.Runtime())
+        self.assertEqual(op.routing(), mkc.RoutingReport(launch=12, dropped=3))
+        self.assertEqual(self.last("routing"), ("routing", "op 0"))
+        op.close()
+        with self.assertRaisesRegex(mkc.Error, "^fused op gemm_allreduce is closed$"):
+            op.routing()
 
     def test_barrier(self):
         mkc.Runtime().barrier()

@@ -801,6 +801,10 @@ static SmallVector<int64_t> wholeShard(DistTensorType type, MeshAttr mesh) {
 
 LogicalResult Expander::expandDispatch(DispatchOp op) {
   Location loc = op.getLoc();
+  if (!placements.empty())
+    return op.emitOpError() << "routes tokens a second time in @" << program.getSymName()
+                            << ": a program routes once, as its launches report one routing "
+                               "(mk_routing_report)";
   // Every rank gets every rank's tokens and routing, along rails and within nodes, and picks out
   // the rows routed to its own experts.
   Value tokens = gather(loc, op.getTokens(), wholeShard(op.getTokens().getType(), mesh));
@@ -845,8 +849,11 @@ LogicalResult Expander::expandCombine(CombineOp op) {
   StoreOp::create(b, loc, converted, results, op.getCoords(), ArrayRef<int64_t>{});
   Value gathered = gather(loc, results, {1, extents[0], extents[1]});
 
+  // Any number of tokens: the last tile of a rank's is partial.
+  Grid tokenTiles;
+  tokenTiles.masked = true;
   OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::combine).getBody().front());
-  tileGrid(rb, loc, op.getDest(), extents, Grid{}, [&](OpBuilder &gb, ValueRange coords) {
+  tileGrid(rb, loc, op.getDest(), extents, tokenTiles, [&](OpBuilder &gb, ValueRange coords) {
     CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(), coords,
                             extents);
   });

@@ -12,7 +12,9 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 9
+#define MK_ABI_VERSION 10
+
+typedef int mk_i32;
 
 /* Threads of every CTA of a generated persistent kernel: three warpgroups, which the GEMM engine
  * (mk/device/gemm_engine.cuh) splits into a TMA producer and two wgmma consumers. */
@@ -124,7 +126,9 @@ typedef struct mk_role_ctas {
  * each GPU issues its own (their number grows with the problem's size). `dynamic_smem_bytes` is
  * per CTA; `tensor_bytes[i]` what tensor i (arguments first, then the buffers the runtime
  * allocates) takes on one rank; bit i of `symmetric_tensors` that peers write tensor i or the
- * network reads it, so it must be in symmetric memory. */
+ * network reads it, so it must be in symmetric memory. `routed_experts` is the experts a program's
+ * mk.dispatch routes tokens to (0: it routes none), which the runtime names when a launch's
+ * routing was out of range (mk_routing_report). */
 typedef struct mk_kernel_manifest {
   mk_u32 abi_version;
   mk_u32 grid;
@@ -136,6 +140,8 @@ typedef struct mk_kernel_manifest {
   mk_u32 roles;
   mk_u32 tensor_map_count;
   mk_u32 engine_copy_count;
+  mk_u32 routed_experts;
+  mk_u32 reserved;
   mk_u64 tensor_bytes[MK_MAX_TENSORS];
   mk_argument_type argument_types[MK_MAX_TENSORS];
   mk_role_ctas sm_split[MK_MAX_ROLES];
@@ -162,6 +168,26 @@ typedef struct mk_wait_watch {
   mk_wait_failure *failure;
 } mk_wait_watch;
 
+/* What a launch's routing of tokens to experts (mk.dispatch) tells the caller, in mapped host
+ * memory of the op, which the runtime reads once the caller has synchronised the launch's stream.
+ * Of this rank's tokens: `dropped` copies went past their expert's capacity in launch `epoch`
+ * (each launch overwrites both); `invalid` is raised, and kept until the runtime has reported
+ * it, by the first copy whose expert index was outside [0, experts): its token (of this rank's
+ * shard), its choice among the token's top k, and the index. Such a copy goes nowhere. */
+typedef struct mk_routing_report {
+  mk_u32 epoch;
+  mk_u32 dropped;
+  mk_u32 invalid;
+  mk_u32 invalid_token;
+  mk_u32 invalid_choice;
+  mk_i32 invalid_expert;
+} mk_routing_report;
+
+/* Everything an op's launches report (one per op). */
+typedef struct mk_op_report {
+  mk_routing_report routing;
+} mk_op_report;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
   mk_tensor_map maps[MK_MAX_TENSOR_MAPS]; /* first: their alignment is the struct's */
@@ -176,7 +202,8 @@ typedef struct mk_kernel_args {
    * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
    * after every launch, so a captured CUDA graph replays with fresh epochs. */
   const mk_u32 *epoch;
-  mk_u32 node; /* this rank's node and GPU index */
+  mk_op_report *report; /* the op's, in mapped host memory */
+  mk_u32 node;          /* this rank's node and GPU index */
   mk_u32 gpu;
   mk_u32 nodes;
   mk_u32 flag_words;
@@ -186,6 +213,7 @@ typedef struct mk_kernel_args {
 
 #ifdef __cplusplus
 static_assert(sizeof(void *) == 8, "64-bit only");
+static_assert(sizeof(mk_i32) == 4, "mk_i32 is 32 bits");
 static_assert(sizeof(mk_tensor_ref) == 72, "mk_tensor_ref layout");
 static_assert(sizeof(mk_tensor_map) == 128 && alignof(mk_tensor_map) == 64, "mk_tensor_map layout");
 static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
@@ -193,17 +221,19 @@ static_assert(sizeof(mk_engine_copy) == 56, "mk_engine_copy layout");
 static_assert(sizeof(mk_argument_type) == 16 + 8 * MK_MAX_TENSOR_RANK, "mk_argument_type layout");
 static_assert(sizeof(mk_role_ctas) == MK_ROLE_KIND_BYTES + 8, "mk_role_ctas layout");
 static_assert(sizeof(mk_kernel_manifest) ==
-                  40 + 8 * MK_MAX_TENSORS + sizeof(mk_argument_type) * MK_MAX_TENSORS +
+                  48 + 8 * MK_MAX_TENSORS + sizeof(mk_argument_type) * MK_MAX_TENSORS +
                       sizeof(mk_role_ctas) * MK_MAX_ROLES + 80 * MK_MAX_TENSOR_MAPS,
               "mk_kernel_manifest layout");
 static_assert(sizeof(mk_kernel_manifest) % alignof(mk_engine_copy) == 0,
               "the engine copies follow the manifest unpadded");
 static_assert(sizeof(mk_wait_failure) == 24, "mk_wait_failure layout");
 static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
+static_assert(sizeof(mk_routing_report) == 24, "mk_routing_report layout");
+static_assert(sizeof(mk_op_report) == 24, "mk_op_report layout");
 static_assert(sizeof(mk_kernel_args) ==
-                  128 * MK_MAX_TENSOR_MAPS +
-                      ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE + 8 + 64 + 8 + 24 + 63) /
-                       64 * 64),
+                  128 * MK_MAX_TENSOR_MAPS + ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE +
+                                               8 + 64 + 8 + 8 + 24 + 63) /
+                                              64 * 64),
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");
 #endif

@@ -266,6 +266,16 @@ mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments,
   });
 }
 
+mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped) {
+  return guarded(__func__, [&] {
+    unsigned &launchOut = required(launch, "launch");
+    unsigned &droppedOut = required(dropped, "dropped");
+    const mkc::RoutingReport report = required(op, "op").op.routing();
+    launchOut = report.launch;
+    droppedOut = report.dropped;
+  });
+}
+
 mkc_status mkc_generate_cuda(const char *text, const char *name, const char *topology, int rank,
                              const char *shapes, const char *compiler_options, char **cuda) {
   return guarded(__func__, [&] {

@@ -482,6 +482,7 @@ LaunchParameters decodeManifest(const std::string &kernel, std::string_view byte
   launch.arguments = static_cast<int>(m.arguments);
   launch.tensorBytes.assign(m.tensor_bytes, m.tensor_bytes + m.tensors);
   launch.symmetricTensors = m.symmetric_tensors;
+  launch.routedExperts = static_cast<int>(m.routed_experts);
   for (const mk_argument_type &argument : std::span(m.argument_types, m.arguments)) {
     TensorType type{paddedName(argument.element), {}};
     if (type.element.empty() || argument.rank < 1 || argument.rank > MK_MAX_TENSOR_RANK)

@@ -108,6 +108,13 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
   MK_CU_CHECK(cu, cuMemAlloc(&op->epoch, sizeof(mk_u32)));
   MK_CU_CHECK(cu, cuMemsetD32(op->epoch, 1, 1)); // the first launch's epoch
   parameter.epoch = reinterpret_cast<const mk_u32 *>(op->epoch);
+  void *report = nullptr;
+  MK_CU_CHECK(cu, cuMemHostAlloc(&report, sizeof(mk_op_report), CU_MEMHOSTALLOC_DEVICEMAP));
+  op->report = static_cast<mk_op_report *>(report);
+  *op->report = {};
+  CUdeviceptr reportOnDevice = 0;
+  MK_CU_CHECK(cu, cuMemHostGetDevicePointer(&reportOnDevice, report, 0));
+  parameter.report = reinterpret_cast<mk_op_report *>(reportOnDevice);
   parameter.nodes = static_cast<mk_u32>(group.nodeCount());
   parameter.flag_words = static_cast<mk_u32>(std::max(launch.flagWords, 1));
   parameter.node = static_cast<mk_u32>(group.nodeIndex());

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 
 namespace mkc {
 
@@ -38,6 +39,8 @@ FusedOp::State::~State() {
       cu.cuMemFree(buffer);
     if (epoch)
       cu.cuMemFree(epoch);
+    if (report)
+      cu.cuMemFreeHost(report);
     for (CUevent event : {copiesMayStart, copiesDone})
       if (event)
         cu.cuEventDestroy(event);
@@ -92,9 +95,40 @@ mk_tensor_ref FusedOp::State::reference(int index, void *pointer) const {
   return ref;
 }
 
+void FusedOp::State::checkRouting() const {
+  auto *routing = reinterpret_cast<volatile mk_routing_report *>(&report->routing);
+  if (!routing->invalid)
+    return;
+  const mk_routing_report seen = const_cast<const mk_routing_report &>(report->routing);
+  routing->invalid = 0;
+  throw RuntimeError(fmt::format(
+      "{}: a launch routed choice {} of token {} (of rank {}'s tokens) to expert {}, outside [0, "
+      "{}); that copy went to no expert, so the token's result lacks it. The expert indices must "
+      "lie in [0, E)",
+      name, seen.invalid_choice, seen.invalid_token, runtime->group.rank(), seen.invalid_expert,
+      kernel->launch().routedExperts));
+}
+
 const std::string &FusedOp::name() const { return state_->name; }
 const std::vector<Argument> &FusedOp::arguments() const { return state_->arguments; }
 const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
+
+RoutingReport FusedOp::routing() const {
+  const State &op = *state_;
+  if (!op.kernel->launch().routedExperts)
+    throw RuntimeError(op.name + " routes no tokens to experts (it has no mk.dispatch)");
+  op.checkRouting();
+  const auto &routing = *reinterpret_cast<volatile const mk_routing_report *>(&op.report->routing);
+  // The count is written before the epoch: read it after, and again if a launch wrote between.
+  for (;;) {
+    const mk_u32 epoch = routing.epoch;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const mk_u32 dropped = routing.dropped;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (routing.epoch == epoch)
+      return {epoch, dropped};
+  }
+}
 
 namespace {
 
@@ -142,6 +176,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   // A proxy that failed, or a wait that gave up, has stopped kernels' waits: say why instead of
   // launching.
   op.runtime->check();
+  op.checkRouting();
   cuda::ContextScope scope(cu, op.runtime->context.context());
   mk_kernel_args parameter = op.parameter;
   {

@@ -136,6 +136,8 @@ struct FusedOp::State {
   /// The launch's epoch (mk_kernel_args::epoch), and buffers of this rank only.
   CUdeviceptr epoch = 0;
   std::vector<CUdeviceptr> privateBuffers;
+  /// What the launches report (mk_kernel_args::report), in mapped host memory.
+  mk_op_report *report = nullptr;
   /// The copies this GPU's copy engines make beside each launch (mk.engine_copy), on a stream of
   /// the op's that forks from the caller's before the kernel and joins it before the epoch moves.
   std::vector<mk_engine_copy> copies;
@@ -151,6 +153,8 @@ struct FusedOp::State {
   mutable std::vector<mk_tensor_map> checkedMaps;
 
   mk_tensor_ref reference(int index, void *pointer) const;
+  /// Throws RuntimeError, once, where a launch routed a copy to an expert out of range.
+  void checkRouting() const;
 };
 
 } // namespace mkc

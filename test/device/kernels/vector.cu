@@ -79,9 +79,11 @@ MK_SMEM(select_routed_bf16, mk::select_routed_smem_bytes<64>())
 MK_KERNEL select_routed_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
                              long long hidden, mk::bf16 *routed, int *counts, int *origins,
                              int *placement, int expert_first, int local_experts, int capacity,
-                             int token_first, int local_tokens) {
+                             int token_first, int local_tokens, mk_routing_report *report,
+                             mk_u32 epoch) {
   mk::select_routed<64>(rows, experts, tokens, top_k, hidden, routed, counts, origins, placement,
-                        expert_first, local_experts, capacity, token_first, local_tokens, mk_smem);
+                        expert_first, local_experts, capacity, token_first, local_tokens, report,
+                        epoch, mk_smem);
 }
 
 MK_SMEM(combine_routed_bf16, 0)

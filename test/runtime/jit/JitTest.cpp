@@ -384,6 +384,11 @@ TEST_CASE("jit: a kernel's manifest is read back, and malformed ones are refused
   CHECK(launch.argumentTypes[1].extents == std::vector<long long>{7});
   CHECK(launch.smSplit.str() == "compute=120,intra_reduce=12");
   CHECK(launch.engineCopies.size() == 0);
+  CHECK(launch.routedExperts == 0);
+
+  mk_kernel_manifest routing = sampleManifest();
+  routing.routed_experts = 64;
+  CHECK(mkc::decodeManifest("k", manifestBytes(routing)).routedExperts == 64);
 
   // A kernel may have several roles of a kind (ring attention's transfers of K and of V).
   mk_kernel_manifest twoOfAKind = sampleManifest();

@@ -53,6 +53,8 @@ FailureOr<std::string> kernelManifest(Location loc, const KernelLayout &layout) 
   field("roles", Twine(roles.size()));
   field("tensor_map_count", Twine(layout.tensorMaps.size()));
   field("engine_copy_count", Twine(layout.engineCopies.size()));
+  field("routed_experts", Twine(layout.routedExperts));
+  field("reserved", "0");
   field("tensor_bytes", braced(tensorBytes));
   field("argument_types", braced(argumentTypes));
   field("sm_split", braced(roles));

@@ -1,7 +1,8 @@
 //===- RoutingOpToEmitC.cpp - expert routing: selection and combination ---===//
 //
 // mk.select_routed and mk.combine_routed are one device-library call each (mk/device/routing.cuh)
-// on the role's team: the selection over every rank's tokens, by one CTA (mk.single_cta), the
+// on the role's team: the selection over every rank's tokens, by one CTA (mk.single_cta), which
+// reports the copies of this rank's tokens it dropped or could not route (mk_routing_report); the
 // combination per tile of this rank's tokens.
 //
 //===----------------------------------------------------------------------===//
@@ -35,6 +36,12 @@ struct SelectRoutedLowering : LoweringPattern<SelectRoutedOp> {
                    type.getLocalExtent(0, mesh));
     };
     int64_t experts = routed.getShape()[0];
+    // The runtime reads the report and names the experts of an out-of-range index.
+    layout.routedExperts = experts;
+    Value args = kernelArgs(op);
+    auto reportType =
+        emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_routing_report"));
+    auto epochType = emitc::OpaqueType::get(rewriter.getContext(), "mk_u32");
     needSmem("mk::select_routed_smem_bytes<" + std::to_string(experts) + ">()");
     call(rewriter, loc, {}, "mk::select_routed",
          {start(op.getTokens(), adaptor.getTokens()), start(op.getExperts(), adaptor.getExperts()),
@@ -44,7 +51,8 @@ struct SelectRoutedLowering : LoweringPattern<SelectRoutedOp> {
           start(op.getPlacement(), adaptor.getPlacement()), first(routed),
           std::to_string(routed.getLocalExtent(0, mesh)), std::to_string(routed.getShape()[1]),
           first(placement), std::to_string(placement.getLocalExtent(0, mesh)),
-          std::string("mk_smem")},
+          call(rewriter, loc, reportType, "mk::routing_report", {args}).getResult(0),
+          call(rewriter, loc, epochType, "mk::epoch", {args}).getResult(0), std::string("mk_smem")},
          {std::to_string(experts)});
     rewriter.eraseOp(op);
     return success();

@@ -57,6 +57,12 @@ __device__ __forceinline__ int64_t cta() { return blockIdx.x; }
 __device__ __forceinline__ int64_t node(const mk_kernel_args &args) { return args.node; }
 __device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args.gpu; }
 
+/// This launch's epoch, and where it reports what the caller reads (mk/abi.h's mk_op_report).
+__device__ __forceinline__ mk_u32 epoch(const mk_kernel_args &args) { return *args.epoch; }
+__device__ __forceinline__ mk_routing_report *routing_report(const mk_kernel_args &args) {
+  return &args.report->routing;
+}
+
 /// Adds one arrival to flag `offset` of this rank, or of GPU `gpu` of this node.
 __device__ __forceinline__ void signal_local(const mk_kernel_args &args, int64_t offset) {
   signal(args.flags + offset);

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -106,6 +107,15 @@ struct Argument {
   bool symmetric = false;
 };
 
+/// What a launch's routing of tokens to experts (mk.dispatch) reported for this rank's tokens.
+struct RoutingReport {
+  /// The launch it is of: 1 for the op's first, 0 before any has routed.
+  std::uint32_t launch = 0;
+  /// Copies of this rank's tokens (token x top-k choice) that went past their expert's capacity
+  /// C and were dropped: their tokens' results lack those experts.
+  std::uint32_t dropped = 0;
+};
+
 class FusedOp;
 
 class Runtime {
@@ -171,6 +181,12 @@ public:
   /// Throws RuntimeError, naming the argument, when one is missing, not memory of this GPU or
   /// outside the symmetric heap where it must be inside.
   void launch(CUstream stream, std::span<void *const> arguments) const;
+
+  /// The routing report of the op's latest launch to have routed (read it once the launch's
+  /// stream has synchronised). Throws RuntimeError when the op routes no tokens, or naming the
+  /// token, choice and index when a launch routed a copy to an expert out of range (reported
+  /// once; launch() reports it too).
+  RoutingReport routing() const;
 
   struct State;
   explicit FusedOp(std::shared_ptr<State> state) : state_(std::move(state)) {}

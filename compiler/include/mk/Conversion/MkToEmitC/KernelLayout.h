@@ -56,6 +56,8 @@ struct KernelLayout {
   std::vector<std::string> tensorMaps;
   /// The copies copy engines make beside the kernel, as mk_engine_copy initialisers.
   std::vector<std::string> engineCopies;
+  /// The experts the program's mk.select_routed routes to (0: none), which it reports on.
+  int64_t routedExperts = 0;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
   /// mk::GemmConfig arguments, the TMA reduction of each role that has one (mk::TmaReduce), and
   /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).

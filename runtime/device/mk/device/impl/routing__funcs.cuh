@@ -15,7 +15,8 @@ template <int kExperts, typename T>
 __device__ __forceinline__ void
 select_routed(const T *rows, const int *experts, int tokens, int top_k, long long hidden, T *routed,
               int *counts, int *origins, int *placement, int expert_first, int local_experts,
-              int capacity, int token_first, int local_tokens, void *smem) {
+              int capacity, int token_first, int local_tokens, mk_routing_report *report,
+              mk_u32 epoch, void *smem) {
   int *filled = static_cast<int *>(smem); // rows each expert has received so far
   for (int e = team_thread(); e < kExperts; e += MK_TEAM_THREADS)
     filled[e] = 0;
@@ -23,10 +24,13 @@ select_routed(const T *rows, const int *experts, int tokens, int top_k, long lon
     origins[s] = -1;
   team_sync();
   // One warp routes the copies in order, 32 at a time: a copy's slot is its expert's count so far
-  // plus the earlier lanes with the same expert.
+  // plus the earlier lanes with the same expert. It counts the copies of this rank's tokens that
+  // drop past the capacity, and finds the first that names no expert.
   if (team_thread() < 32) {
     const int lane = team_thread();
     const int copies = tokens * top_k;
+    const int mine_first = token_first * top_k, mine_end = (token_first + local_tokens) * top_k;
+    unsigned dropped = 0, first_invalid = ~0u;
     for (int base = 0; base < copies; base += 32) {
       const int c = base + lane;
       const int x = c < copies ? experts[c] : -1;
@@ -43,9 +47,27 @@ select_routed(const T *rows, const int *experts, int tokens, int top_k, long lon
       const bool kept = routable && slot < capacity;
       if (kept && x >= expert_first && x < expert_first + local_experts)
         origins[(x - expert_first) * capacity + slot] = c;
-      const int token = c / top_k;
-      if (token >= token_first && token < token_first + local_tokens)
-        placement[(token - token_first) * top_k + c % top_k] = kept ? x * capacity + slot : -1;
+      if (c >= mine_first && c < mine_end) {
+        placement[c - mine_first] = kept ? x * capacity + slot : -1;
+        dropped += routable && !kept;
+        if (!routable)
+          first_invalid = min(first_invalid, static_cast<unsigned>(c));
+      }
+    }
+    dropped = __reduce_add_sync(0xffffffffu, dropped);
+    first_invalid = __reduce_min_sync(0xffffffffu, first_invalid);
+    volatile mk_routing_report *out = report;
+    if (first_invalid != ~0u && lane == 0 && !out->invalid) {
+      out->invalid_token = first_invalid / top_k - token_first;
+      out->invalid_choice = first_invalid % top_k;
+      out->invalid_expert = experts[first_invalid];
+      __threadfence_system();
+      out->invalid = 1;
+    }
+    if (lane == 0) {
+      out->dropped = dropped;
+      __threadfence_system();
+      out->epoch = epoch;
     }
   }
   team_sync();

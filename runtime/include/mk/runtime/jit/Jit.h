@@ -134,6 +134,8 @@ struct LaunchParameters {
   mlir::mk::SmSplit smSplit;
   /// The copies copy engines make beside the kernel, in the order each GPU issues its own.
   std::vector<mk_engine_copy> engineCopies;
+  /// The experts the kernel routes tokens to (mk.dispatch), reporting on it; 0: it routes none.
+  int routedExperts = 0;
 };
 
 /// The launch parameters of `kernel` from the bytes of its module's `<kernel>_manifest` (mk/abi.h's
