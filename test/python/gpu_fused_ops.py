@@ -15,10 +15,9 @@ import os
 import pathlib
 import sys
 
-import gpu_gemm_allreduce as common  # check, close_to, run_topologies; also puts mkc on the path
+import gpu_gemm_allreduce as common  # check, close_to, topologies_main; also puts mkc on the path
 
 FUSED = pathlib.Path(__file__).resolve().parents[1] / "fused"
-NETWORK = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
 LAUNCHES = 3
 
 
@@ -213,15 +212,8 @@ def rank_main():
             run(runtime, torch, mkc, case)
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: {case.name} {case.shapes}: {error}")
-    torch.cuda.synchronize()
-    runtime.close()
-    return 1 if common.failures else 0
-
-
-def main():
-    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1").split(",")
-    return common.run_topologies(__file__, topologies, {t: NETWORK for t in topologies})
+    return common.finish(torch, runtime)
 
 
 if __name__ == "__main__":
-    sys.exit(common.script_main(__file__, rank_main, main))
+    sys.exit(common.topologies_main(__file__, rank_main, "1x1,1x2,2x1"))

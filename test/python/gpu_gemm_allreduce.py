@@ -114,6 +114,25 @@ def script_main(script, rank_main, main):
     return main()
 
 
+LOOPBACK_FABRIC = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
+
+
+def topologies_main(script, rank_main, default_topologies):
+    """script_main for a script whose job per topology (MKC_TEST_TOPOLOGIES, else
+    `default_topologies`, "1x1,1x2,...") links its nodes by libfabric tcp over loopback."""
+    def main():
+        topologies = os.environ.get("MKC_TEST_TOPOLOGIES", default_topologies).split(",")
+        return run_topologies(script, topologies, {t: LOOPBACK_FABRIC for t in topologies})
+    return script_main(script, rank_main, main)
+
+
+def finish(torch, runtime):
+    """A rank's exit status once its checks ran: waits for the GPU, closes the runtime."""
+    torch.cuda.synchronize()
+    runtime.close()
+    return 1 if failures else 0
+
+
 def within_tolerance(result, reference, partials=()):
     """Whether `result` is `reference` within 2^-7 relative plus rms/64 absolute, its largest
     error and least tolerance. A result summed from bf16 `partials` (their f32 values) also gets

@@ -17,9 +17,8 @@ import math
 import os
 import sys
 
-import gpu_gemm_allreduce as common  # check, run_topologies; also puts mkc on the path
+import gpu_gemm_allreduce as common  # check, topologies_main; also puts mkc on the path
 
-NETWORK = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
 LAUNCHES = 3
 BACK_TO_BACK = 100
 
@@ -178,15 +177,8 @@ def rank_main():
                      repeat=repeated(runtime.world_size, b, h, s, d, zigzag))
         except mkc.Error as error:
             common.check(False, f"rank {runtime.rank}: case {index}: {error}")
-    torch.cuda.synchronize()
-    runtime.close()
-    return 1 if common.failures else 0
-
-
-def main():
-    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1,2x2,1x3").split(",")
-    return common.run_topologies(__file__, topologies, {t: NETWORK for t in topologies})
+    return common.finish(torch, runtime)
 
 
 if __name__ == "__main__":
-    sys.exit(common.script_main(__file__, rank_main, main))
+    sys.exit(common.topologies_main(__file__, rank_main, "1x1,1x2,2x1,2x2,1x3"))
