@@ -282,14 +282,19 @@ def write_csv(rows, path):
             writer.writerows(rows)
 
 
-def plot_tflops(rows, names, path):
-    """A bar chart at `path`, if any: each row's `<name>_tflops` for each of `names`."""
+def attention_label(row):
+    return f"{row['B']},{row['H']},{row['S']},{row['D']}{' c' if row['causal'] else ''}"
+
+
+def plot_tflops(rows, names, path, label=attention_label):
+    """A bar chart at `path`, if any: each row's `<name>_tflops` for each of `names`, the bars
+    of a row named by `label(row)`."""
     if not path or not rows:
         return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    labels = [f"{r['B']},{r['H']},{r['S']},{r['D']}{' c' if r['causal'] else ''}" for r in rows]
+    labels = [label(r) for r in rows]
     x = range(len(rows))
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(12, 4))

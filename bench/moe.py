@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""MoE dispatch + expert FFN + combine (lib/moe_dispatch_gemm_combine.mlir) through the Python
+runtime, against PyTorch's grouped-GEMM path in the same run: a benchmark, not a timed test.
+
+    python3 bench/moe.py [--repeat N] [--batch N] [--tokens 128,1024,...] [--models deepseek,...]
+                         [--csv FILE] [--plot FILE] [--options NAME=VALUE;...]
+
+At 1x1, per model shape (per GPU: DeepSeek-V3's Hd 7168, I 2048, 16 experts, top-8; Mixtral's
+Hd 4096, I 14336, 8 experts, top-2) and tokens (128, 1024, 4096, 16384), bf16, uniform routing
+(distinct experts per token, softmax weights): mkc's op against PyTorch's path (tokens sorted by
+expert, one torch._grouped_mm for gate and up together (weights K-major), SwiGLU, torch._grouped_mm for down, the
+routing weights applied and summed per token in f32 by index_add_) and that path's grouped GEMMs
+alone. Each is checked against the other before it is timed; median of --repeat samples with CUDA
+events after warm-up, each the mean of --batch calls in a row, the tokens and routing rotating over
+3 sets (the weights, far larger than the L2, are read from HBM every call). TFLOP/s =
+6 tokens k Hd I / time; the ratios are mkc's rate over each baseline's.
+
+Several GPUs (all_to_all_single + the same grouped GEMMs + all_to_all) are issue 29's runs; this
+script refuses a world of more than one rank until that comparison exists. Prints a table; --csv
+and --plot keep it. Exits 77 without torch or a GPU.
+"""
+
+import argparse
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("SKIP: no torch")
+    sys.exit(77)
+
+from attention_engine import plot_tflops, time_ms, write_csv  # noqa: E402
+
+MODELS = {  # per GPU: hidden, intermediate, local experts, top-k
+    "deepseek": (7168, 2048, 16, 8),
+    "mixtral": (4096, 14336, 8, 2),
+}
+TOKENS = (128, 1024, 4096, 16384)
+SETS = 3
+
+
+def routing(T, E, top_k, g):
+    """A router's output: distinct experts per token (int32) and their softmax weights (f32)."""
+    scores = torch.randn(T, E, generator=g, device="cuda")
+    top, experts = scores.topk(top_k, dim=1)
+    return experts.to(torch.int32), top.softmax(dim=1)
+
+
+def sort_by_expert(experts, E):
+    """The copies (token x choice) in expert order, stably, and the groups' end offsets."""
+    flat = experts.flatten()
+    order = flat.argsort(stable=True)
+    ends = torch.bincount(flat, minlength=E).cumsum(0).to(torch.int32)
+    return order, ends
+
+
+def grouped_ffn(rows, ends, w_gate_up, w_down):
+    """Gate and up as one grouped GEMM over [Hd, 2I] per expert, SwiGLU, then down."""
+    gate, up = torch._grouped_mm(rows, w_gate_up, offs=ends).chunk(2, dim=1)
+    return torch._grouped_mm(F.silu(gate) * up, w_down, offs=ends)
+
+
+def torch_moe(x, experts, weights, w_gate_up, w_down):
+    """PyTorch's MoE layer on one GPU: sort, grouped FFN, weighted sum per token in f32."""
+    top_k = experts.shape[1]
+    order, ends = sort_by_expert(experts, w_down.shape[0])
+    tokens = order // top_k
+    out = grouped_ffn(x[tokens], ends, w_gate_up, w_down)
+    y = torch.zeros(x.shape, device="cuda", dtype=torch.float32)
+    y.index_add_(0, tokens, out.float() * weights.flatten()[order, None])
+    return y.to(torch.bfloat16)
+
+
+def k_major(w):
+    """[E, K, N] with the same values, each expert's matrix stored column-major."""
+    return w.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def bench_shape(runtime, mkc, model, T, repeat, batch, options):
+    Hd, I, E, top_k = MODELS[model]
+    g = torch.Generator(device="cuda").manual_seed(T)
+
+    def weight(*shape):
+        return (torch.randn(*shape, generator=g, device="cuda") * shape[-2] ** -0.5).to(
+            torch.bfloat16)
+
+    w_gate, w_up, w_down = weight(E, Hd, I), weight(E, Hd, I), weight(E, I, Hd)
+    # PyTorch's path gets its weights K-major, the layout MoE layers keep them in for it.
+    w_gate_up = k_major(torch.cat([w_gate, w_up], dim=2))
+    w_down_k = k_major(w_down)
+    op = runtime.compile(mkc.library_program("moe_dispatch_gemm_combine"),
+                         T=T, Hd=Hd, I=I, E=E, TopK=top_k, options=options)
+
+    def place(index, value):
+        if not op.arguments[index].symmetric:
+            return value
+        handle = runtime.empty(list(value.shape), value.dtype)
+        handle.torch().copy_(value)
+        return handle
+
+    weights_placed = [place(3, w_gate), place(4, w_up), place(5, w_down)]
+    sets = []
+    for _ in range(SETS):
+        x = torch.randn(T, Hd, generator=g, device="cuda").to(torch.bfloat16)
+        experts, weights = routing(T, E, top_k, g)
+        order, ends = sort_by_expert(experts, E)
+        y = place(6, torch.empty(T, Hd, device="cuda", dtype=torch.bfloat16))
+        sets.append({"x": x, "experts": experts, "weights": weights, "rows": x[order // top_k],
+                     "ends": ends, "y": y,
+                     "args": [place(0, x), place(1, experts), place(2, weights),
+                              *weights_placed, y]})
+
+    def ours(s):
+        op(*s["args"])
+
+    def pytorch(s):
+        return torch_moe(s["x"], s["experts"], s["weights"], w_gate_up, w_down_k)
+
+    def grouped_mm(s):
+        return grouped_ffn(s["rows"], s["ends"], w_gate_up, w_down_k)
+
+    # Right before timed: mkc's output, poisoned first, against PyTorch's path.
+    first = sets[0]
+    out = first["y"].torch() if hasattr(first["y"], "torch") else first["y"]
+    out.fill_(float("nan"))
+    ours(first)
+    torch.cuda.synchronize()
+    expected = pytorch(first).float()
+    error = (out.float() - expected).abs().nan_to_num(float("inf")).max().item()
+    scale = expected.abs().max().item()
+    if not error <= 0.02 * scale:
+        raise SystemExit(f"mkc wrong at {model} T={T}: max error {error:.3g} of {scale:.3g}")
+    if op.routing().dropped:
+        raise SystemExit(f"mkc dropped copies at {model} T={T} with the default capacity")
+
+    variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm}
+    ms = {name: time_ms(fn, [(s,) for s in sets], repeat, batch=batch)
+          for name, fn in variants.items()}
+    op.close()
+    flops = 6 * T * top_k * Hd * I
+    tflops = {name: flops / t / 1e9 for name, t in ms.items()}
+    return {"model": model, "T": T, "Hd": Hd, "I": I, "E": E, "top_k": top_k,
+            **{f"{n}_ms": round(t, 4) for n, t in ms.items()},
+            **{f"{n}_tflops": round(t, 1) for n, t in tflops.items()},
+            "mkc_over_pytorch": round(ms["pytorch"] / ms["mkc"], 3),
+            "mkc_over_grouped_mm": round(ms["grouped_mm"] / ms["mkc"], 3),
+            "max_error": round(error, 5)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=4,
+                        help="calls in a row per timed sample")
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--csv")
+    parser.add_argument("--plot")
+    parser.add_argument("--options", default="",
+                        help="mkc's flags for the op, NAME=VALUE;... (gemm-stages=3)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIP: no GPU")
+        return 77
+    import mkc
+
+    runtime = mkc.Runtime()
+    if runtime.world_size > 1:
+        raise SystemExit("bench/moe.py: the comparison on several GPUs (all_to_all_single) is "
+                         "issue 29's and not written yet; run it as one process")
+    torch.cuda.set_device(runtime.device)
+    options = dict(item.split("=", 1) for item in args.options.split(";") if item) or None
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'model':>9} {'tokens':>6} {'mkc':>7} {'pytorch':>8} {'grouped_mm':>10} "
+          f"{'mkc/pytorch':>11} {'mkc/grouped_mm':>14}   (TFLOP/s)")
+    rows = []
+    for model in args.models.split(","):
+        for T in (int(t) for t in args.tokens.split(",")):
+            row = bench_shape(runtime, mkc, model, T, args.repeat, args.batch, options)
+            rows.append(row)
+            print(f"{model:>9} {T:>6} {row['mkc_tflops']:7.0f} {row['pytorch_tflops']:8.0f} "
+                  f"{row['grouped_mm_tflops']:10.0f} {row['mkc_over_pytorch']:11.3f} "
+                  f"{row['mkc_over_grouped_mm']:14.3f}", flush=True)
+    write_csv(rows, args.csv)
+    plot_tflops(rows, ("mkc", "pytorch", "grouped_mm"), args.plot,
+                label=lambda r: f"{r['model']} {r['T']}")
+    runtime.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
