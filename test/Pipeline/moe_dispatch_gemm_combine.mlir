@@ -1,33 +1,70 @@
-// MoE dispatch + GEMM + combine through every pass to the scheduled level on 2 nodes x 4 GPUs,
-// and to cubins whose team roles (the two expert matmuls beside the copies, dispatch and
-// combine) do not spill.
+// MoE dispatch + GEMM + combine through every pass to the scheduled level: point to point on one
+// node (1 x 8), gathered across nodes (2 x 4); and to cubins that do not spill.
 
-// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=32768,Hd=7168,I=2048,E=128,TopK=8 --emit=mlir | FileCheck %s
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s --check-prefix=GATHERED
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=128,Hd=512,I=384,E=4,TopK=4,C=256 -o %t.1x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=4096,Hd=7168,I=2048,E=16,TopK=8 -o %t.deepseek.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=8192,Hd=4096,I=14336,E=64,TopK=2 -o %t.1x8.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
-// Tokens and routing are gathered along rails and within nodes; a dispatch role selects the rows
-// of this rank's experts; the expert GEMMs wait for them, and the down projection waits for each
-// chunk of the SwiGLU output it reads; results are gathered back and a combine role sums each
-// token's. The expert GEMMs produce every tile of the capacity, not only those within the row
-// counts: the waits for their tiles cannot know the counts, and a tile skipped would never be
-// signalled (mk-sim finds the deadlock).
-// CHECK: mk.program @moe_dispatch_gemm_combine {{.*}} mesh <2x4> ({{.*}}) grid 132 {
+// One node: a dispatch role counts each rank's copies into every GPU's census, fills its experts'
+// row counts once every rank's row is in, and sends each row to its expert's slot, signalling each
+// expert after its rows. The expert grids walk only the tiles within the row counts, stamp their
+// tiles' flags, and wait for their expert's rows; the down projection returns each row to its
+// token's slot, and a grid after it sums each token's, in order.
+// CHECK: mk.flags @ready0 [128, 256, 16]
+// CHECK: mk.flags @routing_arrived [128]
 // CHECK: mk.role compute ctas {{[0-9]+}} {
-// CHECK: mk.tile_grid
-// CHECK-NOT: rows
-// CHECK-SAME: {
-// CHECK-NEXT: mk.wait @{{ready[0-9]}}[%{{.*}}] count 1
-// CHECK: mk.swiglu
+// CHECK: mk.wait @routing_counted[%{{.*}}] count 1
+// CHECK: mk.tile_grid (%[[E:.*]], %{{.*}}, %{{.*}}) over %{{.*}} tiles [1, 128, 128] rows %[[COUNTS:[0-9]+]]
+// CHECK-NEXT: mk.wait @routing_arrived[%[[E]]] count 8 per_cta_of dispatch
+// CHECK-NEXT: mk.matmul
+// CHECK-NEXT: mk.matmul
+// CHECK-NEXT: mk.swiglu
 // CHECK: mk.store
-// CHECK-NEXT: mk.signal @[[HIDDEN:ready[0-9]]][
-// CHECK: scf.for
-// CHECK-NEXT: mk.wait @[[HIDDEN]][
+// CHECK-NEXT: mk.signal @ready0[{{.*}}] stamp
+// CHECK: mk.tile_grid (%[[E2:.*]], %[[T2:.*]], %[[N2:.*]]) over %{{.*}} tiles [1, 128, 256] rows %[[COUNTS]]
+// CHECK: mk.wait @ready0[
+// CHECK: mk.matmul
+// CHECK: mk.wait @routing_arrived[%[[E2]]] count 8 per_cta_of dispatch
+// CHECK: mk.return_rows %{{.*}}, [%[[E2]], %[[T2]], %[[N2]]] via
+// CHECK: mk.signal @routing_returned[%{{.*}}] at gpu
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] masked
+// CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 8 per_cta_of compute
+// CHECK-NEXT: mk.wait @routing_routed[%{{.*}}] count 1 per_cta_of dispatch
+// CHECK-NEXT: mk.combine_returned
 // CHECK: mk.role dispatch ctas {{[0-9]+}} {
-// CHECK: mk.single_cta
-// CHECK: mk.select_routed
-// CHECK: mk.role combine ctas {{[0-9]+}} {
-// CHECK: mk.combine_routed
+// CHECK: mk.single_cta {
+// CHECK-NEXT: mk.wait @launched
+// CHECK-NEXT: mk.route_census
+// CHECK: mk.signal @routing_census[%{{.*}}] at gpu
+// CHECK: mk.wait @routing_census[%{{.*}}] count 8
+// CHECK: mk.route_counts %{{.*}} into %[[COUNTS]] capacity 32768
+// CHECK-NEXT: mk.signal @routing_counted
+// CHECK: mk.wait @launched
+// CHECK-NEXT: mk.route_rows {{.*}} arrivals @routing_arrived
+// CHECK-NEXT: mk.signal @routing_routed
 // CHECK-NOT: mk.dispatch {{.*}} by
+
+// Across nodes (a first version): tokens and routing are gathered along rails and within nodes;
+// a dispatch role selects the rows of this rank's experts; results are gathered back and a
+// combine role sums each token's. The expert GEMMs produce every tile of the capacity, not only
+// those within the row counts: the transfers of their results cannot know the counts.
+// GATHERED: mk.role compute ctas {{[0-9]+}} {
+// GATHERED: mk.tile_grid
+// GATHERED-NOT: rows
+// GATHERED-SAME: {
+// GATHERED: mk.swiglu
+// GATHERED: mk.store
+// GATHERED-NEXT: mk.signal @[[HIDDEN:ready[0-9]]][
+// GATHERED-NOT: stamp
+// GATHERED: scf.for
+// GATHERED-NEXT: mk.wait @[[HIDDEN]][
+// GATHERED: mk.role dispatch ctas {{[0-9]+}} {
+// GATHERED: mk.single_cta
+// GATHERED: mk.select_routed
+// GATHERED: mk.role combine ctas {{[0-9]+}} {
+// GATHERED: mk.combine_routed

@@ -268,3 +268,69 @@ mk.program @moe_2x4 [] mesh <2x4> (%x: !X, %r: !R, %w: !W, %y: !X) {
     mk.combine %f from [%e, %t, %n] into %y routed %origin weighted %w : !mk.tile<[128, 256], f32>, !X, !O, !W
   }
 }
+
+// -----
+
+!X = !mk.tensor<[1024, 256], bf16, shard 0 over world>
+!R = !mk.tensor<[1024, 2], i32, shard 0 over world>
+!W = !mk.tensor<[1024, 2], f32, shard 0 over world>
+!Xe = !mk.tensor<[16, 256, 256], bf16, shard 0 over world>
+!Cn = !mk.tensor<[16], i32, shard 0 over world>
+!O = !mk.tensor<[16, 256], i32, shard 0 over world>
+
+// On one node, point to point: a dispatch role counts each rank's copies into every GPU's census
+// (one CTA), fills this rank's experts' row counts once every rank's census row is in, and sends
+// each row to its expert's slot. The compute role waits for the row counts; each read of an
+// expert's rows waits for every dispatch CTA of every rank to have sent them (once where several
+// read them). Results go back to their tokens' slots, every compute CTA then tells every GPU, and a
+// grid over the tokens sums each one's.
+// CHECK-LABEL: mk.program @moe_1x2
+// CHECK: mk.flags @routing_returned [1]
+// CHECK: mk.flags @routing_census [1]
+// CHECK: mk.flags @routing_counted [1]
+// CHECK: mk.flags @routing_arrived [16]
+// CHECK: mk.flags @routing_routed [1]
+// CHECK: %[[CENSUS:.+]] = mk.buffer : !mk.tensor<[2, 16], i32, symmetric>
+// CHECK: %[[ROUTED:.+]] = mk.buffer : !mk.tensor<[16, 256, 256], bf16, shard 0 over world>
+// CHECK: %[[COUNTS:.+]] = mk.buffer : !mk.tensor<[16], i32, shard 0 over world>
+// CHECK: %[[ORIGINS:.+]] = mk.buffer : !mk.tensor<[16, 256], i32, shard 0 over world>
+// CHECK: %[[PLACEMENT:.+]] = mk.buffer : !mk.tensor<[1024, 2], i32, shard 0 over world>
+// CHECK: %[[RETURNED:.+]] = mk.buffer : !mk.tensor<[1024, 2, 256], bf16, shard 0 over world>
+// CHECK: mk.role compute {
+// CHECK-NEXT: mk.wait @routing_counted[%{{.*}}] count 1
+// CHECK-NEXT: mk.tile_grid (%[[E:.*]], %[[T:.*]], %[[N:.*]]) over %[[ROUTED]] tiles [1, 128, 256] rows %[[COUNTS]]
+// CHECK-NEXT: mk.wait @routing_arrived[%[[E]]] count 2 per_cta_of dispatch
+// CHECK-NEXT: mk.load %[[ROUTED]][%[[E]], %[[T]], %[[N]]]
+// CHECK-NEXT: mk.matmul %[[ROUTED]][%[[E]], %[[T]], :]
+// CHECK-NEXT: mk.matmul %[[ROUTED]][%[[E]], %[[T]], :]
+// CHECK: %[[BACK:.+]] = mk.convert %{{.*}} : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+// CHECK-NEXT: mk.wait @routing_arrived[%[[E]]] count 2 per_cta_of dispatch
+// CHECK-NEXT: mk.return_rows %[[BACK]], [%[[E]], %[[T]], %[[N]]] via %[[ORIGINS]], %[[COUNTS]] into %[[RETURNED]]
+// CHECK: scf.for
+// CHECK: mk.signal @routing_returned[%{{.*}}] at gpu %{{.*}} via nvlink_store
+// CHECK: mk.tile_grid (%[[M:.*]], %[[C:.*]]) over %{{.*}} tiles [128, 256] masked
+// CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 2 per_cta_of compute
+// CHECK-NEXT: mk.wait @routing_routed[%{{.*}}] count 1 per_cta_of dispatch
+// CHECK-NEXT: mk.combine_returned %[[RETURNED]], %[[PLACEMENT]], %{{.*}} into %{{.*}}[%[[M]], %[[C]]] tile [128, 256]
+// CHECK: mk.role dispatch {
+// CHECK-NEXT: mk.single_cta {
+// CHECK-NEXT: mk.route_census %{{.*}} into %[[CENSUS]]
+// CHECK: mk.signal @routing_census[%{{.*}}] at gpu %{{.*}} via nvlink_store
+// CHECK: mk.wait @routing_census[%{{.*}}] count 2
+// CHECK-NEXT: mk.single_cta {
+// CHECK-NEXT: mk.route_counts %[[CENSUS]] into %[[COUNTS]] capacity 256
+// CHECK-NEXT: mk.signal @routing_counted[%{{.*}}]
+// CHECK: mk.route_rows %{{.*}}, %{{.*}}, %[[CENSUS]] into %[[ROUTED]], %[[ORIGINS]], %[[PLACEMENT]] arrivals @routing_arrived
+// CHECK-NEXT: mk.signal @routing_routed[%{{.*}}]
+// CHECK-NOT: mk.dispatch
+// CHECK-NOT: mk.combine {{.*}}routed
+mk.program @moe_1x2 [] mesh <1x2> (%x: !X, %r: !R, %w: !W, %wg: !mk.tensor<[16, 256, 128], bf16, shard 0 over world>, %y: !X) {
+  %xe, %count, %origin = mk.dispatch %x by %r : !X, !R -> !Xe, !Cn, !O
+  mk.tile_grid (%e, %t, %n) over %xe tiles [1, 128, 256] rows %count : !Xe, !Cn {
+    %rows = mk.load %xe[%e, %t, %n] : !Xe -> !mk.tile<[128, 256], bf16>
+    %g = mk.matmul %xe[%e, %t, :], %wg[%e, :, %n] : !Xe, !mk.tensor<[16, 256, 128], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+    %u = mk.matmul %xe[%e, %t, :], %wg[%e, :, %n] : !Xe, !mk.tensor<[16, 256, 128], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+    %f = mk.convert %rows : !mk.tile<[128, 256], bf16> -> !mk.tile<[128, 256], f32>
+    mk.combine %f from [%e, %t, %n] into %y routed %origin weighted %w : !mk.tile<[128, 256], f32>, !X, !O, !W
+  }
+}

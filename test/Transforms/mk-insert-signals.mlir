@@ -180,3 +180,71 @@ mk.program @staged_in_a_branch [] mesh <1x2> (%c: !mk.tensor<[512, 1024], bf16, 
     }
   }
 }
+
+// -----
+
+// Grids bounded by the same row counts: the first's tiles have flags stamped with the launch, since
+// a launch whose counts hold fewer rows skips some (the second, bounded alike, waits for none of
+// those); the reader of a tile that a copy moves cannot know the counts, so the grid that writes
+// it, and the one whose tiles that grid reads, produce every tile, each with an arrival.
+// CHECK-LABEL: mk.program @bounded_by_row_counts
+// CHECK: mk.flags @[[HIDDEN:ready[0-9]*]] [4, 2, 2]
+// CHECK: mk.tile_grid {{.*}} rows %[[COUNTS:[a-z0-9]+]]
+// CHECK: mk.store
+// CHECK-NEXT: mk.signal @[[HIDDEN]][%{{.*}}, %{{.*}}, %{{.*}}] stamp
+// CHECK: mk.tile_grid {{.*}} rows %[[COUNTS]]
+// CHECK: mk.wait @[[HIDDEN]][%{{.*}}, %{{.*}}, %{{.*}}] count 1
+// CHECK-LABEL: mk.program @copied_tiles_unbound
+// CHECK: mk.tile_grid
+// CHECK-NOT: rows
+// CHECK-SAME: {
+// CHECK: mk.signal @{{ready[0-9]*}}[%{{.*}}, %{{.*}}, %{{.*}}]{{$}}
+// CHECK: mk.tile_grid
+// CHECK-NOT: rows
+// CHECK-SAME: {
+// CHECK: mk.signal @{{ready[0-9]*}}[%{{.*}}, %{{.*}}, %{{.*}}]{{$}}
+!H = !mk.tensor<[4, 256, 256], bf16, shard 0 over world>
+!N = !mk.tensor<[4], i32, shard 0 over world>
+mk.program @bounded_by_row_counts [] mesh <1x1> (%x: !H, %w: !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, %n: !N, %y: !H) grid 132 {
+  %h = mk.buffer : !H
+  mk.role compute ctas 132 {
+    mk.tile_grid (%e, %t, %c) over %h tiles [1, 128, 128] rows %n : !H, !N {
+      %p = mk.matmul %x[%e, %t, :], %w[%e, :, %c] {k_tile = 64 : i64} : !H, !H -> !mk.tile<[128, 128], f32>
+      %b = mk.convert %p : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.store %b, %h[%e, %t, %c] : !mk.tile<[128, 128], bf16>, !H
+    }
+    mk.tile_grid (%e, %t, %c) over %y tiles [1, 128, 128] rows %n : !H, !N {
+      %p = mk.matmul %h[%e, %t, :], %w[%e, :, %c] {k_tile = 64 : i64} : !H, !H -> !mk.tile<[128, 128], f32>
+      %b = mk.convert %p : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.store %b, %y[%e, %t, %c] : !mk.tile<[128, 128], bf16>, !H
+    }
+  }
+}
+
+// -----
+
+!H = !mk.tensor<[4, 256, 256], bf16, shard 0 over world>
+!N = !mk.tensor<[4], i32, shard 0 over world>
+mk.program @copied_tiles_unbound [] mesh <1x2> (%x: !H, %w: !H, %n: !N) grid 132 {
+  %h = mk.buffer : !H
+  %y = mk.buffer : !H
+  %s = mk.buffer : !mk.tensor<[4, 256, 256], bf16, symmetric>
+  mk.role compute ctas 128 {
+    mk.tile_grid (%e, %t, %c) over %h tiles [1, 128, 128] rows %n : !H, !N {
+      %p = mk.matmul %x[%e, %t, :], %w[%e, :, %c] {k_tile = 64 : i64} : !H, !H -> !mk.tile<[128, 128], f32>
+      %b = mk.convert %p : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.store %b, %h[%e, %t, %c] : !mk.tile<[128, 128], bf16>, !H
+    }
+    mk.tile_grid (%e, %t, %c) over %y tiles [1, 128, 128] rows %n : !H, !N {
+      %p = mk.matmul %h[%e, %t, :], %w[%e, :, %c] {k_tile = 64 : i64} : !H, !H -> !mk.tile<[128, 128], f32>
+      %b = mk.convert %p : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.store %b, %y[%e, %t, %c] : !mk.tile<[128, 128], bf16>, !H
+    }
+  }
+  mk.role intra_transfer ctas 4 {
+    mk.tile_grid (%e, %t, %c) over %y tiles [1, 128, 128] : !H {
+      %node, %gpu = mk.place : index, index
+      mk.copy %y[%e, %t, %c] -> %s[%e, %t, %c] at gpu %gpu via nvlink_bulk tile [128, 128] : !H, !mk.tensor<[4, 256, 256], bf16, symmetric>
+    }
+  }
+}

@@ -43,12 +43,13 @@ mk.program @fp8 [] mesh <1x1> (%a: !mk.tensor<[128, 128], f8E4M3FN, replicated>)
 
 // -----
 
+// A grid bounded by row counts walks one group's tiles at a time.
 !R = !mk.tensor<[4, 128, 64], bf16, replicated>
 !N = !mk.tensor<[4], i32, replicated>
 mk.program @row_counts [] mesh <1x1> (%r: !R, %n: !N) grid 132 {
   mk.role compute ctas 132 {
-    // expected-error @+1 {{'mk.tile_grid' op is bounded by row counts, which have no CUDA lowering yet}}
-    mk.tile_grid (%e, %t, %c) over %r tiles [1, 64, 64] rows %n : !R, !N {
+    // expected-error @+1 {{'mk.tile_grid' op is bounded by row counts, which mkc walks only for a grid of this rank's groups in tiles [1, R, C]}}
+    mk.tile_grid (%e, %t, %c) over %r tiles [2, 64, 64] rows %n : !R, !N {
     }
   }
 }
@@ -154,3 +155,4 @@ mk.program @deep [] mesh <1x1> (%t: !mk.tensor<[1, 1, 1, 1, 1, 1, 1, 1, 8], bf16
   mk.role compute ctas 1 {
   }
 }
+

@@ -423,3 +423,111 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
     }
   }
 }
+
+// -----
+
+// MoE on one node (1 x 2), planned and lowered: each expert grid walks the tiles within the row
+// counts (mk::GroupedWalk over them); the producer loads each expert's operands at its group,
+// after waiting for the rows of every dispatch CTA on every rank (2 x 26); the hidden tiles'
+// stamps go to the senders, which are flushed as each tile loop ends; rows go back to their tokens
+// through the senders; the tokens' sums wait for every compute CTA on every rank (2 x 106). The
+// dispatch role's census, counts and rows are one call each.
+// CHECK-LABEL: emitc.func @moe_one_node
+// CHECK: call_opaque "mk::grouped_walk"({{.*}}) {args = [0 : index, #emitc.opaque<"2">, #emitc.opaque<"256">, #emitc.opaque<"128">, #emitc.opaque<"2">, #emitc.opaque<"2">]}
+// CHECK: call_opaque "mk::grouped_positions"
+// CHECK: call_opaque "mk::grouped_tile"
+// CHECK: call_opaque "mk::gemm_wait_arrivals"({{.*}}) {args = [0 : index, 1 : index, 2 : index, #emitc.opaque<"52">]}
+// CHECK: call_opaque "mk::gemm_load_grouped"
+// CHECK: call_opaque "mk::gemm_stamp_local"
+// CHECK: call_opaque "mk::gemm_flush_signals"
+// CHECK: call_opaque "mk::gemm_store_rows"
+// CHECK: call_opaque "mk::gemm_flush_signals"
+// CHECK: call_opaque "mk::gemm_signal_gpu"
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"({{.*}}) {args = [0 : index, 1 : index, 2 : index, #emitc.opaque<"212">]}
+// CHECK: call_opaque "mk::combine_returned"
+// CHECK: call_opaque "mk::route_census"({{.*}}template_args = [#emitc.opaque<"4">]
+// CHECK: call_opaque "mk::route_counts"
+// CHECK: call_opaque "mk::flag_regions"
+// CHECK: call_opaque "mk::route_rows"
+mk.program @moe_one_node [T = 256, Hd = 256, I = 256, E = 4, TopK = 2, C = 256 default T] mesh <1x2> (%arg0: !mk.tensor<[256, 256], bf16, shard 0 over world>, %arg1: !mk.tensor<[256, 2], i32, shard 0 over world>, %arg2: !mk.tensor<[256, 2], f32, shard 0 over world>, %arg3: !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, %arg4: !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, %arg5: !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, %arg6: !mk.tensor<[256, 256], bf16, shard 0 over world>) grid 132 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c2 = arith.constant 2 : index
+  mk.flags @launched [1]
+  mk.flags @ready0 [4, 2, 2]
+  mk.flags @routing_returned [1]
+  mk.flags @routing_census [1]
+  mk.flags @routing_counted [1]
+  mk.flags @routing_arrived [4]
+  mk.flags @routing_routed [1]
+  %0 = mk.buffer : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>
+  %1 = mk.buffer : !mk.tensor<[2, 4], i32, symmetric>
+  %2 = mk.buffer : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>
+  %3 = mk.buffer : !mk.tensor<[4], i32, shard 0 over world>
+  %4 = mk.buffer : !mk.tensor<[4, 256], i32, shard 0 over world>
+  %5 = mk.buffer : !mk.tensor<[256, 2], i32, shard 0 over world>
+  %6 = mk.buffer : !mk.tensor<[256, 2, 256], bf16, shard 0 over world>
+  mk.role compute ctas 106 {
+    mk.single_cta {
+      %node_0, %gpu_1 = mk.place : index, index
+      scf.for %arg7 = %c0 to %c2 step %c1 {
+        %7 = arith.addi %gpu_1, %arg7 : index
+        %8 = arith.remsi %7, %c2 : index
+        mk.signal @launched[%c0] at gpu %8 via nvlink_store
+      }
+    }
+    mk.wait @routing_counted[%c0] count 1
+    mk.tile_grid (%arg7, %arg8, %arg9) over %0 tiles [1, 128, 128] rows %3 order <swizzle 2> masked : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world> {
+      mk.wait @routing_arrived[%arg7] count 2 per_cta_of dispatch
+      %7 = mk.matmul %2[%arg7, %arg8, :], %arg3[%arg7, :, %arg9] {k_tile = 64 : i64} : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4, 256, 256], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+      %8 = mk.matmul %2[%arg7, %arg8, :], %arg4[%arg7, :, %arg9] {k_tile = 64 : i64} : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4, 256, 256], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
+      %9 = mk.swiglu %7, %8 : !mk.tile<[128, 128], f32>
+      %10 = mk.convert %9 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.wait @launched[%c0] count 2
+      mk.store %10, %0[%arg7, %arg8, %arg9] : !mk.tile<[128, 128], bf16>, !mk.tensor<[4, 256, 256], bf16, shard 0 over world>
+      mk.signal @ready0[%arg7, %arg8, %arg9] stamp
+    }
+    mk.tile_grid (%arg7, %arg8, %arg9) over %2 tiles [1, 128, 256] rows %3 order <swizzle 2> masked : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world> {
+      scf.for %arg10 = %c0 to %c2 step %c1 {
+        mk.wait @ready0[%arg7, %arg8, %arg10] count 1
+      }
+      %7 = mk.matmul %0[%arg7, %arg8, :], %arg5[%arg7, :, %arg9] {k_tile = 64 : i64} : !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4, 256, 256], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+      %8 = mk.convert %7 : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      mk.wait @routing_arrived[%arg7] count 2 per_cta_of dispatch
+      mk.wait @launched[%c0] count 2
+      mk.return_rows %8, [%arg7, %arg8, %arg9] via %4, %3 into %6 : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, 256], i32, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[256, 2, 256], bf16, shard 0 over world>
+    }
+    %node, %gpu = mk.place : index, index
+    scf.for %arg7 = %c1 to %c3 step %c1 {
+      %7 = arith.addi %gpu, %arg7 : index
+      %8 = arith.remsi %7, %c2 : index
+      mk.signal @routing_returned[%c0] at gpu %8 via nvlink_store
+    }
+    mk.tile_grid (%arg7, %arg8) over %arg6 tiles [128, 256] masked : !mk.tensor<[256, 256], bf16, shard 0 over world> {
+      mk.wait @routing_returned[%c0] count 2 per_cta_of compute
+      mk.wait @routing_routed[%c0] count 1 per_cta_of dispatch
+      mk.combine_returned %6, %5, %arg2 into %arg6[%arg7, %arg8] tile [128, 256] : !mk.tensor<[256, 2, 256], bf16, shard 0 over world>, !mk.tensor<[256, 2], i32, shard 0 over world>, !mk.tensor<[256, 2], f32, shard 0 over world>, !mk.tensor<[256, 256], bf16, shard 0 over world>
+    }
+  }
+  mk.role dispatch ctas 26 {
+    mk.single_cta {
+      mk.wait @launched[%c0] count 2
+      mk.route_census %arg1 into %1 : !mk.tensor<[256, 2], i32, shard 0 over world>, !mk.tensor<[2, 4], i32, symmetric>
+      %node, %gpu = mk.place : index, index
+      scf.for %arg7 = %c1 to %c3 step %c1 {
+        %7 = arith.addi %gpu, %arg7 : index
+        %8 = arith.remsi %7, %c2 : index
+        mk.signal @routing_census[%c0] at gpu %8 via nvlink_store
+      }
+    }
+    mk.wait @routing_census[%c0] count 2
+    mk.single_cta {
+      mk.route_counts %1 into %3 capacity 256 : !mk.tensor<[2, 4], i32, symmetric>, !mk.tensor<[4], i32, shard 0 over world>
+      mk.signal @routing_counted[%c0]
+    }
+    mk.wait @launched[%c0] count 2
+    mk.route_rows %arg0, %arg1, %1 into %2, %4, %5 arrivals @routing_arrived : !mk.tensor<[256, 256], bf16, shard 0 over world>, !mk.tensor<[256, 2], i32, shard 0 over world>, !mk.tensor<[2, 4], i32, symmetric>, !mk.tensor<[4, 256, 256], bf16, shard 0 over world>, !mk.tensor<[4, 256], i32, shard 0 over world>, !mk.tensor<[256, 2], i32, shard 0 over world>
+    mk.signal @routing_routed[%c0]
+  }
+}

@@ -4,6 +4,8 @@
 
 #include "Semantics.h"
 
+#include "mk/grouped_walk.h"
+
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -67,22 +69,30 @@ FailureOr<Machine::Outcome> Machine::enterGrid(Thread &thread, TileGridOp grid) 
     place.holder = integer(thread, holder);
   TileWalk::Bound<int64_t> bound = walk.bind(ops, place);
   Frame frame{&grid.getBodyBlock(), grid.getBodyBlock().begin(), grid};
-  // Rows past an expert's count are skipped: the grid reads the counts as it starts.
-  const Tensor *counts = nullptr;
-  SmallVector<int64_t> sizes(grid.getTileSizes());
-  if (Value rowCounts = grid.getRowCounts()) {
-    counts = &tensorOf(thread.rank, rowCounts);
-    readBox(thread.rank, idOf(rowCounts), counts->data.layout.held(), epochOf(thread, grid),
+  if (const std::optional<TileWalk::Grouped> &grouped = walk.grouped()) {
+    // Within row counts: the grid reads them as it starts, and walks the tiles they hold.
+    Value rowCounts = grid.getRowCounts();
+    const Tensor &counts = tensorOf(thread.rank, rowCounts);
+    readBox(thread.rank, idOf(rowCounts), counts.data.layout.held(), epochOf(thread, grid),
             thread.clock);
-  }
-  int64_t rowDim = grid.getTargetType().getRank() - 2;
-  for (int64_t p = thread.roleCta; p < bound.positions; p += thread.roleCtas) {
-    auto tile = walk.tileAt(ops, bound, p, place);
-    if (tile.visits && !*tile.visits)
-      continue;
-    if (counts && tile.coords[rowDim] * sizes[rowDim] >= counts->data.at({tile.coords[0]}))
-      continue;
-    frame.tiles.emplace_back(tile.coords.begin(), tile.coords.end());
+    std::vector<int> rows(counts.data.data.begin(), counts.data.data.end());
+    ::mk::GroupedWalk tiles{rows.data(),
+                            static_cast<int>(grouped->groups),
+                            static_cast<int>(grouped->capacity),
+                            static_cast<int>(grouped->tileRows),
+                            static_cast<int>(grouped->colTiles),
+                            static_cast<int>(grouped->band)};
+    int64_t firstGroup = bound.firstShard ? *bound.firstShard * grouped->groups : 0;
+    for (int64_t p = thread.roleCta; p < tiles.positions(); p += thread.roleCtas) {
+      ::mk::GroupedTile tile = tiles.at(p);
+      frame.tiles.push_back({tile.group + firstGroup, tile.row, tile.col});
+    }
+  } else {
+    for (int64_t p = thread.roleCta; p < bound.positions; p += thread.roleCtas) {
+      auto tile = walk.tileAt(ops, bound, p, place);
+      if (!tile.visits || *tile.visits)
+        frame.tiles.emplace_back(tile.coords.begin(), tile.coords.end());
+    }
   }
   if (frame.tiles.empty())
     return Outcome::next;
@@ -343,6 +353,7 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         if (!flag)
           return Outcome::next;
         transfer.flag = *flag;
+        transfer.stamp = signal.getStamp();
         issue(std::move(transfer), thread);
         return Outcome::next;
       })
@@ -352,7 +363,7 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         if (!index)
           return Outcome::next;
         int64_t flag = *index;
-        uint64_t target = uint64_t(rank.launch) * wait.getCount();
+        uint64_t target = uint64_t(rank.launch) * wait.getArrivals();
         FlagWord &word = rank.flags[flag];
         if (word.count >= target) {
           if (!word.clock.empty())
@@ -433,6 +444,26 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
           }
           dest.data.at(at) = roundTo(element, sum);
         });
+        return Outcome::next;
+      })
+      .Case([&](RouteCensusOp census) -> FailureOr<Outcome> {
+        routeCensus(thread, census);
+        return Outcome::next;
+      })
+      .Case([&](RouteCountsOp counts) -> FailureOr<Outcome> {
+        routeCounts(thread, counts);
+        return Outcome::next;
+      })
+      .Case([&](RouteRowsOp rows) -> FailureOr<Outcome> {
+        routeRows(thread, rows);
+        return Outcome::next;
+      })
+      .Case([&](ReturnRowsOp back) -> FailureOr<Outcome> {
+        returnRows(thread, back);
+        return Outcome::next;
+      })
+      .Case([&](CombineReturnedOp combine) -> FailureOr<Outcome> {
+        combineReturned(thread, combine);
         return Outcome::next;
       })
       .Default([&](Operation *other) -> FailureOr<Outcome> {

@@ -63,6 +63,17 @@ LogicalResult Machine::prepare() {
         mark(v);
     else if (auto combine = dyn_cast<CombineRoutedOp>(op))
       mark(combine.getDest());
+    else if (auto census = dyn_cast<RouteCensusOp>(op))
+      mark(census.getCensus());
+    else if (auto counts = dyn_cast<RouteCountsOp>(op))
+      mark(counts.getCounts());
+    else if (auto rows = dyn_cast<RouteRowsOp>(op))
+      for (Value v : {rows.getRouted(), rows.getOrigins(), rows.getPlacement()})
+        mark(v);
+    else if (auto back = dyn_cast<ReturnRowsOp>(op))
+      mark(back.getReturned());
+    else if (auto combine = dyn_cast<CombineReturnedOp>(op))
+      mark(combine.getDest());
     else if (auto engine = dyn_cast<EngineCopyOp>(op))
       mark(engine.getTensor());
     if (auto grid = dyn_cast<TileGridOp>(op)) {
@@ -361,7 +372,10 @@ void Machine::land(uint64_t id) {
   }
   case Transfer::Kind::signal: {
     FlagWord &word = ranks[transfer.to].flags[transfer.flag];
-    ++word.count;
+    if (transfer.stamp)
+      word.count = std::max<uint64_t>(word.count, transfer.launch);
+    else
+      ++word.count;
     if (word.clock.empty())
       word.clock.assign(transfer.clock.size(), 0);
     join(word.clock, transfer.clock);

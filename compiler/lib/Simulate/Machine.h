@@ -135,6 +135,8 @@ struct Transfer {
   int64_t launch;
   TilePtr tile;
   bool combine = false;
+  /// A signal that sets its flag to the launch (mk.signal's `stamp`).
+  bool stamp = false;
   int64_t tensor = -1, sourceTensor = -1, flag = -1;
   Box box, sourceBox;
   Clock clock;
@@ -229,6 +231,14 @@ private:
   std::optional<int64_t> flagIndex(Thread &thread, Operation *op, FlatSymbolRefAttr flags,
                                    ValueRange indices);
   void issue(Transfer transfer, Thread &thread);
+  /// `tile` into `box` of `tensor` on rank `to`: a store here, a put to a GPU of the node.
+  void send(Thread &thread, Operation *op, int64_t to, Value tensor, const Box &box, TilePtr tile);
+  // The point-to-point routing ops.
+  void routeCensus(Thread &thread, RouteCensusOp op);
+  void routeCounts(Thread &thread, RouteCountsOp op);
+  void routeRows(Thread &thread, RouteRowsOp op);
+  void returnRows(Thread &thread, ReturnRowsOp op);
+  void combineReturned(Thread &thread, CombineReturnedOp op);
   void signalLanded(int64_t r, int64_t flag);
 
   // Reports.

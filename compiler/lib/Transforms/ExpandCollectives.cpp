@@ -76,6 +76,12 @@ private:
   LogicalResult expandRingShift(RingShiftOp op);
   LogicalResult expandDispatch(DispatchOp op);
   LogicalResult expandCombine(CombineOp op);
+  /// Routing on one node, point to point: a dispatch role counts each rank's copies per expert
+  /// into every GPU's census, then sends each row straight to its expert's slot; the expert
+  /// grids' tiles wait for their expert's rows; results go back from the grid's tiles to their
+  /// tokens' slots, and a grid after it sums each token's.
+  void routePointToPoint(DispatchOp op);
+  void returnPointToPoint(CombineOp op, TileGridOp grid);
 
   /// The reduction shared by all-reduce and reduce-scatter: partials of `value` go to the GPU of
   /// this node that owns the tile, node partials to the same GPU of the nodes that keep it.
@@ -138,6 +144,9 @@ private:
   DenseMap<int64_t, Value> constants;
   /// For each dispatch's origins, where each of the tokens' routed copies went.
   DenseMap<Value, Value> placements;
+  /// Point to point: the dispatch's row counts, and its flags (see routePointToPoint).
+  Value routedCounts;
+  FlatSymbolRefAttr arrivedFlags, routedFlags;
 };
 
 //===----------------------------------------------------------------------===//
@@ -805,6 +814,10 @@ LogicalResult Expander::expandDispatch(DispatchOp op) {
     return op.emitOpError() << "routes tokens a second time in @" << program.getSymName()
                             << ": a program routes once, as its launches report one routing "
                                "(mk_routing_report)";
+  if (nodes == 1) {
+    routePointToPoint(op);
+    return success();
+  }
   // Every rank gets every rank's tokens and routing, along rails and within nodes, and picks out
   // the rows routed to its own experts.
   Value tokens = gather(loc, op.getTokens(), wholeShard(op.getTokens().getType(), mesh));
@@ -833,6 +846,13 @@ LogicalResult Expander::expandCombine(CombineOp op) {
   Value placement = placements.lookup(op.getOrigins());
   if (!placement)
     return op.emitOpError() << "combines rows that no mk.dispatch of this program routed";
+  if (nodes == 1) {
+    auto grid = op->getParentOfType<TileGridOp>();
+    if (!grid || grid->getParentOp() != computeRole)
+      return op.emitOpError() << "must be in a tile grid of the program";
+    returnPointToPoint(op, grid);
+    return success();
+  }
   DistTensorType origins = op.getOrigins().getType(), dest = op.getDest().getType();
   TileType tile = op.getValue().getType();
   ArrayRef<int64_t> extents = tile.getShape();
@@ -859,6 +879,159 @@ LogicalResult Expander::expandCombine(CombineOp op) {
   });
   op.erase();
   return success();
+}
+
+/// The expert whose routed rows `use` reads (a load, or a matmul's operand, indexed along the
+/// experts), or null for a read of several experts' rows.
+static Value expertRead(OpOperand &use) {
+  auto outer = [](OperandRange indices, ArrayRef<int64_t> wholeDims) {
+    return llvm::is_contained(wholeDims, 0) ? Value() : indices.front();
+  };
+  if (auto load = dyn_cast<LoadOp>(use.getOwner()))
+    return outer(load.getIndices(), load.getWholeDims());
+  if (auto matmul = dyn_cast<MatmulOp>(use.getOwner()))
+    return matmul.getLhs() == use.get() ? outer(matmul.getLhsIndices(), matmul.getLhsWholeDims())
+                                        : outer(matmul.getRhsIndices(), matmul.getRhsWholeDims());
+  return Value();
+}
+
+void Expander::routePointToPoint(DispatchOp op) {
+  Location loc = op.getLoc();
+  DistTensorType routedType = op.getRouted().getType();
+  int64_t experts = routedType.getShape()[0], capacity = routedType.getShape()[1];
+  int64_t world = mesh.getWorldSize();
+  Type i32 = IntegerType::get(context, 32);
+  Value census = buffer(loc, {world, experts}, i32);
+  Value routed = buffer(loc, routedType);
+  Value counts = buffer(loc, op.getCounts().getType());
+  Value origins = buffer(loc, op.getOrigins().getType());
+  Value placement = buffer(loc, op.getExperts().getType());
+
+  OpBuilder fb = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  auto flags = [&](StringRef name, int64_t size) {
+    FlagsOp::create(fb, loc, fb.getStringAttr(name), fb.getDenseI64ArrayAttr({size}));
+    return FlatSymbolRefAttr::get(context, name);
+  };
+  FlatSymbolRefAttr censusFlags = flags("routing_census", 1);
+  FlatSymbolRefAttr countedFlags = flags("routing_counted", 1);
+  arrivedFlags = flags("routing_arrived", experts);
+  routedFlags = flags("routing_routed", 1);
+  Value zero = constant(0);
+  auto signal = [&](OpBuilder &b, FlatSymbolRefAttr flag, Value gpu) {
+    SignalOp::create(b, loc, flag, ValueRange{zero},
+                     PeerScopeAttr::get(context, gpu ? PeerScope::gpu : PeerScope::self), gpu,
+                     gpu ? LinkAttr::get(context, Link::nvlink_store) : LinkAttr());
+  };
+  auto wait = [&](OpBuilder &b, FlatSymbolRefAttr flag, ValueRange indices, int64_t count,
+                  std::optional<RoleKind> perCta) {
+    WaitOp::create(b, loc, flag, indices, b.getI64IntegerAttr(count),
+                   perCta ? RoleKindAttr::get(context, *perCta) : RoleKindAttr());
+  };
+
+  // The dispatch role: one CTA counts this rank's copies into every GPU's census; once every
+  // rank's row is in, it fills the row counts of this rank's experts, while every CTA sends its
+  // share of the rows.
+  RoleOp dispatch = role(loc, RoleKind::dispatch);
+  OpBuilder b = OpBuilder::atBlockEnd(&dispatch.getBody().front());
+  auto single = [&](function_ref<void(OpBuilder &)> body) {
+    auto once = SingleCtaOp::create(b, loc);
+    OpBuilder ob(context);
+    ob.createBlock(&once.getBody());
+    body(ob);
+  };
+  single([&](OpBuilder &ob) {
+    RouteCensusOp::create(ob, loc, op.getExperts(), census);
+    forEachGpu(ob, loc, /*includeSelf=*/true,
+               [&](OpBuilder &nb, Value gpu) { signal(nb, censusFlags, gpu); });
+  });
+  wait(b, censusFlags, zero, world, std::nullopt);
+  single([&](OpBuilder &ob) {
+    RouteCountsOp::create(ob, loc, census, counts, ob.getI64IntegerAttr(capacity));
+    signal(ob, countedFlags, Value());
+  });
+  RouteRowsOp::create(b, loc, op.getTokens(), op.getExperts(), census, routed, origins, placement,
+                      arrivedFlags);
+  signal(b, routedFlags, Value());
+
+  // The compute role learns the row counts first; each read of an expert's rows waits for every
+  // dispatch CTA of every rank to have sent them (a read of several experts' rows, for each).
+  OpBuilder cb = OpBuilder::atBlockBegin(&computeRole.getBody().front());
+  wait(cb, countedFlags, zero, 1, std::nullopt);
+  // (Matmuls sharing A, a gated MLP's, wait once, before the first.)
+  DenseMap<std::pair<Block *, Value>, Operation *> firstReaders;
+  for (OpOperand &use : op.getRouted().getUses()) {
+    // (A grid over the routed rows' tiles reads none of them.)
+    if (auto grid = dyn_cast<TileGridOp>(use.getOwner()); grid && grid.getTarget() == use.get())
+      continue;
+    Operation *&first = firstReaders[{use.getOwner()->getBlock(), expertRead(use)}];
+    if (!first || use.getOwner()->isBeforeInBlock(first))
+      first = use.getOwner();
+  }
+  for (auto &[at, reader] : firstReaders) {
+    OpBuilder rb(reader);
+    if (Value expert = at.second) {
+      wait(rb, arrivedFlags, expert, world, RoleKind::dispatch);
+      continue;
+    }
+    scf::ForOp::create(rb, loc, zero, constant(experts), constant(1), ValueRange{},
+                       [&](OpBuilder &lb, Location l, Value expert, ValueRange) {
+                         wait(lb, arrivedFlags, expert, world, RoleKind::dispatch);
+                         scf::YieldOp::create(lb, l);
+                       });
+  }
+
+  op.getRouted().replaceAllUsesWith(routed);
+  op.getCounts().replaceAllUsesWith(counts);
+  op.getOrigins().replaceAllUsesWith(origins);
+  placements[origins] = placement;
+  routedCounts = counts;
+  op.erase();
+}
+
+void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
+  Location loc = op.getLoc();
+  DistTensorType dest = op.getDest().getType(), weights = op.getWeights().getType();
+  TileType tile = op.getValue().getType();
+  int64_t world = mesh.getWorldSize();
+  // Each result row goes back to its token's slot, [T, K, H] sharded as the tokens are.
+  auto returnedType =
+      DistTensorType::get({dest.getShape()[0], weights.getShape()[1], dest.getShape()[1]},
+                          dest.getElementType(), dest.getPlacement());
+  Value returned = buffer(loc, returnedType);
+  OpBuilder fb = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  FlagsOp::create(fb, loc, "routing_returned", ArrayRef<int64_t>{1});
+  auto returnedFlags = FlatSymbolRefAttr::get(context, "routing_returned");
+  Value zero = constant(0);
+
+  OpBuilder b(op);
+  Value converted =
+      ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()), op.getValue());
+  // The origins of the tile's rows were sent with them: the senders read them after this wait.
+  WaitOp::create(b, loc, arrivedFlags, ValueRange{op.getCoords()[0]}, b.getI64IntegerAttr(world),
+                 RoleKindAttr::get(context, RoleKind::dispatch));
+  ReturnRowsOp::create(b, loc, converted, op.getCoords(), op.getOrigins(), routedCounts, returned);
+
+  // Every compute CTA tells every GPU it has returned its rows; then the tokens' tiles sum theirs.
+  OpBuilder after(context);
+  after.setInsertionPointAfter(grid);
+  forEachGpu(after, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
+    SignalOp::create(nb, loc, returnedFlags, ValueRange{zero},
+                     PeerScopeAttr::get(context, PeerScope::gpu), gpu,
+                     LinkAttr::get(context, Link::nvlink_store));
+  });
+  Grid tokenTiles;
+  tokenTiles.masked = true;
+  ArrayRef<int64_t> extents = tile.getShape();
+  Value placement = placements.lookup(op.getOrigins());
+  tileGrid(after, loc, op.getDest(), extents, tokenTiles, [&](OpBuilder &gb, ValueRange coords) {
+    WaitOp::create(gb, loc, returnedFlags, ValueRange{zero}, gb.getI64IntegerAttr(world),
+                   RoleKindAttr::get(context, RoleKind::compute));
+    WaitOp::create(gb, loc, routedFlags, ValueRange{zero}, gb.getI64IntegerAttr(1),
+                   RoleKindAttr::get(context, RoleKind::dispatch));
+    CombineReturnedOp::create(gb, loc, returned, placement, op.getWeights(), op.getDest(), coords,
+                              extents);
+  });
+  op.erase();
 }
 
 //===----------------------------------------------------------------------===//

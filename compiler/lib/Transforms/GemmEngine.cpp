@@ -79,13 +79,22 @@ static std::optional<SmallVector<Operation *, 3>> broadcastRow(Value value, Tile
   return chain;
 }
 
+bool mlir::mk::groupedMatmul(MatmulOp matmul) { return matmul.getLhs().getType().getRank() == 3; }
+
+bool mlir::mk::bKMajor(MatmulOp matmul) {
+  return matmul.getRhsWholeDims()[0] == matmul.getRhs().getType().getRank() - 1;
+}
+
 std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
   TileType tile = leader.getResult().getType();
   DistTensorType lhs = leader.getLhs().getType(), rhs = leader.getRhs().getType();
   Type element = lhs.getElementType();
+  // Matrices, or groups of them (the outer dim indexed): A row-major, its K innermost.
+  int64_t rank = lhs.getRank();
   if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
-      lhs.getRank() != 2 || rhs.getRank() != 2 || tile.getShape()[0] != 128 ||
-      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) || leader.getLhsWholeDims()[0] != 1)
+      (rank != 2 && rank != 3) || rhs.getRank() != rank || tile.getShape()[0] != 128 ||
+      !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) ||
+      leader.getLhsWholeDims()[0] != rank - 1 || leader.getRhsWholeDims()[0] < rank - 2)
     return std::nullopt;
   // A matmul after another that shares its A is that one's follower, not a leader.
   for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode())
@@ -95,9 +104,8 @@ std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
   auto program = leader->getParentOfType<ProgramOp>();
   TileNumbering numbering = TileNumbering::of(program);
   int64_t bn = tile.getShape()[1];
-  bool bKMajor = leader.getRhsWholeDims()[0] == 1;
   SmallVector<int64_t> rhsTile =
-      bKMajor ? SmallVector<int64_t>{bn, 1} : SmallVector<int64_t>{1, bn};
+      bKMajor(leader) ? SmallVector<int64_t>{bn, 1} : SmallVector<int64_t>{1, bn};
   if (!tmaAddresses(lhs, {128, 1}, program.getMesh(), numbering) ||
       !tmaAddresses(rhs, rhsTile, program.getMesh(), numbering))
     return std::nullopt;

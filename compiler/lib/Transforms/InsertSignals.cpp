@@ -42,16 +42,12 @@ public:
     DenseMap<Value, SmallVector<TileAccess>> readsByTensor;
     llvm::SetVector<Value> transferred;
     collect(writes, readsByTensor, transferred);
-    // A wait cannot know a row count: a grid bounded by one whose tiles others wait for produces
+    // A grid bounded by row counts visits no tile past them, and so signals none of those: its
+    // tiles' flags are stamped with the launch (the tiles a launch skips keep an older stamp, which
+    // no reader of that launch waits for), where every reader is bounded by the same counts.
+    // Another reader (a transfer of every tile) cannot know the counts: the grid then produces
     // every tile, so that each is signalled (the rows past the count are empty slots).
-    bool unbounded = false;
-    for (const TileAccess &write : writes)
-      if (auto grid = write.op->getParentOfType<TileGridOp>();
-          grid && grid.getRowCounts() && transferred.contains(write.tensor)) {
-        grid.getRowCountsMutable().clear();
-        unbounded = true;
-      }
-    if (unbounded) {
+    while (unboundTilesReadByOthers(writes, readsByTensor, transferred)) {
       writes.clear();
       readsByTensor.clear();
       transferred.clear();
@@ -101,6 +97,34 @@ private:
       if (transfers(write.op) || readElsewhere)
         transferred.insert(write.tensor);
     }
+  }
+
+  /// The row counts that bound the grid around `op`, if any.
+  static Value rowCountsAround(Operation *op) {
+    auto grid = op->getParentOfType<TileGridOp>();
+    return grid ? grid.getRowCounts() : Value();
+  }
+
+  /// Unbounds the grids bounded by row counts whose written tiles are transferred, or read outside
+  /// a grid bounded by the same counts; whether there were any.
+  static bool unboundTilesReadByOthers(ArrayRef<TileAccess> writes,
+                                       DenseMap<Value, SmallVector<TileAccess>> &readsByTensor,
+                                       const llvm::SetVector<Value> &transferred) {
+    bool unbounded = false;
+    for (const TileAccess &write : writes) {
+      Value counts = rowCountsAround(write.op);
+      if (!counts || !transferred.contains(write.tensor))
+        continue;
+      bool others = transfers(write.op) ||
+                    llvm::any_of(readsByTensor[write.tensor], [&](const TileAccess &read) {
+                      return rowCountsAround(read.op) != counts;
+                    });
+      if (others) {
+        write.op->getParentOfType<TileGridOp>().getRowCountsMutable().clear();
+        unbounded = true;
+      }
+    }
+    return unbounded;
   }
 
   /// Whether `op` moves a tile to where another rank or CTA reads it: every put, copy and routed
@@ -195,7 +219,8 @@ private:
         link = LinkAttr::get(b.getContext(), Link::nvlink_store);
     }
     SignalOp::create(b, write.op->getLoc(), plan.flags, flagIndices(b, write, plan),
-                     PeerScopeAttr::get(b.getContext(), scope), peer, link);
+                     PeerScopeAttr::get(b.getContext(), scope), peer, link,
+                     rowCountsAround(write.op) ? b.getUnitAttr() : UnitAttr());
   }
 
   /// A read of data the same body wrote just before (a node partial sent on from its slot) needs
@@ -382,11 +407,19 @@ private:
     signalAll(nodes, place.getNode(), PeerScope::node, Link::rdma_proxy, /*self=*/false);
 
     int64_t expected = gpus + nodes - 1;
+    // Routing ops outside tile grids write to peers at once.
+    program.walk([&](Operation *op) {
+      if (isa<RouteCensusOp, RouteRowsOp>(op)) {
+        OpBuilder wb(op);
+        WaitOp::create(wb, loc, launched, ValueRange{arith::ConstantIndexOp::create(wb, loc, 0)},
+                       wb.getI64IntegerAttr(expected));
+      }
+    });
     program.walk([&](TileGridOp grid) {
       Operation *firstWrite = nullptr;
       for (Operation &op : grid.getBodyBlock()) {
         bool writes = op.walk([](Operation *inner) {
-                          return isa<PutOp, CopyOp, StoreOp, SignalOp>(inner)
+                          return isa<PutOp, CopyOp, StoreOp, SignalOp, ReturnRowsOp>(inner)
                                      ? WalkResult::interrupt()
                                      : WalkResult::advance();
                         }).wasInterrupted();

@@ -156,18 +156,48 @@ private:
     return tiles;
   }
 
-  /// The tiles of `grid` this rank walks on average (an unbound extent counts one tile).
+  /// The rows a group of a grid bounded by the row counts `counts` holds on average: routing
+  /// that spreads every rank's copies evenly over the experts (mk.route_counts fills the counts
+  /// from its census, which mk.route_rows routes by), at most the capacity. None where no
+  /// routing fills them.
+  std::optional<double> expectedRows(Value counts) {
+    RouteCountsOp fill;
+    program.walk([&](RouteCountsOp op) {
+      if (op.getCounts() == counts)
+        fill = op;
+    });
+    RouteRowsOp route;
+    program.walk([&](RouteRowsOp op) {
+      if (fill && op.getCensus() == fill.getCensus())
+        route = op;
+    });
+    if (!route)
+      return std::nullopt;
+    DistTensorType experts = route.getExperts().getType();
+    double copies = double(experts.getShape()[0]) * experts.getShape()[1];
+    return std::min<double>(fill.getCapacity(), copies / route.getRouted().getType().getShape()[0]);
+  }
+
+  /// The tiles of `grid` this rank walks on average (an unbound extent counts one tile; a grid
+  /// bounded by row counts, the tiles of their expected rows).
   double tilesOf(TileGridOp grid) {
+    SmallVector<std::optional<int64_t>> along = tilesAlongDims(grid);
     double tiles = 1;
-    for (std::optional<int64_t> along : tilesAlongDims(grid))
-      tiles *= along.value_or(1);
+    for (std::optional<int64_t> count : along)
+      tiles *= count.value_or(1);
+    if (Value counts = grid.getRowCounts())
+      if (std::optional<double> rows = expectedRows(counts); rows && along[1])
+        tiles = tiles / *along[1] * std::ceil(*rows / grid.getTileSizes()[1]);
     if (std::optional<MeshAxis> axis = grid.getDistribute())
       tiles /= mesh.getAxisSize(*axis);
     return tiles;
   }
 
-  /// The tiles of `grid` this rank walks at most; none where an extent is not bound.
+  /// The tiles of `grid` this rank walks at most; none where an extent is not bound or row
+  /// counts decide.
   std::optional<int64_t> staticTiles(TileGridOp grid) {
+    if (grid.getRowCounts())
+      return std::nullopt;
     int64_t tiles = 1;
     for (std::optional<int64_t> along : tilesAlongDims(grid)) {
       if (!along)
@@ -242,6 +272,24 @@ private:
     } else if (auto load = dyn_cast<LoadOp>(op)) {
       TileType tile = load.getResult().getType();
       work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
+    } else if (auto route = dyn_cast<RouteRowsOp>(op)) {
+      // Every copy's row, read here and written where its expert is.
+      DistTensorType tokens = route.getTokens().getType();
+      double bytes = times * route.getExperts().getType().getShape()[1] *
+                     bytesOf(tokens.getElementType(),
+                             {tokens.getLocalExtent(0, mesh), tokens.getLocalExtent(1, mesh)});
+      work.ctaBytes += 2 * bytes;
+      work.nvlinkBytes += bytes * (1 - 1.0 / mesh.getWorldSize());
+    } else if (auto back = dyn_cast<ReturnRowsOp>(op)) {
+      TileType tile = back.getValue().getType();
+      double bytes = times * bytesOf(tile.getElementType(), tile.getShape());
+      work.ctaBytes += bytes;
+      work.nvlinkBytes += bytes * (1 - 1.0 / mesh.getWorldSize());
+    } else if (auto combine = dyn_cast<CombineReturnedOp>(op)) {
+      // The token's returned rows, and the sum.
+      DistTensorType returned = combine.getReturned().getType();
+      work.ctaBytes += times * (returned.getShape()[1] + 1) *
+                       bytesOf(returned.getElementType(), combine.getTile());
     }
   }
 

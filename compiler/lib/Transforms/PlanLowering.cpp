@@ -156,18 +156,20 @@ void markReductions(ProgramOp program) {
                  return (dest.getRank() == 2 || dest.getRank() == 3) &&
                         tmaAddresses(dest, tile.getShape(), mesh, numbering);
                });
-    // The role's publisher raises flags on this node only, and serves one configuration.
+    // The role's publisher raises flags on this node only, by arrivals, and serves one
+    // configuration.
     auto role = accumulate->getParentOfType<RoleOp>();
     if (tma && role) {
-      bool acrossNodes = role.walk([](Operation *op) {
-                               auto signal = dyn_cast<SignalOp>(op);
-                               auto copy = dyn_cast<CopyOp>(op);
-                               return (signal && signal.getScope() == PeerScope::node) ||
-                                              (copy && copy.getScope() == PeerScope::node)
-                                          ? WalkResult::interrupt()
-                                          : WalkResult::advance();
-                             })
-                             .wasInterrupted();
+      bool unpublished =
+          role.walk([](Operation *op) {
+                auto signal = dyn_cast<SignalOp>(op);
+                auto copy = dyn_cast<CopyOp>(op);
+                return (signal && (signal.getScope() == PeerScope::node || signal.getStamp())) ||
+                               (copy && copy.getScope() == PeerScope::node)
+                           ? WalkResult::interrupt()
+                           : WalkResult::advance();
+              })
+              .wasInterrupted();
       bool other = role.walk([&](AccumulateOp sibling) {
                          return loweringOf(sibling) == Lowering::tma &&
                                         !sameTmaReduction(sibling, accumulate)
@@ -175,7 +177,7 @@ void markReductions(ProgramOp program) {
                                     : WalkResult::advance();
                        })
                        .wasInterrupted();
-      tma = !acrossNodes && !other;
+      tma = !unpublished && !other;
     }
     Lowering how = tma ? Lowering::tma : Lowering::chunks;
     setLowering(accumulate, how);
@@ -320,6 +322,13 @@ private:
     Type element = leader.getLhs().getType().getElementType();
     TileType out = convert.getResult().getType();
     for (Operation *user : convert->getUsers()) {
+      // Rows going back to their tokens leave through the senders, 16 bytes at a time.
+      if (auto back = dyn_cast<ReturnRowsOp>(user)) {
+        DistTensorType returned = back.getReturned().getType();
+        if (!tmaAddresses(returned, {1, 1}, mesh, numbering))
+          return GemmEngineAttr();
+        continue;
+      }
       DistTensorType dest;
       if (auto store = dyn_cast<StoreOp>(user); store && store.getWholeDims().empty())
         dest = store.getDest().getType();
@@ -332,9 +341,11 @@ private:
           !tmaAddresses(dest, out.getShape(), mesh, numbering))
         return GemmEngineAttr();
     }
-    // The producer walks the role's tile grids, loading for every tile it visits.
+    // The producer walks the role's tile grids, loading for every tile it visits (within a
+    // grid's row counts: the grouped walk of its matmuls' groups).
     auto grid = dyn_cast<TileGridOp>(leader->getParentOp());
-    if (!grid || !isa<RoleOp>(grid->getParentOp()) || grid.getRowCounts())
+    if (!grid || !isa<RoleOp>(grid->getParentOp()) ||
+        (grid.getRowCounts() && !groupedMatmul(leader)))
       return GemmEngineAttr();
     FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, numbering);
     if (failed(walk))
@@ -359,7 +370,7 @@ private:
     bool toPeer = llvm::any_of(convert->getUsers(), llvm::IsaPred<PutOp>);
     MLIRContext *context = leader.getContext();
     return GemmEngineAttr::get(context, element, pass->tileColumns(), gemmStages,
-                               BoolAttr::get(context, leader.getRhsWholeDims()[0] == 1),
+                               BoolAttr::get(context, bKMajor(leader)),
                                toPeer && out.getShape()[1] == 256 ? 4 : 2, /*cluster=*/0);
   }
 
@@ -382,7 +393,7 @@ private:
         return failure();
       if (!walk->pairsRows(*role.getCtas()))
         why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
-      else if (leader.getRhsWholeDims()[0] == 1 || pass.tileColumns() % 128)
+      else if (bKMajor(leader) || pass.tileColumns() % 128)
         why = "B is not [K x N] in panels of 128 columns or more";
     }
     if (why.empty())
@@ -515,14 +526,42 @@ private:
   void splitEngineRole(RoleOp role, ArrayRef<EnginePass> passes) {
     SmallVector<MatmulOp> leaders = llvm::map_to_vector(
         passes, [](const EnginePass &pass) -> MatmulOp { return pass.matmuls.front(); });
+    // The role's waits before its first tile grid order what both sides read (row counts that
+    // bound its grids): the producer waits too, with a copy of its own.
+    Block &body = role.getBody().front();
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      if (isa<TileGridOp>(op))
+        break;
+      if (auto wait = dyn_cast<WaitOp>(op)) {
+        OpBuilder b(wait);
+        setLowering(b.clone(*wait), Lowering::producer);
+        setLowering(wait, Lowering::consumer);
+      }
+    }
+    // Signals after a tile grid of the role, outside grids, follow what the senders wrote there:
+    // they raise them.
+    bool afterGrid = false;
+    for (Operation &op : body) {
+      afterGrid = afterGrid || isa<TileGridOp>(op);
+      if (afterGrid && !isa<TileGridOp, SingleCtaOp>(op))
+        op.walk([&](SignalOp signal) {
+          if (signal.getScope() != PeerScope::node)
+            setLowering(signal, Lowering::deferred);
+        });
+    }
     bool producerWaits = false;
     for (const EnginePass &pass : passes) {
       MatmulOp leader = pass.matmuls.front();
-      for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode())
-        if (isa<WaitOp>(op)) {
-          setLowering(op, Lowering::producer);
-          producerWaits = true;
-        }
+      // Its waits, and loops of waits (for every tile of a panel), before it.
+      for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode()) {
+        auto loop = dyn_cast<scf::ForOp>(op);
+        bool waitsOnly =
+            loop && llvm::all_of(loop.getBody()->without_terminator(), llvm::IsaPred<WaitOp>);
+        if (!isa<WaitOp>(op) && !waitsOnly)
+          continue;
+        op->walk([&](WaitOp wait) { setLowering(wait, Lowering::producer); });
+        producerWaits = true;
+      }
       setLowering(leader, Lowering::mma);
       for (MatmulOp follower : ArrayRef(pass.matmuls).drop_front())
         setLowering(follower, Lowering::fused);
@@ -533,21 +572,30 @@ private:
       for (Operation *store : convert->getUsers())
         setLowering(store, Lowering::store);
     }
-    // A producer that waits on flags might be held up by a signal the consumers hold back.
-    if (producerWaits)
-      return;
-    // Their signals wait for the tile's stores to land only at the next tile (or wait).
-    role.walk([&](SignalOp signal) {
-      bool inTileGrid = llvm::any_of(
-          leaders, [&](MatmulOp matmul) { return matmul->getParentOp()->isAncestor(signal); });
-      if (signal.getScope() != PeerScope::node && inTileGrid)
-        setLowering(signal, Lowering::deferred);
-    });
-    // A wait in a tile grid that only the engine's stores and signals follow is left to the
-    // senders, which serve those in order (on one node: across nodes, flags count what the proxy
-    // delivers, and the consumers watch for it stopping).
+    // The consumers' signals in a tile grid wait for the tile's stores to land only at the next
+    // tile's epilogue, a wait, or the end of the grid's loop. Not where the grid's producer waits
+    // for a flag the grid raises: a CTA's producer, held up by a signal that consumers hold back
+    // until it loads their next tile, would never load it.
+    for (MatmulOp leader : leaders) {
+      Operation *grid = leader->getParentOp();
+      llvm::DenseSet<StringRef> producerFlags;
+      grid->walk([&](WaitOp wait) {
+        if (loweringOf(wait) == Lowering::producer)
+          producerFlags.insert(wait.getFlags());
+      });
+      grid->walk([&](SignalOp signal) {
+        if (signal.getScope() != PeerScope::node && !producerFlags.contains(signal.getFlags()))
+          setLowering(signal, Lowering::deferred);
+      });
+    }
+    // The consumers' waits first raise what they hold back. One in a tile grid that only the
+    // engine's stores and signals follow is left to the senders, which serve those in order (on
+    // one node: across nodes, flags count what the proxy delivers, and the consumers watch for it
+    // stopping).
     role.walk([&](WaitOp wait) {
-      bool defer = mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, leaders);
+      if (loweringOf(wait))
+        return;
+      bool defer = !producerWaits && mesh.getNodes() == 1 && onlyEngineWritesFollow(wait, leaders);
       setLowering(wait, defer ? Lowering::deferred : Lowering::consumer);
     });
   }

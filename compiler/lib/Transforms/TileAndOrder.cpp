@@ -94,9 +94,8 @@ bool engineAddresses(TileGridOp grid, int64_t width, const TileNumbering &number
     return false;
   return !grid.getBody()
               .walk([&](MatmulOp matmul) {
-                bool bKMajor = matmul.getRhsWholeDims()[0] == 1;
-                SmallVector<int64_t> panel =
-                    bKMajor ? SmallVector<int64_t>{width, 1} : SmallVector<int64_t>{1, width};
+                SmallVector<int64_t> panel = bKMajor(matmul) ? SmallVector<int64_t>{width, 1}
+                                                             : SmallVector<int64_t>{1, width};
                 return tmaAddresses(matmul.getLhs().getType(), {kEngineTileRows, 1}, mesh,
                                     numbering) &&
                                tmaAddresses(matmul.getRhs().getType(), panel, mesh, numbering)

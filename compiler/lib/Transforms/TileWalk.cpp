@@ -80,6 +80,23 @@ FailureOr<TileWalk> TileWalk::get(TileGridOp grid, MeshAttr mesh, const TileNumb
                       walk.order.getKind() != TileOrderKind::row_major &&
                       walk.shards == Shards::none && rank >= 2;
   walk.rotated = walk.order && walk.order.getLocalFirst() && walk.stride == 1 && rank >= 2;
+  if (grid.getRowCounts()) {
+    // The groups are this rank's (or the whole tensor's), their rows in tiles of R.
+    ArrayRef<int64_t> sizes = grid.getTileSizes();
+    bool ownGroups = walk.shards == Shards::own && walk.shardDim == 0;
+    if (rank != 3 || sizes[0] != 1 || ShapedType::isDynamic(sizes[1]) ||
+        ShapedType::isDynamic(sizes[2]) || walk.stride != 1 || walk.rotated ||
+        (walk.shards != Shards::none && !ownGroups))
+      return grid.emitOpError() << "is bounded by row counts, which mkc walks only for a grid of "
+                                   "this rank's groups in tiles [1, R, C]";
+    int64_t rowTiles = walk.counts_[1];
+    TileOrderKind kind = walk.order ? walk.order.getKind() : TileOrderKind::row_major;
+    int64_t band = kind == TileOrderKind::swizzle        ? walk.order.getGroup()
+                   : kind == TileOrderKind::column_major ? rowTiles
+                                                         : 1;
+    walk.grouped_ = Grouped{walk.counts_[0], target.getLocalExtent(1, mesh), sizes[1],
+                            walk.counts_[2], std::max<int64_t>(band, 1)};
+  }
   return walk;
 }
 

@@ -470,6 +470,8 @@ LogicalResult ProgramOp::verifyRegions() {
       signalled.insert(signal.getFlags());
     if (auto copy = dyn_cast<EngineCopyOp>(op))
       signalled.insert(copy.getSignal());
+    if (auto route = dyn_cast<RouteRowsOp>(op))
+      signalled.insert(route.getArrivals());
     if (auto wait = dyn_cast<WaitOp>(op))
       waits.push_back(wait);
     return WalkResult::advance();
@@ -1040,10 +1042,44 @@ LogicalResult SignalOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
 }
 
-LogicalResult SignalOp::verify() { return verifyPeer(*this, getScope(), getPeer(), getLink()); }
+LogicalResult SignalOp::verify() {
+  if (getStamp() && getScope() == PeerScope::node)
+    return emitOpError() << "stamps a flag on another node, which the proxy only counts; a stamp "
+                            "reaches this rank or a GPU of this node";
+  return verifyPeer(*this, getScope(), getPeer(), getLink());
+}
 
 LogicalResult WaitOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyFlagsUse(*this, symbolTable, getFlagsAttr(), getIndices().size());
+}
+
+/// The program's roles of `kind`.
+static SmallVector<RoleOp> rolesOf(Operation *op, RoleKind kind) {
+  SmallVector<RoleOp> roles;
+  if (auto program = op->getParentOfType<ProgramOp>())
+    for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
+      if (role.getKind() == kind)
+        roles.push_back(role);
+  return roles;
+}
+
+LogicalResult WaitOp::verify() {
+  std::optional<RoleKind> kind = getPerCtaOf();
+  if (kind && rolesOf(*this, *kind).empty())
+    return emitOpError() << "counts arrivals per CTA of the " << stringifyRoleKind(*kind)
+                         << " role, which the program does not have";
+  return success();
+}
+
+int64_t WaitOp::getArrivals() {
+  int64_t count = static_cast<int64_t>(getCount());
+  std::optional<RoleKind> kind = getPerCtaOf();
+  if (!kind)
+    return count;
+  int64_t ctas = 0;
+  for (RoleOp role : rolesOf(*this, *kind))
+    ctas += role.getCtas().value_or(1);
+  return count * ctas;
 }
 
 LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
@@ -1172,4 +1208,134 @@ LogicalResult CombineRoutedOp::verify() {
   if (!placement.getElementType().isInteger(32))
     return emitOpError() << "takes placements as i32, not " << placement.getElementType();
   return verifyDimsMatch(*this, results.getDim(2), dest.getDim(1), "hidden sizes");
+}
+
+//===----------------------------------------------------------------------===//
+// Point-to-point routing
+//===----------------------------------------------------------------------===//
+
+/// Whether `type`, routing metadata, holds i32.
+static LogicalResult verifyRoutingIndex(Operation *op, DistTensorType type, StringRef what) {
+  if (!type.getElementType().isInteger(32))
+    return op->emitOpError() << "carries " << what << " as i32, not " << type.getElementType();
+  return success();
+}
+
+/// A census: [W, E] i32, every rank its own copy, which peers write.
+static LogicalResult verifyCensus(Operation *op, DistTensorType census) {
+  if (census.getRank() != 2 || census.getPlacement().getKind() != PlacementKind::symmetric)
+    return op->emitOpError() << "takes the census as a symmetric [ranks, E] tensor, not " << census;
+  if (failed(verifyRoutingIndex(op, census, "the census")))
+    return failure();
+  auto program = op->getParentOfType<ProgramOp>();
+  if (!program || !program.getMesh().isBound())
+    return success();
+  int64_t ranks = program.resolve(census.getDim(0));
+  int64_t world = program.getMesh().getWorldSize();
+  if (!ShapedType::isDynamic(ranks) && ranks != world)
+    return op->emitOpError() << "takes a census of " << ranks << " rows, but the mesh has " << world
+                             << " ranks: a row a rank";
+  return success();
+}
+
+/// Tokens' metadata ([T, K] or [T, H]) placed as the tokens are: sharded along dim 0.
+static LogicalResult verifyTokenSharded(Operation *op, DistTensorType type, StringRef what) {
+  if (type.getRank() != 2 || !type.getPlacement().shardsDim(0))
+    return op->emitOpError() << "takes " << what << " as a rank-2 tensor sharded along dim 0, not "
+                             << type;
+  return success();
+}
+
+LogicalResult RouteCensusOp::verify() {
+  DistTensorType experts = getExperts().getType(), census = getCensus().getType();
+  if (failed(verifyTokenSharded(*this, experts, "the experts")) ||
+      failed(verifyRoutingIndex(*this, experts, "expert indices")))
+    return failure();
+  return verifyCensus(*this, census);
+}
+
+LogicalResult RouteCountsOp::verify() {
+  DistTensorType census = getCensus().getType(), counts = getCounts().getType();
+  if (failed(verifyCensus(*this, census)))
+    return failure();
+  if (counts.getRank() != 1 || !counts.getPlacement().shardsDim(0))
+    return emitOpError() << "fills counts [E] sharded along dim 0, not " << counts;
+  if (failed(verifyRoutingIndex(*this, counts, "row counts")))
+    return failure();
+  return verifyDimsMatch(*this, census.getDim(1), counts.getDim(0), "expert counts");
+}
+
+LogicalResult RouteRowsOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifyFlagsUse(*this, symbolTable, getArrivalsAttr(), 1);
+}
+
+LogicalResult RouteRowsOp::verify() {
+  DistTensorType tokens = getTokens().getType(), experts = getExperts().getType(),
+                 census = getCensus().getType(), routed = getRouted().getType(),
+                 origins = getOrigins().getType(), placement = getPlacement().getType();
+  if (failed(verifyTokenSharded(*this, tokens, "the tokens")) ||
+      failed(verifyTokenSharded(*this, experts, "the experts")) ||
+      failed(verifyTokenSharded(*this, placement, "the placements")) ||
+      failed(verifyRoutingIndex(*this, experts, "expert indices")) ||
+      failed(verifyRoutingIndex(*this, placement, "placements")) ||
+      failed(verifyCensus(*this, census)))
+    return failure();
+  if (routed.getRank() != 3 || !routed.getPlacement().shardsDim(0) || origins.getRank() != 2 ||
+      origins.getPlacement() != routed.getPlacement())
+    return emitOpError() << "fills routed rows [E, C, H] and origins [E, C], sharded along dim 0 "
+                            "alike, not "
+                         << routed << " and " << origins;
+  if (failed(verifyRoutingIndex(*this, origins, "origins")))
+    return failure();
+  if (routed.getElementType() != tokens.getElementType())
+    return emitOpError() << "dtype mismatch: tokens are " << tokens.getElementType()
+                         << " but routed rows are " << routed.getElementType();
+  return failure(
+      failed(verifyDimsMatch(*this, tokens.getDim(0), experts.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, experts.getDim(0), placement.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, experts.getDim(1), placement.getDim(1), "top-k")) ||
+      failed(verifyDimsMatch(*this, tokens.getDim(1), routed.getDim(2), "hidden sizes")) ||
+      failed(verifyDimsMatch(*this, census.getDim(1), routed.getDim(0), "expert counts")) ||
+      failed(verifyDimsMatch(*this, routed.getDim(0), origins.getDim(0), "expert counts")) ||
+      failed(verifyDimsMatch(*this, routed.getDim(1), origins.getDim(1), "capacities")));
+}
+
+LogicalResult ReturnRowsOp::verify() {
+  TileType value = getValue().getType();
+  DistTensorType origins = getOrigins().getType(), counts = getCounts().getType(),
+                 returned = getReturned().getType();
+  if (value.getRank() != 2 || getCoords().size() != 3)
+    return emitOpError() << "takes a rank-2 tile and its coordinates [expert, row tile, column "
+                            "tile]";
+  if (origins.getRank() != 2 || counts.getRank() != 1)
+    return emitOpError() << "takes origins [E, C] and counts [E]";
+  if (failed(verifyRoutingIndex(*this, origins, "origins")) ||
+      failed(verifyRoutingIndex(*this, counts, "row counts")))
+    return failure();
+  if (returned.getRank() != 3 || !returned.getPlacement().shardsDim(0))
+    return emitOpError() << "returns rows into a [T, K, H] tensor sharded along dim 0, not "
+                         << returned;
+  if (returned.getElementType() != value.getElementType())
+    return emitOpError() << "dtype mismatch: the tile is " << value.getElementType()
+                         << " but the returned rows are " << returned.getElementType();
+  return verifyDimsMatch(*this, origins.getDim(0), counts.getDim(0), "expert counts");
+}
+
+LogicalResult CombineReturnedOp::verify() {
+  DistTensorType returned = getReturned().getType(), placement = getPlacement().getType(),
+                 weights = getWeights().getType(), dest = getDest().getType();
+  if (returned.getRank() != 3 || placement.getRank() != 2 || weights.getRank() != 2 ||
+      dest.getRank() != 2)
+    return emitOpError() << "takes returned rows [T, K, H], placements and weights [T, K] and a "
+                            "destination [T, H]";
+  if (getIndices().size() != 2 || getTile().size() != 2)
+    return emitOpError() << "needs the destination tile's coordinates and extents";
+  if (failed(verifyRoutingIndex(*this, placement, "placements")))
+    return failure();
+  if (!isa<FloatType>(weights.getElementType()) || !isa<FloatType>(dest.getElementType()))
+    return emitOpError() << "needs float weights and a float destination";
+  return failure(
+      failed(verifyDimsMatch(*this, returned.getDim(0), dest.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, returned.getDim(1), placement.getDim(1), "top-k")) ||
+      failed(verifyDimsMatch(*this, returned.getDim(2), dest.getDim(1), "hidden sizes")));
 }

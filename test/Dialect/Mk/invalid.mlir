@@ -1374,3 +1374,123 @@ mk.program @combined_type [] mesh <?x?> (%r: !mk.tensor<[256, 256], bf16, replic
 
 // expected-error @+1 {{'mk.shape_symbol' op reads a shape symbol, so it must be inside an mk.program}}
 %n = mk.shape_symbol "N" : f32
+
+// -----
+
+mk.program @stamp_across_nodes [] mesh <2x1> () grid 4 {
+  mk.flags @f [1]
+  mk.role compute ctas 4 {
+    %i = arith.constant 0 : index
+    // expected-error @+1 {{'mk.signal' op stamps a flag on another node, which the proxy only counts; a stamp reaches this rank or a GPU of this node}}
+    mk.signal @f[%i] at node %i via rdma_proxy stamp
+  }
+}
+
+// -----
+
+mk.program @per_cta_of_absent [] mesh <1x1> () grid 4 {
+  mk.flags @f [1]
+  mk.role compute ctas 4 {
+    %i = arith.constant 0 : index
+    mk.signal @f[%i]
+    // expected-error @+1 {{'mk.wait' op counts arrivals per CTA of the dispatch role, which the program does not have}}
+    mk.wait @f[%i] count 1 per_cta_of dispatch
+  }
+}
+
+// -----
+
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+mk.program @census_placement [] mesh <1x2> (%e: !E, %c: !mk.tensor<[2, 8], i32, shard 0 over world>) {
+  // expected-error @+1 {{'mk.route_census' op takes the census as a symmetric [ranks, E] tensor, not '!mk.tensor<[2, 8], i32, shard 0 over world>'}}
+  mk.route_census %e into %c : !E, !mk.tensor<[2, 8], i32, shard 0 over world>
+}
+
+// -----
+
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+mk.program @census_rows [] mesh <1x2> (%e: !E, %c: !mk.tensor<[4, 8], i32, symmetric>) {
+  // expected-error @+1 {{'mk.route_census' op takes a census of 4 rows, but the mesh has 2 ranks: a row a rank}}
+  mk.route_census %e into %c : !E, !mk.tensor<[4, 8], i32, symmetric>
+}
+
+// -----
+
+!C = !mk.tensor<[2, 8], i32, symmetric>
+mk.program @route_counts_placement [] mesh <1x2> (%c: !C, %n: !mk.tensor<[8], i32, replicated>) {
+  // expected-error @+1 {{'mk.route_counts' op fills counts [E] sharded along dim 0, not '!mk.tensor<[8], i32, replicated>'}}
+  mk.route_counts %c into %n capacity 16 : !C, !mk.tensor<[8], i32, replicated>
+}
+
+// -----
+
+!X = !mk.tensor<[64, 32], bf16, shard 0 over world>
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+!C = !mk.tensor<[2, 8], i32, symmetric>
+mk.program @route_rows_routed [] mesh <1x2> (%x: !X, %e: !E, %c: !C, %r: !mk.tensor<[8, 16, 32], bf16, replicated>,
+                                             %o: !mk.tensor<[8, 16], i32, shard 0 over world>) {
+  mk.flags @arrived [8]
+  // expected-error @+1 {{'mk.route_rows' op fills routed rows [E, C, H] and origins [E, C], sharded along dim 0 alike, not '!mk.tensor<[8, 16, 32], bf16, replicated>' and '!mk.tensor<[8, 16], i32, shard 0 over world>'}}
+  mk.route_rows %x, %e, %c into %r, %o, %e arrivals @arrived : !X, !E, !C, !mk.tensor<[8, 16, 32], bf16, replicated>, !mk.tensor<[8, 16], i32, shard 0 over world>, !E
+}
+
+// -----
+
+!O = !mk.tensor<[8, 16], i32, shard 0 over world>
+!N = !mk.tensor<[8], i32, shard 0 over world>
+!R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
+mk.program @return_rows_coords [] mesh <1x2> (%o: !O, %n: !N, %r: !R) {
+  %i = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  %t = mk.splat %z : bf16 -> !mk.tile<[16, 32], bf16>
+  // expected-error @+1 {{'mk.return_rows' op takes a rank-2 tile and its coordinates [expert, row tile, column tile]}}
+  mk.return_rows %t, [%i, %i] via %o, %n into %r : !mk.tile<[16, 32], bf16>, !O, !N, !R
+}
+
+// -----
+
+!N = !mk.tensor<[8], i32, shard 0 over world>
+!R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
+mk.program @return_rows_origins [] mesh <1x2> (%n: !N, %r: !R) {
+  %i = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  %t = mk.splat %z : bf16 -> !mk.tile<[16, 32], bf16>
+  // expected-error @+1 {{'mk.return_rows' op takes origins [E, C] and counts [E]}}
+  mk.return_rows %t, [%i, %i, %i] via %n, %n into %r : !mk.tile<[16, 32], bf16>, !N, !N, !R
+}
+
+// -----
+
+!O = !mk.tensor<[8, 16], i32, shard 0 over world>
+!N = !mk.tensor<[8], i32, shard 0 over world>
+mk.program @return_rows_into [] mesh <1x2> (%o: !O, %n: !N, %r: !mk.tensor<[64, 32], bf16, shard 0 over world>) {
+  %i = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  %t = mk.splat %z : bf16 -> !mk.tile<[16, 32], bf16>
+  // expected-error @+1 {{'mk.return_rows' op returns rows into a [T, K, H] tensor sharded along dim 0, not '!mk.tensor<[64, 32], bf16, shard 0 over world>'}}
+  mk.return_rows %t, [%i, %i, %i] via %o, %n into %r : !mk.tile<[16, 32], bf16>, !O, !N, !mk.tensor<[64, 32], bf16, shard 0 over world>
+}
+
+// -----
+
+!O = !mk.tensor<[8, 16], i32, shard 0 over world>
+!N = !mk.tensor<[8], i32, shard 0 over world>
+!R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
+mk.program @return_rows_dtype [] mesh <1x2> (%o: !O, %n: !N, %r: !R) {
+  %i = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %t = mk.splat %z : f32 -> !mk.tile<[16, 32], f32>
+  // expected-error @+1 {{'mk.return_rows' op dtype mismatch: the tile is 'f32' but the returned rows are 'bf16'}}
+  mk.return_rows %t, [%i, %i, %i] via %o, %n into %r : !mk.tile<[16, 32], f32>, !O, !N, !R
+}
+
+// -----
+
+!P = !mk.tensor<[64, 2], i32, shard 0 over world>
+!W = !mk.tensor<[64, 2], f32, shard 0 over world>
+!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @combine_returned_ranks [] mesh <1x2> (%p: !P, %w: !W, %y: !Y) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.combine_returned' op takes returned rows [T, K, H], placements and weights [T, K] and a destination [T, H]}}
+  mk.combine_returned %y, %p, %w into %y[%i, %i] tile [16, 32] : !Y, !P, !W, !Y
+}

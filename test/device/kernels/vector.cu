@@ -92,3 +92,42 @@ MK_KERNEL combine_routed_bf16(const mk::bf16 *results, long long ld_results, con
                               int rows, int cols) {
   mk::combine_routed(results, ld_results, placement, weights, top_k, dest, ld, rows, cols);
 }
+
+MK_SMEM(route_census_64, mk::route_smem_bytes<64>())
+MK_KERNEL route_census_64(const int *experts, int tokens, int top_k, const mk_tensor_ref *census,
+                          int me, int gpus, mk_routing_report *report) {
+  mk::route_census<64>(experts, tokens, top_k, census, me, gpus, report, mk_smem);
+}
+
+MK_SMEM(route_counts_64, mk::route_smem_bytes<64>())
+MK_KERNEL route_counts_64(const int *census, int ranks, int me, int expert_first, int local_experts,
+                          int capacity, int *counts, mk_routing_report *report, mk_u32 epoch) {
+  mk::route_counts<64>(census, ranks, me, expert_first, local_experts, capacity, counts, report,
+                       epoch, mk_smem);
+}
+
+MK_SMEM(route_rows_bf16, mk::route_smem_bytes<64>())
+MK_KERNEL route_rows_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
+                          long long hidden, const int *census, int me, int gpus, int token_first,
+                          int local_experts, int capacity, const mk_tensor_ref *routed,
+                          const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags,
+                          long long arrivals) {
+  mk::route_rows<64>(rows, experts, tokens, top_k, hidden, census, me, gpus, token_first,
+                     local_experts, capacity, routed, origins, placement, flags, arrivals,
+                     blockIdx.x, gridDim.x, mk_smem);
+}
+
+MK_SMEM(return_rows_bf16, (mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
+MK_KERNEL return_rows_bf16(const mk::bf16 *tile, const int *origins, int rows, int cols,
+                           const mk_tensor_ref *returned, long long slots, long long ld,
+                           long long column) {
+  const auto t = mk::load_tile<mk::bf16, 128, 256>(tile, 256, 128, 256, mk_smem);
+  mk::return_rows(t, origins, rows, cols, returned, slots, ld, column, mk_smem);
+}
+
+MK_SMEM(combine_returned_bf16, 0)
+MK_KERNEL combine_returned_bf16(const mk::bf16 *returned, long long hidden, const int *placement,
+                                const float *weights, int top_k, mk::bf16 *dest, long long ld,
+                                int rows, int cols) {
+  mk::combine_returned(returned, hidden, placement, weights, top_k, dest, ld, rows, cols);
+}

@@ -42,9 +42,17 @@ struct EnginePass {
   int64_t tileColumns() const;
 };
 
+/// Whether `matmul` multiplies groups of matrices: A [G x M x K] and B [G x K x N] or
+/// [G x N x K] at a group each (a grouped GEMM's, an expert's), which the engine loads at it.
+bool groupedMatmul(MatmulOp matmul);
+
+/// Whether B's K is its innermost dim ([N x K], or groups of them).
+bool bKMajor(MatmulOp matmul);
+
 /// The pass `leader` leads, if it has the engine's shape: 16-bit operands, A [M x K] and B [K x N]
-/// or [N x K] that TMA addresses; a 128 x {64, 128, 256} tile, or two of 64 or 128 columns from
-/// matmuls after it in the body with the same A rows and B of the same type at the same columns;
+/// or [N x K] (or groups of them) that TMA addresses; a 128 x {64, 128, 256} tile, or two of 64
+/// or 128 columns from matmuls after it in the body with the same A rows and B of the same type at
+/// the same columns;
 /// whose products only elementwise ops on 128-row f32 tiles (and splats, or rows of a tensor the
 /// kernel does not write broadcast along dim 0, used only there) use, up to one conversion to 16
 /// bits. Nothing where `leader` is no such pass's first matmul.

@@ -70,9 +70,19 @@ struct ArithIndexOps {
 class TileWalk {
 public:
   /// The walk of `grid` (scheduled, on a bound `mesh`, its program's tiles numbered by
-  /// `numbering`), or failure, with the grid's error, for walks that have no lowering. Row-count
-  /// bounds (`rows`) are not part of the walk.
+  /// `numbering`), or failure, with the grid's error, for walks that have no lowering. A grid
+  /// bounded by row counts (`rows`) walks only the tiles within them: see grouped().
   static FailureOr<TileWalk> get(TileGridOp grid, MeshAttr mesh, const TileNumbering &numbering);
+
+  /// A grid bounded by row counts, over [groups, rows, columns] in tiles [1, R, C] of this rank's
+  /// shard of the groups, walks its tiles as mk::GroupedWalk (mk/grouped_walk.h, the device
+  /// library's) over the counts: positions, then the tile at a position, whose group is the
+  /// walk's plus the shard's first (Bound::firstShard times the groups). These are that walk's
+  /// parameters but for the counts.
+  struct Grouped {
+    int64_t groups, capacity, tileRows, colTiles, band;
+  };
+  const std::optional<Grouped> &grouped() const { return grouped_; }
 
   /// What a walk depends on at run time: this rank's node and GPU index, and the grid's `held_by`
   /// operand where it has one.
@@ -147,6 +157,7 @@ private:
   bool ownedInOrder = false;
   TileOrderAttr order;
   bool rotated = false;
+  std::optional<Grouped> grouped_;
 };
 
 /// mk.owner's meaning: the node and GPU index of the rank that owns tile `indices` (global tile

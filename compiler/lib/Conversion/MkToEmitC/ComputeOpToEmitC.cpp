@@ -13,6 +13,7 @@
 #include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
 #include "mk/Conversion/MkToEmitC/TypeConverter.h"
 #include "mk/Transforms/AttentionEngine.h"
+#include "mk/Transforms/GemmEngine.h"
 #include "mk/Transforms/LoweringPlan.h"
 
 #include <cmath>
@@ -150,16 +151,26 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
         return success();
       }
       // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or tn-row boxes
-      // ([N x K]), 64 deep in K; each matmul of the pass its B panel.
-      int64_t aMap = layout.tensorMap(lhsType, tensorIndex(op.getLhs()), std::nullopt, {64, tm});
+      // ([N x K]), 64 deep in K; each matmul of the pass its B panel. Groups of matrices are
+      // loaded a group (one box deep in the outer dim) at a time.
+      bool grouped = groupedMatmul(op);
+      SmallVector<int64_t> aBox = {64, tm}, bBox = {64, bTransposed ? tn : 64};
+      if (grouped) {
+        aBox.push_back(1);
+        bBox.push_back(1);
+      }
+      int64_t aMap = layout.tensorMap(lhsType, tensorIndex(op.getLhs()), std::nullopt, aBox);
       SmallVector<CallArg> args = {e, tensorMapPointer(rewriter, loc, op, a.constant(aMap))};
       for (MatmulOp matmul : pass) {
-        int64_t bMap = layout.tensorMap(rhsType, tensorIndex(matmul.getRhs()), std::nullopt,
-                                        {64, bTransposed ? tn : 64});
+        int64_t bMap = layout.tensorMap(rhsType, tensorIndex(matmul.getRhs()), std::nullopt, bBox);
         args.push_back(tensorMapPointer(rewriter, loc, op, a.constant(bMap)));
       }
-      args.append({lhs.start[0], bTransposed ? rhs.start[0] : rhs.start[1], kBlocks});
-      call(rewriter, loc, {}, "mk::gemm_load", args);
+      int64_t outer = grouped ? 1 : 0;
+      args.append(
+          {lhs.start[outer], bTransposed ? rhs.start[outer] : rhs.start[outer + 1], kBlocks});
+      if (grouped)
+        args.append({lhs.start[0], rhs.start[0]});
+      call(rewriter, loc, {}, grouped ? "mk::gemm_load_grouped" : "mk::gemm_load", args);
       for (MatmulOp follower : llvm::drop_begin(pass))
         rewriter.eraseOp(follower);
       rewriter.eraseOp(op);

@@ -32,4 +32,9 @@ Value toIndex(OpBuilder &b, Location loc, Value v) {
   return UnrealizedConversionCastOp::create(b, loc, b.getIndexType(), v).getResult(0);
 }
 
+Value toSizeT(OpBuilder &b, Location loc, Value v) {
+  return UnrealizedConversionCastOp::create(b, loc, emitc::SizeTType::get(b.getContext()), v)
+      .getResult(0);
+}
+
 } // namespace mlir::mk::to_emitc

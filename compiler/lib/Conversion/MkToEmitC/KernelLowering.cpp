@@ -56,6 +56,13 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   for (RoleOp role : roles)
     layout.split.roles.push_back({stringifyRoleKind(role.getKind()).str(),
                                   static_cast<int64_t>(role.getCtas().value_or(0))});
+  // A wait per CTA of a role counts the split's CTAs, which the roles still hold.
+  program.walk([&](WaitOp wait) {
+    if (!wait.getPerCtaOf())
+      return;
+    wait.setCount(static_cast<uint64_t>(wait.getArrivals()));
+    wait.removePerCtaOfAttr();
+  });
 
   OpBuilder b(program);
   // __grid_constant__: read in place, never copied, even where indexed at run time.

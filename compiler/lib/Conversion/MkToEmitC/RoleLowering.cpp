@@ -120,6 +120,15 @@ LogicalResult checkRegisterTile(Operation *op, TileType tile) {
                            << nearRows << " x " << nearCols << " (a masked grid covers the edges)";
 }
 
+/// Whether `op` is a wait of the engine's producer, or a loop of only such waits.
+bool producerWaitsOnly(Operation *op) {
+  if (isa<WaitOp>(op))
+    return loweringOf(op) == Lowering::producer;
+  auto loop = dyn_cast<scf::ForOp>(op);
+  return loop && llvm::all_of(loop.getBody()->without_terminator(),
+                              [](Operation &inner) { return producerWaitsOnly(&inner); });
+}
+
 } // namespace
 
 LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin) {
@@ -140,6 +149,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
 
   OpBuilder tb = OpBuilder::atBlockBegin(then);
   Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
+  branch.getThenRegion().walk([&](RouteRowsOp op) { layout.roleCtas[op] = {begin, ctas}; });
   SmallVector<Operation *> nested;
   branch.getThenRegion().walk<WalkOrder::PreOrder>([&](Operation *op) {
     if (isa<TileGridOp, SingleCtaOp>(op))
@@ -277,8 +287,11 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
       for (MatmulOp candidate : loop.getBody()->getOps<MatmulOp>())
         if (loweringOf(candidate) != Lowering::fused)
           matmul = candidate;
+    // (What the kept loops use stays: the walk of a grid bounded by row counts reads them; so do
+    // the producer's waits before them, for what it reads there.)
     if (!matmul) {
-      if (!isMemoryEffectFree(op))
+      if (!isMemoryEffectFree(op) && op->use_empty() &&
+          !(isa<WaitOp>(op) && loweringOf(op) == Lowering::producer))
         op->erase();
       continue;
     }
@@ -291,8 +304,9 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
       op->erase();
     for (Operation &before : llvm::make_early_inc_range(llvm::reverse(*body))) {
       if (&before == matmul || isa<scf::YieldOp>(before) || isMemoryEffectFree(&before) ||
+          !before.use_empty() ||
           (isa<MatmulOp>(before) && loweringOf(&before) == Lowering::fused) ||
-          (isa<WaitOp>(before) && loweringOf(&before) == Lowering::producer))
+          producerWaitsOnly(&before))
         continue;
       before.erase();
     }
@@ -306,6 +320,16 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
   });
   for (WaitOp wait : producerWaits)
     wait.erase();
+  // Consumers raise what a tile loop's last tiles hold back as they leave the loop: a producer
+  // waiting for it, past the loop, loads nothing more until then.
+  for (Operation &op : *consumer)
+    if (auto loop = dyn_cast<scf::ForOp>(op);
+        loop &&
+        loop.getBody()->walk([](MatmulOp) { return WalkResult::interrupt(); }).wasInterrupted()) {
+      OpBuilder after(context);
+      after.setInsertionPointAfter(loop);
+      call(after, loc, {}, "mk::gemm_flush_signals", {engine});
+    }
   OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
   call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
   OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);

@@ -1,15 +1,18 @@
-//===- RoutingOpToEmitC.cpp - expert routing: selection and combination ---===//
+//===- RoutingOpToEmitC.cpp - expert routing: rows to experts, results back -===//
 //
-// mk.select_routed and mk.combine_routed are one device-library call each (mk/device/routing.cuh)
-// on the role's team: the selection over every rank's tokens, by one CTA (mk.single_cta), which
-// reports the copies of this rank's tokens it dropped or could not route (mk_routing_report); the
-// combination per tile of this rank's tokens.
+// Each routing op is one device-library call (mk/device/routing.cuh) on the role's team. Point to
+// point: the census and the row counts by one CTA (mk.single_cta), which report the copies of
+// this rank's tokens that could not be routed or were dropped (mk_routing_report); the rows by
+// every CTA of the role, each its share of the tokens; results back to their tokens from a tile
+// (through the GEMM engine's senders where the plan says so); their sum per tile of this rank's
+// tokens. Gathered: the selection over every rank's tokens, by one CTA; the combination per tile.
 //
 //===----------------------------------------------------------------------===//
 
 #include "mk/Conversion/MkToEmitC/LoweringPattern.h"
 #include "mk/Conversion/MkToEmitC/PatternMkToEmitC.h"
 #include "mk/Conversion/MkToEmitC/TypeConverter.h"
+#include "mk/Transforms/LoweringPlan.h"
 
 using namespace mlir;
 using namespace mlir::mk;
@@ -82,11 +85,190 @@ struct CombineRoutedLowering : LoweringPattern<CombineRoutedOp> {
   }
 };
 
+/// What the point-to-point routing ops share: this rank's index (`me`), the first index of its
+/// shards, the launch's report.
+struct Routing {
+  const KernelLayout &layout;
+  Arith &a;
+  Value me;
+
+  /// The first index of this rank's shard of dim 0 of `type` (routing splits evenly).
+  Value first(DistTensorType type) const { return a.mul(me, type.getLocalExtent(0, layout.mesh)); }
+  Value report(OpBuilder &b, Location loc, Value args) const {
+    auto type =
+        emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "mk_routing_report"));
+    return call(b, loc, type, "mk::routing_report", {args}).getResult(0);
+  }
+};
+
+struct RouteCensusLowering : LoweringPattern<RouteCensusOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(RouteCensusOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Routing routing{layout, a, shardIndex(a, MeshAxis::world, layout.node, layout.gpu)};
+    DistTensorType experts = op.getExperts().getType(), census = op.getCensus().getType();
+    std::string count = std::to_string(census.getShape()[1]);
+    layout.routedExperts = census.getShape()[1];
+    needSymmetric(op.getCensus());
+    needSmem("mk::route_smem_bytes<" + count + ">()");
+    auto ref = emitc::PointerType::get(
+        emitc::OpaqueType::get(rewriter.getContext(), "const mk_tensor_ref"));
+    call(rewriter, loc, {}, "mk::route_census",
+         {pointer(rewriter, loc, experts, adaptor.getExperts(), a.constant(0)),
+          std::to_string(experts.getLocalExtent(0, layout.mesh)),
+          std::to_string(experts.getShape()[1]),
+          call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getCensus()}).getResult(0),
+          routing.me, std::to_string(layout.mesh.getGpus()),
+          routing.report(rewriter, loc, kernelArgs(op)), std::string("mk_smem")},
+         {count});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct RouteCountsLowering : LoweringPattern<RouteCountsOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(RouteCountsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Routing routing{layout, a, shardIndex(a, MeshAxis::world, layout.node, layout.gpu)};
+    DistTensorType census = op.getCensus().getType(), counts = op.getCounts().getType();
+    std::string experts = std::to_string(census.getShape()[1]);
+    auto epochType = emitc::OpaqueType::get(rewriter.getContext(), "mk_u32");
+    needSmem("mk::route_smem_bytes<" + experts + ">()");
+    call(rewriter, loc, {}, "mk::route_counts",
+         {pointer(rewriter, loc, census, adaptor.getCensus(), a.constant(0)),
+          std::to_string(census.getShape()[0]), routing.me, routing.first(counts),
+          std::to_string(counts.getLocalExtent(0, layout.mesh)), std::to_string(op.getCapacity()),
+          pointer(rewriter, loc, counts, adaptor.getCounts(), a.constant(0)),
+          routing.report(rewriter, loc, kernelArgs(op)),
+          call(rewriter, loc, epochType, "mk::epoch", {kernelArgs(op)}).getResult(0),
+          std::string("mk_smem")},
+         {experts});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(RouteRowsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    Routing routing{layout, a, shardIndex(a, MeshAxis::world, layout.node, layout.gpu)};
+    MeshAttr mesh = layout.mesh;
+    DistTensorType tokens = op.getTokens().getType(), experts = op.getExperts().getType(),
+                   census = op.getCensus().getType(), routed = op.getRouted().getType();
+    std::string count = std::to_string(census.getShape()[1]);
+    auto [firstCta, ctas] = layout.roleCtas.lookup(op);
+    needSymmetric(op.getRouted());
+    needSymmetric(op.getOrigins());
+    needSmem("mk::route_smem_bytes<" + count + ">()");
+    MLIRContext *context = rewriter.getContext();
+    auto ref = emitc::PointerType::get(emitc::OpaqueType::get(context, "const mk_tensor_ref"));
+    auto regions = emitc::PointerType::get(emitc::OpaqueType::get(context, "mk_u32 *const"));
+    Value args = kernelArgs(op);
+    Value cta = call(rewriter, loc, emitc::SizeTType::get(context), "mk::cta", {}).getResult(0);
+    call(
+        rewriter, loc, {}, "mk::route_rows",
+        {pointer(rewriter, loc, tokens, adaptor.getTokens(), a.constant(0)),
+         pointer(rewriter, loc, experts, adaptor.getExperts(), a.constant(0)),
+         std::to_string(tokens.getLocalExtent(0, mesh)), std::to_string(experts.getShape()[1]),
+         std::to_string(tokens.getShape()[1]),
+         pointer(rewriter, loc, census, adaptor.getCensus(), a.constant(0)), routing.me,
+         std::to_string(mesh.getGpus()), routing.first(tokens),
+         std::to_string(routed.getLocalExtent(0, mesh)), std::to_string(routed.getShape()[1]),
+         call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getRouted()}).getResult(0),
+         call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getOrigins()}).getResult(0),
+         pointer(rewriter, loc, op.getPlacement().getType(), adaptor.getPlacement(), a.constant(0)),
+         call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
+         flagOffset(a, layout, op.getArrivals(), {a.constant(0)}), a.sub(cta, a.constant(firstCta)),
+         std::to_string(ctas), std::string("mk_smem")},
+        {count});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct ReturnRowsLowering : LoweringPattern<ReturnRowsOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(ReturnRowsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    MLIRContext *context = rewriter.getContext();
+    TileType tile = op.getValue().getType();
+    DistTensorType origins = op.getOrigins().getType(), counts = op.getCounts().getType(),
+                   returned = op.getReturned().getType();
+    ValueRange coords = adaptor.getCoords();
+    int64_t rows = tile.getShape()[0], cols = tile.getShape()[1];
+    // The tile's routed rows: their origins, and how many lie below the expert's count.
+    Address at = address(a, origins, coords.take_front(2), {}, {1, rows}, layout.node, layout.gpu);
+    Address count = address(a, counts, coords.take_front(1), {}, {1}, layout.node, layout.gpu);
+    Value valid = call(rewriter, loc, emitc::SizeTType::get(context), "mk::rows_within",
+                       {pointer(rewriter, loc, counts, adaptor.getCounts(), count.offset),
+                        at.start[1], std::to_string(rows)})
+                      .getResult(0);
+    int64_t hidden = returned.getShape()[2];
+    Value column = a.mul(coords[2], cols);
+    Value width = a.min(a.constant(cols), a.sub(a.constant(hidden), column));
+    int64_t slots = returned.getLocalExtent(0, layout.mesh) * returned.getShape()[1];
+    needSymmetric(op.getReturned());
+    auto ref = emitc::PointerType::get(emitc::OpaqueType::get(context, "const mk_tensor_ref"));
+    Value tensor = call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getReturned()}).getResult(0);
+    Value originsAt = pointer(rewriter, loc, origins, adaptor.getOrigins(), at.offset);
+    std::string element = elementName(tile.getElementType());
+    if (loweringOf(op) == Lowering::store)
+      call(rewriter, loc, {}, "mk::gemm_store_rows",
+           {engineFor(op), lookThroughCasts(adaptor.getValue()), originsAt, valid, width, tensor,
+            std::to_string(slots), std::to_string(hidden), column},
+           {element});
+    else {
+      needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
+      call(rewriter, loc, {}, "mk::return_rows",
+           {adaptor.getValue(), originsAt, valid, width, tensor, std::to_string(slots),
+            std::to_string(hidden), column, std::string("mk_smem")});
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct CombineReturnedLowering : LoweringPattern<CombineReturnedOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(CombineReturnedOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    DistTensorType dest = op.getDest().getType(), returned = op.getReturned().getType(),
+                   placement = op.getPlacement().getType();
+    Address at = address(a, dest, adaptor.getIndices(), {}, op.getTile(), layout.node, layout.gpu);
+    // The tile's tokens are rows start[0].. of this rank's routing and returned rows.
+    int64_t topK = placement.getShape()[1], hidden = returned.getShape()[2];
+    Value routing = a.mul(at.start[0], topK);
+    call(rewriter, loc, {}, "mk::combine_returned",
+         {pointer(rewriter, loc, returned, adaptor.getReturned(),
+                  a.add(a.mul(routing, hidden), at.start[1])),
+          std::to_string(hidden),
+          pointer(rewriter, loc, placement, adaptor.getPlacement(), routing),
+          pointer(rewriter, loc, op.getWeights().getType(), adaptor.getWeights(), routing),
+          std::to_string(topK), pointer(rewriter, loc, dest, adaptor.getDest(), at.offset), at.ld,
+          at.rows, at.cols});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 } // namespace
 
 void mlir::mk::to_emitc::populateRoutingOpToEmitCPatterns(const TypeConverter &converter,
                                                           RewritePatternSet &patterns,
                                                           KernelLayout &layout) {
-  patterns.add<SelectRoutedLowering, CombineRoutedLowering>(converter, patterns.getContext(),
-                                                            layout);
+  patterns.add<SelectRoutedLowering, CombineRoutedLowering, RouteCensusLowering,
+               RouteCountsLowering, RouteRowsLowering, ReturnRowsLowering, CombineReturnedLowering>(
+      converter, patterns.getContext(), layout);
 }

@@ -27,6 +27,7 @@ struct SignalLowering : LoweringPattern<SignalOp> {
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     Value args = kernelArgs(op);
     // Under a TMA reduction, the publisher raises the flag after the stores before it.
+    // (mk-plan-lowering runs no TMA reduction in a role that stamps flags.)
     if (Value reducer = ofRole(layout.reducers, op)) {
       auto flag = emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
       Value pointer =
@@ -40,19 +41,20 @@ struct SignalLowering : LoweringPattern<SignalOp> {
     }
     // The engine's consumers raise it after the tile's stores land, without waiting for them.
     bool deferred = loweringOf(op) == Lowering::deferred;
+    std::string how = op.getStamp() ? "stamp" : "signal";
     switch (op.getScope()) {
     case PeerScope::self:
       if (deferred)
-        call(rewriter, loc, {}, "mk::gemm_signal_local", {engineFor(op), args, offset});
+        call(rewriter, loc, {}, "mk::gemm_" + how + "_local", {engineFor(op), args, offset});
       else
-        call(rewriter, loc, {}, "mk::signal_local", {args, offset});
+        call(rewriter, loc, {}, "mk::" + how + "_local", {args, offset});
       break;
     case PeerScope::gpu:
       if (deferred)
-        call(rewriter, loc, {}, "mk::gemm_signal_gpu",
+        call(rewriter, loc, {}, "mk::gemm_" + how + "_gpu",
              {engineFor(op), args, adaptor.getPeer(), offset});
       else
-        call(rewriter, loc, {}, "mk::signal_gpu", {args, adaptor.getPeer(), offset});
+        call(rewriter, loc, {}, "mk::" + how + "_gpu", {args, adaptor.getPeer(), offset});
       break;
     case PeerScope::node:
       call(rewriter, loc, {}, "mk::signal_node", {args, adaptor.getPeer(), offset});
@@ -70,21 +72,21 @@ struct WaitLowering : LoweringPattern<WaitOp> {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     std::optional<Lowering> how = loweringOf(op);
+    std::string count = std::to_string(op.getCount());
     if (how == Lowering::producer && ofRole(layout.attentionEngines, op))
       call(rewriter, op.getLoc(), {}, "mk::producer_wait_arrivals",
-           {kernelArgs(op), offset, std::to_string(op.getCount())});
+           {kernelArgs(op), offset, count});
     else if (how == Lowering::producer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
-           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+           {engineFor(op), kernelArgs(op), offset, count});
     else if (how == Lowering::consumer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
-           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+           {engineFor(op), kernelArgs(op), offset, count});
     else if (how == Lowering::deferred)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_defer_arrivals",
-           {engineFor(op), kernelArgs(op), offset, std::to_string(op.getCount())});
+           {engineFor(op), kernelArgs(op), offset, count});
     else
-      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals",
-           {kernelArgs(op), offset, std::to_string(op.getCount())});
+      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals", {kernelArgs(op), offset, count});
     rewriter.eraseOp(op);
     return success();
   }

@@ -1,12 +1,14 @@
 //===- TileGridLowering.cpp - tile grids as loops over their tiles --------===//
 //
 // CTA c of a role's n takes positions c, c + n, ... of the grid's walk (TileWalk: the tiles a
-// grid visits, decoded in its order, local-first rotation, round-robin ownership); the body runs
-// at each, for the tiles this rank visits.
+// grid visits, decoded in its order, local-first rotation, round-robin ownership; within row
+// counts, the device library's grouped walk over them); the body runs at each, for the tiles this
+// rank visits.
 //
 //===----------------------------------------------------------------------===//
 
 #include "mk/Conversion/MkToEmitC/EmitCBuilder.h"
+#include "mk/Conversion/MkToEmitC/LoweringPattern.h"
 #include "mk/Conversion/MkToEmitC/StructureLowering.h"
 #include "mk/Transforms/TileWalk.h"
 
@@ -16,8 +18,6 @@ using namespace mlir::mk::to_emitc;
 
 LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas) {
   Location loc = grid.getLoc();
-  if (grid.getRowCounts())
-    return grid.emitOpError() << "is bounded by row counts, which have no CUDA lowering yet";
   FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, layout.numbering);
   if (failed(walk))
     return failure();
@@ -27,9 +27,41 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   TileWalk::Place<Value> place{toIndex(b, loc, layout.node), toIndex(b, loc, layout.gpu),
                                grid.getHolder() ? std::optional(grid.getHolder()) : std::nullopt};
   TileWalk::Bound<Value> bound = walk->bind(ops, place);
+  // A grid bounded by row counts walks the tiles within them (mk::GroupedWalk over the counts).
+  Value grouped;
+  if (const std::optional<TileWalk::Grouped> &shape = walk->grouped()) {
+    MLIRContext *context = grid.getContext();
+    auto sizeT = emitc::SizeTType::get(context);
+    Value counts = lookThroughCasts(grid.getRowCounts());
+    Value start = emitc::ConstantOp::create(b, loc, sizeT, b.getIndexAttr(0));
+    Value pointer = call(b, loc, emitc::PointerType::get(emitc::OpaqueType::get(context, "int")),
+                         "mk::at", {counts, start})
+                        .getResult(0);
+    grouped = call(b, loc, emitc::OpaqueType::get(context, "mk::GroupedWalk"), "mk::grouped_walk",
+                   {pointer, std::to_string(shape->groups), std::to_string(shape->capacity),
+                    std::to_string(shape->tileRows), std::to_string(shape->colTiles),
+                    std::to_string(shape->band)})
+                  .getResult(0);
+    bound.positions =
+        toIndex(b, loc, call(b, loc, sizeT, "mk::grouped_positions", {grouped}).getResult(0));
+  }
   auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ops.c(ctas));
   b.setInsertionPointToStart(loop.getBody());
-  auto tile = walk->tileAt(ops, bound, loop.getInductionVar(), place);
+  TileWalk::Tile<Value, Value> tile;
+  if (grouped) {
+    MLIRContext *context = grid.getContext();
+    auto sizeT = emitc::SizeTType::get(context);
+    Value at = call(b, loc, emitc::OpaqueType::get(context, "mk::GroupedTile"), "mk::grouped_tile",
+                    {grouped, toSizeT(b, loc, loop.getInductionVar())})
+                   .getResult(0);
+    for (StringRef coordinate : {"mk::tile_group", "mk::tile_row", "mk::tile_col"})
+      tile.coords.push_back(toIndex(b, loc, call(b, loc, sizeT, coordinate, {at}).getResult(0)));
+    if (bound.firstShard)
+      tile.coords[0] =
+          ops.add(tile.coords[0], ops.mul(*bound.firstShard, ops.c(walk->grouped()->groups)));
+  } else {
+    tile = walk->tileAt(ops, bound, loop.getInductionVar(), place);
+  }
   if (tile.visits) {
     auto owned = scf::IfOp::create(b, loc, *tile.visits, /*withElseRegion=*/false);
     b.setInsertionPointToStart(owned.thenBlock());

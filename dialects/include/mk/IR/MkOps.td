@@ -97,7 +97,8 @@ def Mk_TileGridOp : Mk_Op<"tile_grid", [SingleBlock, NoTerminator, RecursiveMemo
     global tensor (each rank computes a contribution to every tile, as before a reduction). A tile
     size `:` takes the whole extent of that dim. A tile size must divide its dim unless the grid is
     `masked`, which allows a partial last tile. `rows %counts` bounds the rows by routing metadata:
-    tiles past `counts[i0]` rows of the second-last dim are skipped. `order` is the production
+    tiles past `counts[i0]` rows of the second-last dim are skipped (a grid of groups in tiles
+    [1, R, C] then walks only the tiles within the counts, group by group). `order` is the production
     order; the compiler picks one where the program does not.
 
     Two clauses distribute a grid's tiles over ranks (the compiler uses them): `held_by %i` visits

@@ -57,11 +57,19 @@ def Mk_SignalOp : Mk_Op<"signal", [AttrSizedOperandSegments,
     mk.signal @partial_ready[%m, %n] at gpu %owner via nvlink_store
     mk.signal @node_ready[%m, %n] at node %peer via rdma_proxy
     ```
+
+    With `stamp`, the flag is set to the launch's epoch instead: for a flag that one writer raises
+    at most once a launch, and in some launches not at all (a tile past a row count), which a
+    wait of `count 1` then still sees as one arrival a launch. Within a node only.
+
+    ```mlir
+    mk.signal @hidden_ready[%e, %t, %n] stamp
+    ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$flags, Variadic<Index>:$indices, Mk_PeerScope:$scope,
-                       Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link);
+                       Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link, UnitAttr:$stamp);
   let assemblyFormat = [{
-    $flags `` `[` $indices `]` `` custom<Peer>($scope, $peer, $link) attr-dict
+    $flags `` `[` $indices `]` `` custom<Peer>($scope, $peer, $link) (`stamp` $stamp^)? attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -72,10 +80,27 @@ def Mk_WaitOp : Mk_Op<"wait", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]
     ```mlir
     mk.wait @partial_ready[%m, %n] count 4
     ```
+
+    With `per_cta_of KIND`, `count` arrivals for each CTA of the program's roles of that kind: each
+    of them signals (after its share of the work), and their number is the split's.
+
+    ```mlir
+    mk.wait @arrived[%e] count 2 per_cta_of dispatch
+    ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$flags, Variadic<Index>:$indices,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$count);
-  let assemblyFormat = "$flags `` `[` $indices `]` `count` $count attr-dict";
+                       ConfinedAttr<I64Attr, [IntPositive]>:$count,
+                       OptionalAttr<Mk_RoleKind>:$per_cta_of);
+  let assemblyFormat = "$flags `` `[` $indices `]` `count` $count (`per_cta_of` $per_cta_of^)? attr-dict";
+  let builders = [OpBuilder<(ins "FlatSymbolRefAttr":$flags, "ValueRange":$indices,
+                                 "IntegerAttr":$count), [{
+    build($_builder, $_state, flags, indices, count, RoleKindAttr());
+  }]>];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The arrivals a launch waits for: `count`, times the CTAs of the roles `per_cta_of` names.
+    int64_t getArrivals();
+  }];
 }
 
 def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
@@ -258,6 +283,132 @@ def Mk_CombineRoutedOp : Mk_Op<"combine_routed"> {
   let assemblyFormat = [{
     $results `,` $placement `,` $weights `into` $dest `[` $indices `]` `tile` $tile attr-dict `:`
     qualified(type($results)) `,` qualified(type($placement)) `,` qualified(type($weights)) `,`
+    qualified(type($dest))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_RouteCensusOp : Mk_Op<"route_census"> {
+  let summary = "Count this rank's routed copies per expert into the census on every GPU of the node";
+  let description = [{
+    Point-to-point routing's first step. Row r of `census` ([W, E], this rank's index r), on every
+    GPU of the node, becomes the number of this rank's copies (token t, choice j) routed to each
+    expert `experts[t, j]`. A copy whose index lies outside [0, E) is counted nowhere and goes
+    nowhere; the first is reported (mk_routing_report). Run by one CTA; the census is complete on a
+    GPU once every rank of the node has signalled it.
+
+    ```mlir
+    mk.route_census %experts into %census
+        : !mk.tensor<[T, K], i32, shard 0 over world>, !mk.tensor<[2, E], i32, symmetric>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$experts,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$census);
+  let assemblyFormat = [{
+    $experts `into` $census attr-dict `:` qualified(type($experts)) `,` qualified(type($census))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_RouteCountsOp : Mk_Op<"route_counts"> {
+  let summary = "The rows each of this rank's experts receives, from the census";
+  let description = [{
+    `counts[e]` = min(C, sum over ranks r of `census[r, e]`) for the experts this rank holds. The
+    census orders copies rank by rank, so it also says how many of this rank's copies fall past
+    their expert's capacity C: the count the launch reports (mk_routing_report). Run by one CTA.
+
+    ```mlir
+    mk.route_counts %census into %counts capacity 256
+        : !mk.tensor<[2, E], i32, symmetric>, !mk.tensor<[E], i32, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$census,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$counts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$capacity);
+  let assemblyFormat = [{
+    $census `into` $counts `capacity` $capacity attr-dict `:` qualified(type($census)) `,`
+    qualified(type($counts))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_RouteRowsOp : Mk_Op<"route_rows", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Send this rank's token rows to the slots of their experts, point to point";
+  let description = [{
+    Each CTA of the role routes its share of this rank's tokens (token-major chunks). Copy
+    (t, j) to expert e = `experts[t, j]` takes slot s = (the copies of lower ranks to e, from the
+    census) + (the copies of this rank to e before it, token-major), so that every launch of the
+    same routing places rows alike. Where s < C, the token's row goes to `routed[e, s]` on the
+    rank holding e, `origins[e, s]` there becomes (t's global index) * K + j, and
+    `placement[t, j]` here e * C + s; otherwise `placement[t, j]` is -1. After its rows to an
+    expert, each CTA adds an arrival to `arrivals[e]` (an array of E flags) on the expert's
+    rank, for every expert, every launch, whatever it sent: a wait counts one per CTA of the
+    role on every rank.
+
+    ```mlir
+    mk.route_rows %x, %experts, %census into %routed, %origins, %placement arrivals @arrived
+        : !mk.tensor<[T, H], bf16, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>,
+          !mk.tensor<[2, E], i32, symmetric>, !mk.tensor<[E, C, H], bf16, shard 0 over world>,
+          !mk.tensor<[E, C], i32, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$tokens, Arg<Mk_Tensor, "", [MemRead]>:$experts,
+                       Arg<Mk_Tensor, "", [MemRead]>:$census,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$routed, Arg<Mk_Tensor, "", [MemWrite]>:$origins,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$placement, FlatSymbolRefAttr:$arrivals);
+  let assemblyFormat = [{
+    $tokens `,` $experts `,` $census `into` $routed `,` $origins `,` $placement `arrivals` $arrivals
+    attr-dict `:` qualified(type($tokens)) `,` qualified(type($experts)) `,` qualified(type($census))
+    `,` qualified(type($routed)) `,` qualified(type($origins)) `,` qualified(type($placement))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_ReturnRowsOp : Mk_Op<"return_rows"> {
+  let summary = "Send each row of a tile of routed results back to its token's slot";
+  let description = [{
+    The tile holds rows of this rank's expert-major space at global tile coordinates
+    `[e, t, n]`: routed row t * R + i of expert e, for the tile's R rows, columns of the n-th
+    column tile. Each row below `counts[e]` goes to `returned[o / K, o % K]` (columns of the n-th
+    tile) on the rank holding token o / K, o = `origins[e, t * R + i]`; rows past the count go
+    nowhere.
+
+    ```mlir
+    mk.return_rows %y, [%e, %t, %n] via %origins, %counts into %returned
+        : !mk.tile<[128, 256], bf16>, !mk.tensor<[E, C], i32, shard 0 over world>,
+          !mk.tensor<[E], i32, shard 0 over world>, !mk.tensor<[T, K, H], bf16, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Mk_Tile:$value, Variadic<Index>:$coords,
+                       Arg<Mk_Tensor, "", [MemRead]>:$origins, Arg<Mk_Tensor, "", [MemRead]>:$counts,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$returned);
+  let assemblyFormat = [{
+    $value `,` `[` $coords `]` `via` $origins `,` $counts `into` $returned attr-dict `:`
+    qualified(type($value)) `,` qualified(type($origins)) `,` qualified(type($counts)) `,`
+    qualified(type($returned))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_CombineReturnedOp : Mk_Op<"combine_returned"> {
+  let summary = "One tile of tokens: the weighted sum of the results returned to them";
+  let description = [{
+    `dest[t, n]` = sum over j, in order, of `weights[t, j]` * `returned[t, j, n]` where
+    `placement[t, j]` >= 0 (the copy was routed), in f32, for the rows of one tile of this rank's
+    tokens: the same routing and results give the same bits.
+
+    ```mlir
+    mk.combine_returned %returned, %placement, %w into %Y[%t, %n] tile [128, 256]
+        : !mk.tensor<[T, K, H], bf16, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>,
+          !mk.tensor<[T, K], f32, shard 0 over world>, !mk.tensor<[T, H], bf16, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$returned, Arg<Mk_Tensor, "", [MemRead]>:$placement,
+                       Arg<Mk_Tensor, "", [MemRead]>:$weights, Arg<Mk_Tensor, "", [MemWrite]>:$dest,
+                       Variadic<Index>:$indices, DenseI64ArrayAttr:$tile);
+  let assemblyFormat = [{
+    $returned `,` $placement `,` $weights `into` $dest `[` $indices `]` `tile` $tile attr-dict `:`
+    qualified(type($returned)) `,` qualified(type($placement)) `,` qualified(type($weights)) `,`
     qualified(type($dest))
   }];
   let hasVerifier = 1;

@@ -57,6 +57,10 @@ __device__ __forceinline__ void copy_region_bulk(const T *src, long long src_ld,
 /// arrival counter `*flag` with release semantics.
 __device__ __forceinline__ void signal(mk_u32 *flag);
 
+/// As signal, but sets `*flag` to `value` (a launch's epoch) instead of adding an arrival: a flag
+/// one writer raises at most once a launch, and in some launches not at all.
+__device__ __forceinline__ void stamp(mk_u32 *flag, mk_u32 value);
+
 /// Returns once `*flag` >= `target` (compared wrap-safely), with acquire semantics: what was
 /// written before the signals it counts is visible to the whole CTA.
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target);

@@ -126,6 +126,18 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
                                           const mk_tensor_map *b0, const mk_tensor_map *b1, int m0,
                                           int n0, int k_blocks);
 
+/// Producer: as gemm_load, for operands that are groups of matrices (3-D tensors whose outer dim
+/// is the group: the experts of a grouped GEMM), A from group `a_group` and B from `b_group`. Not
+/// in clusters: a cluster's CTAs would need one group.
+template <typename Config>
+__device__ __forceinline__ void gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                                  const mk_tensor_map *b, int m0, int n0,
+                                                  int k_blocks, int a_group, int b_group);
+template <typename Config>
+__device__ __forceinline__ void
+gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor_map *b0,
+                  const mk_tensor_map *b1, int m0, int n0, int k_blocks, int a_group, int b_group);
+
 /// Producer: waits until `*flag` >= `target` (wrap-safe) before the loads that follow, which then
 /// see what was written before the signals it counts.
 template <typename Config>
@@ -172,12 +184,23 @@ gemm_store_add_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tens
                     int me, int begin, int end, int gpus, const mk_tensor_ref *tensor,
                     long long offset, int ld, int rows, int cols, int c0, int c1);
 
+/// Consumers: the tile's rows each to its own place, through the senders: row r (of the first
+/// `rows` x `cols`) to row origins[r] % slots of `tensor` on GPU origins[r] / slots (its peer
+/// mapping), at element `column` of rows `ld` elements apart (whole 16-byte units). Routed
+/// results going back to their tokens.
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void
+gemm_store_rows(GemmEngine<Config> &e, const GemmTile<C> &acc, const int *origins, int rows,
+                int cols, const mk_tensor_ref *tensor, long long slots, int ld, long long column);
+
 /// Consumers: an arrival on `flag` once the stores issued so far have completed, raised by the
 /// senders (after TMA stores of the consumers, only once those complete: at the next tile's
 /// epilogue, gemm_flush_signals, or gemm_finish) so that the consumers go on to the next tile
-/// instead of waiting for the stores to land.
+/// instead of waiting for the stores to land. gemm_stamp sets the flag to `epoch` instead.
 template <typename Config>
 __device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag);
+template <typename Config>
+__device__ __forceinline__ void gemm_stamp(GemmEngine<Config> &e, mk_u32 *flag, mk_u32 epoch);
 
 /// Consumers: the engine's writes and flags after this call (the senders', and the consumers'
 /// TMA stores) wait until `*flag` >= `target` (wrap-safe; `target` is read in team thread 0); the

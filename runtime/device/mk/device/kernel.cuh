@@ -11,6 +11,7 @@
 #define MK_DEVICE_KERNEL_CUH
 
 #include "mk/device.cuh"
+#include "mk/grouped_walk.h"
 
 // The fixed-width names EmitC prints; NVRTC has no <stdint.h>.
 typedef long long int64_t;
@@ -70,6 +71,20 @@ __device__ __forceinline__ void signal_local(const mk_kernel_args &args, int64_t
 __device__ __forceinline__ void signal_gpu(const mk_kernel_args &args, int64_t gpu,
                                            int64_t offset) {
   signal(args.flags_peer[gpu] + offset);
+}
+
+/// Sets flag `offset` of this rank, or of GPU `gpu` of this node, to the launch's epoch (a signal
+/// with `stamp`).
+__device__ __forceinline__ void stamp_local(const mk_kernel_args &args, int64_t offset) {
+  stamp(args.flags + offset, *args.epoch);
+}
+__device__ __forceinline__ void stamp_gpu(const mk_kernel_args &args, int64_t gpu, int64_t offset) {
+  stamp(args.flags_peer[gpu] + offset, *args.epoch);
+}
+
+/// The flag regions of the GPUs of this node, for an op that raises flags on several.
+__device__ __forceinline__ mk_u32 *const *flag_regions(const mk_kernel_args &args) {
+  return args.flags_peer;
 }
 
 /// Flag `offset` of this rank, and of GPU `gpu` of this node.
@@ -203,8 +218,20 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
 }
 
 /// The engine consumers' signals and waits: an arrival on flag `offset` of this rank or of GPU
-/// `gpu` of the node once the tile's stores complete (deferred, gemm_signal); a wait that first
-/// raises what is deferred, so that no rank waits on a flag another holds back.
+/// `gpu` of the node once the tile's stores complete (deferred, gemm_signal; gemm_stamp_* set it
+/// to the epoch); a wait that first raises what is deferred, so that no rank waits on a flag
+/// another holds back.
+template <typename Config>
+__device__ __forceinline__ void gemm_stamp_local(GemmEngine<Config> &engine,
+                                                 const mk_kernel_args &args, int64_t offset) {
+  gemm_stamp(engine, args.flags + offset, *args.epoch);
+}
+template <typename Config>
+__device__ __forceinline__ void gemm_stamp_gpu(GemmEngine<Config> &engine,
+                                               const mk_kernel_args &args, int64_t gpu,
+                                               int64_t offset) {
+  gemm_stamp(engine, args.flags_peer[gpu] + offset, *args.epoch);
+}
 template <typename Config>
 __device__ __forceinline__ void gemm_signal_local(GemmEngine<Config> &engine,
                                                   const mk_kernel_args &args, int64_t offset) {
@@ -255,6 +282,34 @@ attention_fold(AttentionEngine<Config> &engine, AttentionAccumulator<Config> &st
   const AttentionWindow window{static_cast<int>(length), causal, static_cast<long long>(q_position),
                                static_cast<long long>(k_position)};
   attention_mma(engine, state, static_cast<int>(kv_blocks), window, scale_log2, last);
+}
+
+/// The walk of a tile grid bounded by the row counts at `counts` (mk/grouped_walk.h), its
+/// positions, and its tile at a position, coordinate by coordinate.
+__device__ __forceinline__ GroupedWalk grouped_walk(const int *counts, int64_t groups,
+                                                    int64_t capacity, int64_t tile_rows,
+                                                    int64_t col_tiles, int64_t band) {
+  return GroupedWalk{counts,
+                     static_cast<int>(groups),
+                     static_cast<int>(capacity),
+                     static_cast<int>(tile_rows),
+                     static_cast<int>(col_tiles),
+                     static_cast<int>(band)};
+}
+__device__ __forceinline__ int64_t grouped_positions(const GroupedWalk &walk) {
+  return walk.positions();
+}
+__device__ __forceinline__ GroupedTile grouped_tile(const GroupedWalk &walk, int64_t position) {
+  return walk.at(position);
+}
+__device__ __forceinline__ int64_t tile_group(const GroupedTile &tile) { return tile.group; }
+__device__ __forceinline__ int64_t tile_row(const GroupedTile &tile) { return tile.row; }
+__device__ __forceinline__ int64_t tile_col(const GroupedTile &tile) { return tile.col; }
+
+/// The rows of a tile of `rows` from row `first` that lie below the count at `count`.
+__device__ __forceinline__ int64_t rows_within(const int *count, int64_t first, int64_t rows) {
+  const int64_t below = *count - first;
+  return below < 0 ? 0 : below < rows ? below : rows;
 }
 
 /// The larger of two sizes, for the kernel's shared-memory requirement.

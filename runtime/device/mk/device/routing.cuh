@@ -1,10 +1,18 @@
-//===- mk/device/routing.cuh - expert routing: select rows for experts, combine results -===//
+//===- mk/device/routing.cuh - expert routing: rows to experts, results back to tokens -===//
 //
-// The device side of mk.select_routed and mk.combine_routed (expert parallelism). Collective over
-// the team, `smem` free on return. Routing is in token order: copy c = token * top_k + j goes to
-// slot (the number of earlier copies routed to its expert) of its expert, or is dropped past the
-// capacity; a copy whose expert index is outside [0, experts) goes nowhere. Both are reported
-// for this rank's tokens (mk/abi.h's mk_routing_report), never silent.
+// The device side of expert parallelism's routing ops. Collective over the team, `smem` free on
+// return. Routing is in token order: copy c = token * top_k + j goes to slot (the number of
+// earlier copies routed to its expert) of its expert, or is dropped past the capacity; a copy
+// whose expert index is outside [0, experts) goes nowhere. Both are reported for this rank's
+// tokens (mk/abi.h's mk_routing_report), never silent.
+//
+// Point to point (one node): route_census counts each rank's copies per expert into every GPU's
+// census [ranks, experts]; from it, route_counts gives each expert's rows and route_rows each copy
+// its slot (the copies of lower ranks first), writes the row to the expert's GPU and signals the
+// expert there; return_rows sends each result row back to its token's slot of `returned`
+// [tokens, top_k, hidden], and combine_returned sums a token's results. Gathered (several nodes):
+// select_routed picks the rows of this rank's experts out of every rank's tokens, and
+// combine_routed sums each token's results out of every rank's.
 //
 //===------------------------------------------------------------------------------------===//
 
@@ -41,6 +49,59 @@ template <typename Out, typename R>
 __device__ __forceinline__ void
 combine_routed(const R *results, long long ld_results, const int *placement, const float *weights,
                int top_k, Out *dest, long long ld, int rows, int cols);
+
+/// Shared memory route_census, route_counts and route_rows need for `kExperts` experts.
+template <int kExperts> __host__ __device__ constexpr int route_smem_bytes();
+
+/// Row `me` of `census` ([ranks, kExperts] on each of the node's `gpus` GPUs, through its peer
+/// mappings) becomes the number of copies of this rank's `tokens` x `top_k` routing `experts`
+/// to each expert. The first copy whose index lies outside [0, kExperts) is reported (kept in
+/// `report` until the host reads it).
+template <int kExperts>
+__device__ __forceinline__ void route_census(const int *experts, int tokens, int top_k,
+                                             const mk_tensor_ref *census, int me, int gpus,
+                                             mk_routing_report *report, void *smem);
+
+/// counts[e] = min(capacity, sum over ranks of census[r][expert_first + e]) for this rank's
+/// `local_experts`; `report` gets, for launch `epoch`, the copies of rank `me` that fall past
+/// their expert's capacity (the census orders copies rank by rank).
+template <int kExperts>
+__device__ __forceinline__ void route_counts(const int *census, int ranks, int me, int expert_first,
+                                             int local_experts, int capacity, int *counts,
+                                             mk_routing_report *report, mk_u32 epoch, void *smem);
+
+/// CTA `cta` of `ctas` routes its chunk of this rank's `tokens` (rows of `hidden` T, routed by
+/// `experts` [tokens, top_k]): each copy takes its slot (the copies of lower ranks to its expert,
+/// from `census`, then this rank's before it), placement[t][j] = expert * capacity + slot, or -1
+/// past the capacity or outside [0, kExperts); a kept copy's row goes to routed[e][slot] and its
+/// origin ((token_first + t) * top_k + j) to origins[e][slot] on the GPU holding the expert
+/// (experts are `local_experts` a GPU, [local_experts, capacity(, hidden)] there). Experts are
+/// served by their index on a GPU, then GPU by GPU from the next one; after its rows to expert e
+/// the CTA adds an arrival to flags[gpu][arrivals + e] there, for every expert.
+template <int kExperts, typename T>
+__device__ __forceinline__ void
+route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
+           const int *census, int me, int gpus, int token_first, int local_experts, int capacity,
+           const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
+           mk_u32 *const *flags, long long arrivals, int cta, int ctas, void *smem);
+
+/// Sends row i of `t` (the first `rows` x `cols`) to its token's slot: origin o = origins[i] to
+/// row o % slots_per_gpu of `returned` on GPU o / slots_per_gpu (its peer mapping), at element
+/// `column` of rows `ld` apart.
+template <typename T, int R, int C>
+__device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *origins, int rows,
+                                            int cols, const mk_tensor_ref *returned,
+                                            long long slots_per_gpu, long long ld, long long column,
+                                            void *smem);
+
+/// One tile of this rank's tokens: dest[r][c] = sum over j, in order, of weights[r][j] *
+/// returned[r][j][c] where placement[r][j] >= 0, in f32, rounded once; `rows` x `cols` of it,
+/// dest `ld` apart, returned rows `hidden` apart (top_k per token). `returned`, placement and
+/// weights point at the tile's first token (returned at its first column).
+template <typename Out, typename R>
+__device__ __forceinline__ void
+combine_returned(const R *returned, long long hidden, const int *placement, const float *weights,
+                 int top_k, Out *dest, long long ld, int rows, int cols);
 
 } // namespace mk
 

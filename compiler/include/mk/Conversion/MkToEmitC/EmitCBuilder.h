@@ -114,8 +114,10 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
 /// The kernel's mk_kernel_args, from inside it.
 Value kernelArgs(Operation *op);
 
-/// A size_t as an index, for the structure lowered before the conversion.
+/// A size_t as an index, and an index as a size_t, for the structure lowered before the
+/// conversion.
 Value toIndex(OpBuilder &b, Location loc, Value v);
+Value toSizeT(OpBuilder &b, Location loc, Value v);
 
 } // namespace mlir::mk::to_emitc
 

@@ -56,8 +56,12 @@ struct KernelLayout {
   std::vector<std::string> tensorMaps;
   /// The copies copy engines make beside the kernel, as mk_engine_copy initialisers.
   std::vector<std::string> engineCopies;
-  /// The experts the program's mk.select_routed routes to (0: none), which it reports on.
+  /// The experts the program's routing (mk.select_routed, mk.route_census) routes to (0: none),
+  /// which it reports on.
   int64_t routedExperts = 0;
+  /// The CTAs of the role of each op that shares its work among them (mk.route_rows): the first
+  /// and how many.
+  DenseMap<Operation *, std::pair<int64_t, int64_t>> roleCtas;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
   /// mk::GemmConfig arguments, the TMA reduction of each role that has one (mk::TmaReduce), and
   /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).

@@ -160,6 +160,15 @@ __device__ __forceinline__ void signal(mk_u32 *flag) {
   }
 }
 
+__device__ __forceinline__ void stamp(mk_u32 *flag, mk_u32 value) {
+  team_sync();
+  if (team_thread() == 0) {
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
+    ptx::store_release_sys(flag, value);
+  }
+}
+
 __device__ __forceinline__ void wait(const mk_u32 *flag, mk_u32 target) {
   if (team_thread() == 0) {
     detail::Backoff backoff;

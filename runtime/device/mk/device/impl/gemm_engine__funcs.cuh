@@ -40,9 +40,12 @@ struct GemmConfig {
   static constexpr int kChunkBytes = BM * 128;
   static constexpr int kEpilogueOffset = kStages * kStageBytes;
   static constexpr int kBarriersOffset = kEpilogueOffset + kEpilogueBuffers * kChunkBytes;
-  // Flags held back until the consumers' TMA stores before them complete (gemm_signal).
+  // Flags held back until the consumers' TMA stores before them complete (gemm_signal,
+  // gemm_stamp): each its address, bit 0 set for a stamp, whose value (the launch's epoch, the
+  // same for all) follows them.
   static constexpr int kMaxPendingSignals = 8;
   static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
+  static constexpr int kStampOffset = kSignalsOffset + kMaxPendingSignals * 8;
   // The producer warpgroup's other warps (the senders) finish what the consumers stage: they
   // write whole tiles bound for several GPUs (this GPU's copy through TMA, the peers' with
   // ordinary stores and reductions, which do not queue NVLink traffic ahead of the producer's
@@ -50,7 +53,7 @@ struct GemmConfig {
   // send jobs, each a slot (SendJob) and a ready and a done mbarrier.
   static constexpr int kSenderWarps = 3;
   static constexpr int kSendSlots = 8;
-  static constexpr int kSendJobsOffset = kSignalsOffset + kMaxPendingSignals * 8;
+  static constexpr int kSendJobsOffset = kStampOffset + 16;
   static constexpr int kSendBarriersOffset = kSendJobsOffset + kSendSlots * 48;
   // The last job that reads each epilogue buffer.
   static constexpr int kBufferJobsOffset = kSendBarriersOffset + 2 * kSendSlots * 8;
@@ -196,6 +199,7 @@ public:
 
   /// Where pending flag i is kept, and how many are pending (the same in every consumer thread).
   __device__ mk_u32 pending_signal(int i) const { return base_ + Config::kSignalsOffset + i * 8; }
+  __device__ mk_u32 pending_stamp() const { return base_ + Config::kStampOffset; }
   __device__ int &pending_signals() { return pending_; }
 
   /// Send job `job`'s slot (a SendJob) and its barriers: ready once every consumer thread has
@@ -234,21 +238,33 @@ private:
 namespace detail {
 
 /// What a send job asks of the senders: to store a chunk to GPUs of the node or add it there
-/// (as bf16 or f16 pairs), to raise a flag once every earlier job's writes are visible, to wait
+/// (as bf16 or f16 pairs), to store each row of a chunk where its origin says, to raise a flag
+/// (add one, or set it to a launch's epoch) once every earlier job's writes are visible, to wait
 /// for a flag before the jobs after it, or to stop.
-enum SendKind : mk_u32 { kSendStore, kSendAddBf16, kSendAddF16, kSendSignal, kSendWait, kSendExit };
+enum SendKind : mk_u32 {
+  kSendStore,
+  kSendAddBf16,
+  kSendAddF16,
+  kSendRows,
+  kSendSignal,
+  kSendStamp,
+  kSendWait,
+  kSendExit
+};
 
 /// A send job, as its slot in shared memory holds it.
 struct SendJob {
-  mk_u64 target; // the tensor's mk_tensor_ref (copies), or the flag (kSendSignal, kSendWait)
-  mk_u64 offset; // elements from the start of each GPU's part to the chunk's first,
-                 // or the count the flag must reach (kSendWait)
+  mk_u64 target; // the tensor's mk_tensor_ref (copies), or the flag (signals, kSendWait)
+  mk_u64 offset; // elements from the start of each GPU's part to the chunk's first (for
+                 // kSendRows, from a row's start), or the value the flag must reach (kSendWait)
+                 // or is set to (kSendStamp)
   const mk_tensor_map *map; // this GPU's copy, through TMA at (c0, c1), or null
   mk_u32 ld;                // elements between rows
-  mk_u32 c0, c1;
+  mk_u32 c0, c1;            // kSendRows: the chunk's valid rows | its valid columns << 16, and
+                            // the rows of `target` a GPU holds
   unsigned char kind, buffer;
   unsigned char peers, unused; // a mask of the other GPUs to write
-  mk_u64 padding;
+  const int *origins;          // kSendRows: each row's origin, a row of `target` on some GPU
 };
 static_assert(sizeof(SendJob) == 48, "a send slot is 48 bytes");
 
@@ -321,12 +337,14 @@ __device__ __forceinline__ void post_send(GemmEngine<Config> &e, const SendJob &
   ptx::mbarrier_arrive(e.send_ready(index));
 }
 
-/// Every consumer thread: the senders raise `flag` (team thread 0's) once every write before it
-/// (theirs, and the consumers' that have completed) is visible.
+/// Every consumer thread: the senders raise `flag` (team thread 0's: an arrival, or with
+/// kSendStamp set to `value`) once every write before it (theirs, and the consumers' that have
+/// completed) is visible.
 template <typename Config>
-__device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag) {
-  post_send(e,
-            SendJob{reinterpret_cast<mk_u64>(flag), 0, nullptr, 0, 0, 0, kSendSignal, 0, 0, 0, 0});
+__device__ __forceinline__ void post_signal(GemmEngine<Config> &e, mk_u32 *flag, SendKind kind,
+                                            mk_u32 value) {
+  post_send(e, SendJob{reinterpret_cast<mk_u64>(flag), value, nullptr, 0, 0, 0,
+                       static_cast<unsigned char>(kind), 0, 0, 0, nullptr});
 }
 
 /// The senders' part of a chunk: its 128 rows of 128 bytes, read from the 128-byte swizzled
@@ -356,6 +374,34 @@ __device__ __forceinline__ void send_chunk(mk_u32 buffer, mk_u64 dst, mk_u32 ld,
   }
 }
 
+/// The senders' part of a chunk whose rows go each to its own place: row r (of the first `rows`)
+/// to row origins[r] % slots of `tensor` on GPU origins[r] / slots, at element `column`, its first
+/// `cols` columns (whole 16-byte units).
+template <typename Config>
+__device__ __forceinline__ void send_rows(mk_u32 buffer, const mk_tensor_ref *tensor,
+                                          const int *origins, int rows, int cols, mk_u32 slots,
+                                          mk_u32 ld, mk_u64 column) {
+  // A sender keeps one 16-byte column of the chunk (the senders are a multiple of its 8): few
+  // registers, in the producer warpgroup's few.
+  const int unit = threadIdx.x - 32, unit_column = unit % 8;
+  if (unit_column * 8 >= cols)
+    return;
+  const mk_u64 column_bytes = (column + unit_column * 8) * 2;
+  for (int row = unit / 8; row < rows; row += Config::kSenderWarps * 4) {
+    const mk_u32 origin = static_cast<mk_u32>(origins[row]);
+    mk_u32 v0, v1, v2, v3;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                 : "r"(buffer + row * 128 + ((unit_column ^ (row % 8)) << 4))
+                 : "memory");
+    const mk_u64 to = reinterpret_cast<mk_u64>(tensor->peer[origin / slots]) +
+                      static_cast<mk_u64>(origin % slots) * ld * 2 + column_bytes;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0), "r"(v1), "r"(v2),
+                 "r"(v3)
+                 : "memory");
+  }
+}
+
 /// The senders (the producer warpgroup's warps 1-3) serve the jobs in order until the exit job.
 template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngine<Config> &e) {
   for (int index = 0;; ++index) {
@@ -380,7 +426,7 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
       if (first)
         spin_until(reinterpret_cast<const mk_u32 *>(job.target), static_cast<mk_u32>(job.offset));
       ptx::bar_sync<2, Config::kSenderWarps * 32>();
-    } else if (job.kind == kSendSignal) {
+    } else if (job.kind == kSendSignal || job.kind == kSendStamp) {
       // Every sender's writes so far, then the flag: its release publishes them (cumulative
       // over the barrier), so no job fences its own writes.
       if (first) {
@@ -388,8 +434,15 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
         ptx::fence_proxy_async();
       }
       ptx::bar_sync<2, Config::kSenderWarps * 32>();
-      if (first)
+      if (first && job.kind == kSendSignal)
         ptx::red_add_release_sys(reinterpret_cast<mk_u32 *>(job.target), 1);
+      else if (first)
+        ptx::store_release_sys(reinterpret_cast<mk_u32 *>(job.target),
+                               static_cast<mk_u32>(job.offset));
+    } else if (job.kind == kSendRows) {
+      send_rows<Config>(e.chunk(job.buffer), reinterpret_cast<const mk_tensor_ref *>(job.target),
+                        job.origins, static_cast<int>(job.c0 & 0xffff),
+                        static_cast<int>(job.c0 >> 16), job.c1, job.ld, job.offset);
     } else {
       const mk_u32 buffer = e.chunk(job.buffer);
       if (first && job.map) {
@@ -438,17 +491,21 @@ namespace detail {
 /// is kParts (1 or 2) panels of BN / kParts columns side by side, from b0 and b1 at columns n0 ...
 /// (Two maps as two values: an array of them, indexed by the cluster rank, would live in local
 /// memory.)
-template <typename Config, int kParts>
+template <typename Config, int kParts, bool kGrouped = false>
 __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tensor_map *a,
                                             const mk_tensor_map *b0, const mk_tensor_map *b1,
-                                            int m0, int n0, int k_blocks) {
+                                            int m0, int n0, int k_blocks, int a_group = 0,
+                                            int b_group = 0) {
   constexpr int kPartColumns = Config::BN / kParts;
   static_assert((kParts == 1 || kParts == 2) && kPartColumns % 64 == 0,
                 "one or two parts of 64-column blocks");
   static_assert(kParts == 1 || Config::kCluster == 1 || !Config::kBKMajor,
                 "an [N x K] panel of parts is loaded by one CTA");
+  static_assert(!kGrouped || Config::kCluster == 1, "a cluster's CTAs share one group's panel");
   if (threadIdx.x != 0)
     return;
+    // Rolled: unrolled for a short K known at compile time, it outgrows the producer's registers.
+#pragma unroll 1
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = e.stage();
     // A fresh barrier counts as having completed the phase before its first: the first pass
@@ -456,11 +513,16 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
     ptx::mbarrier_wait(e.empty(s), e.phase() ^ 1);
     ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageBytes);
     const int k0 = kb * Config::BK;
-    ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
+    if constexpr (kGrouped)
+      ptx::tma_load(e.a(s), a, k0, m0, a_group, e.full(s));
+    else
+      ptx::tma_load(e.a(s), a, k0, m0, e.full(s));
     // B: this CTA's share of the panel (all of it without a cluster; the CTAs of a cluster share
     // n0), into every CTA of the cluster.
     const auto load_b = [&](mk_u32 dst, const mk_tensor_map *map, int c0, int c1) {
-      if constexpr (Config::kCluster == 1)
+      if constexpr (kGrouped)
+        ptx::tma_load(dst, map, c0, c1, b_group, e.full(s));
+      else if constexpr (Config::kCluster == 1)
         ptx::tma_load(dst, map, c0, c1, e.full(s));
       else
         ptx::tma_load_multicast(dst, map, c0, c1, e.full(s), (1u << Config::kCluster) - 1);
@@ -503,6 +565,20 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
 }
 
 template <typename Config>
+__device__ __forceinline__ void gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a,
+                                                  const mk_tensor_map *b, int m0, int n0,
+                                                  int k_blocks, int a_group, int b_group) {
+  detail::load_panels<Config, 1, true>(e, a, b, b, m0, n0, k_blocks, a_group, b_group);
+}
+
+template <typename Config>
+__device__ __forceinline__ void
+gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor_map *b0,
+                  const mk_tensor_map *b1, int m0, int n0, int k_blocks, int a_group, int b_group) {
+  detail::load_panels<Config, 2, true>(e, a, b0, b1, m0, n0, k_blocks, a_group, b_group);
+}
+
+template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *flag, mk_u32 target) {
   if (threadIdx.x == 0)
     detail::spin_until(flag, target);
@@ -520,33 +596,57 @@ __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e) {
   }
   for (int i = 0; i < e.pending_signals(); ++i) {
     mk_u64 flag = 0;
-    if (team_thread() == 0)
+    mk_u32 value = 0;
+    if (team_thread() == 0) {
       asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(flag) : "r"(e.pending_signal(i)) : "memory");
-    detail::post_signal(e, reinterpret_cast<mk_u32 *>(flag));
+      if (flag & 1)
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(value) : "r"(e.pending_stamp()) : "memory");
+    }
+    detail::post_signal(e, reinterpret_cast<mk_u32 *>(flag & ~1ull),
+                        flag & 1 ? detail::kSendStamp : detail::kSendSignal, value);
   }
   e.pending_signals() = 0;
   e.tma_stored() = false;
 }
 
-/// An arrival on `flag` once this tile's stores have completed, raised by the senders: at once
-/// after their own writes, or, after the consumers' TMA stores, at the next tile's epilogue, a
-/// consumer wait, or gemm_finish, so that the consumers start the next tile instead of waiting
-/// for the stores to land.
+namespace detail {
+
+/// The senders raise `flag` (kSendSignal, or kSendStamp to `value`) once this tile's stores have
+/// completed: at once after their own writes, or, after the consumers' TMA stores, at the next
+/// tile's epilogue, a consumer wait, or gemm_finish, so that the consumers start the next tile
+/// instead of waiting for the stores to land.
 template <typename Config>
-__device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag) {
+__device__ __forceinline__ void raise_after_stores(GemmEngine<Config> &e, mk_u32 *flag,
+                                                   SendKind kind, mk_u32 value) {
   if (!e.tma_stored()) {
     // Only the senders wrote since this thread's stores last completed: they raise the flag
     // after their writes.
-    detail::post_signal(e, flag);
+    post_signal(e, flag, kind, value);
     return;
   }
   if (e.pending_signals() == Config::kMaxPendingSignals)
     gemm_flush_signals(e);
-  if (team_thread() == 0)
+  if (team_thread() == 0) {
+    const mk_u64 pending = reinterpret_cast<mk_u64>(flag) | (kind == kSendStamp ? 1 : 0);
     asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(e.pending_signal(e.pending_signals())),
-                 "l"(reinterpret_cast<mk_u64>(flag))
+                 "l"(pending)
                  : "memory");
+    if (kind == kSendStamp)
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(e.pending_stamp()), "r"(value) : "memory");
+  }
   ++e.pending_signals();
+}
+
+} // namespace detail
+
+template <typename Config>
+__device__ __forceinline__ void gemm_signal(GemmEngine<Config> &e, mk_u32 *flag) {
+  detail::raise_after_stores(e, flag, detail::kSendSignal, 0);
+}
+
+template <typename Config>
+__device__ __forceinline__ void gemm_stamp(GemmEngine<Config> &e, mk_u32 *flag, mk_u32 epoch) {
+  detail::raise_after_stores(e, flag, detail::kSendStamp, epoch);
 }
 
 template <typename Config>
@@ -557,7 +657,7 @@ __device__ __forceinline__ void gemm_defer_wait(GemmEngine<Config> &e, const mk_
   gemm_flush_signals(e);
   e.wait_job() = e.sends();
   detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(flag), target, nullptr, 0, 0, 0,
-                                       detail::kSendWait, 0, 0, 0, 0});
+                                       detail::kSendWait, 0, 0, 0, nullptr});
 }
 
 namespace detail {
@@ -707,7 +807,7 @@ gemm_store_to_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tenso
           e, detail::SendJob{reinterpret_cast<mk_u64>(tensor), static_cast<mk_u64>(offset + column),
                              local, static_cast<mk_u32>(ld), static_cast<mk_u32>(c0 + column),
                              static_cast<mk_u32>(c1), static_cast<unsigned char>(kind),
-                             static_cast<unsigned char>(index), peers, 0, 0});
+                             static_cast<unsigned char>(index), peers, 0, nullptr});
     });
     return;
   }
@@ -748,9 +848,25 @@ gemm_store_add_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tens
                                 c0, c1);
 }
 
+template <typename Out, typename Config, int C>
+__device__ __forceinline__ void
+gemm_store_rows(GemmEngine<Config> &e, const GemmTile<C> &acc, const int *origins, int rows,
+                int cols, const mk_tensor_ref *tensor, long long slots, int ld, long long column) {
+  detail::store_chunks<Out>(e, acc, [&](int chunk_column, mk_u32, int index) {
+    const int valid = min(max(cols - chunk_column, 0), 64);
+    detail::post_send(e, detail::SendJob{reinterpret_cast<mk_u64>(tensor),
+                                         static_cast<mk_u64>(column + chunk_column), nullptr,
+                                         static_cast<mk_u32>(ld),
+                                         static_cast<mk_u32>(rows | valid << 16),
+                                         static_cast<mk_u32>(slots), detail::kSendRows,
+                                         static_cast<unsigned char>(index), 0, 0, origins});
+  });
+}
+
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {
   gemm_flush_signals(e);
-  detail::post_send(e, detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, 0});
+  detail::post_send(e,
+                    detail::SendJob{0, 0, nullptr, 0, 0, 0, detail::kSendExit, 0, 0, 0, nullptr});
   if (team_thread() == 0)
     ptx::bulk_wait_all();
 }

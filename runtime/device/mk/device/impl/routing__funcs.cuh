@@ -101,6 +101,271 @@ combine_routed(const R *results, long long ld_results, const int *placement, con
   }
 }
 
+// ---- Point to point -----------------------------------------------------------------------
+
+template <int kExperts> __host__ __device__ constexpr int route_smem_bytes() {
+  return (kExperts + 1) * 4;
+}
+
+namespace detail {
+
+/// Records the first copy of this rank whose expert index lies outside the experts, unless the
+/// host has yet to read an earlier one.
+__device__ __forceinline__ void report_invalid(mk_routing_report *report, int copy, int top_k,
+                                               int expert) {
+  volatile mk_routing_report *out = report;
+  if (out->invalid)
+    return;
+  out->invalid_token = copy / top_k;
+  out->invalid_choice = copy % top_k;
+  out->invalid_expert = expert;
+  __threadfence_system();
+  out->invalid = 1;
+}
+
+/// The team's sum of `value`, in every thread; `scratch` is one word of shared memory.
+__device__ __forceinline__ unsigned team_sum(unsigned value, unsigned *scratch) {
+  if (team_thread() == 0)
+    *scratch = 0;
+  team_sync();
+  value = __reduce_add_sync(0xffffffffu, value);
+  if (team_thread() % 32 == 0)
+    atomicAdd(scratch, value);
+  team_sync();
+  const unsigned sum = *scratch;
+  team_sync();
+  return sum;
+}
+
+/// One warp copies a row of `count` T from `from` to `to`, 16 bytes a lane where both allow.
+template <typename T>
+__device__ __forceinline__ void copy_row(T *to, const T *from, long long count, int lane) {
+  const long long bytes = count * static_cast<long long>(sizeof(T));
+  if ((reinterpret_cast<unsigned long long>(to) | reinterpret_cast<unsigned long long>(from) |
+       static_cast<unsigned long long>(bytes)) %
+          16 ==
+      0) {
+    const uint4 *src = reinterpret_cast<const uint4 *>(from);
+    uint4 *dst = reinterpret_cast<uint4 *>(to);
+    const long long units = bytes / 16;
+    // 8 KiB of a warp's loads in flight before its stores: the team's 64 KiB keep an SM's loads
+    // from waiting on memory's latency.
+    constexpr int kInFlight = 16;
+    for (long long u = lane; u < units; u += 32 * kInFlight) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (u + 32 * k < units)
+          v[k] = src[u + 32 * k];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k)
+        if (u + 32 * k < units)
+          dst[u + 32 * k] = v[k];
+    }
+    return;
+  }
+  for (long long i = lane; i < count; i += 32)
+    to[i] = from[i];
+}
+
+} // namespace detail
+
+template <int kExperts>
+__device__ __forceinline__ void route_census(const int *experts, int tokens, int top_k,
+                                             const mk_tensor_ref *census, int me, int gpus,
+                                             mk_routing_report *report, void *smem) {
+  int *count = static_cast<int *>(smem);
+  unsigned *invalid = reinterpret_cast<unsigned *>(count + kExperts);
+  for (int e = team_thread(); e < kExperts; e += MK_TEAM_THREADS)
+    count[e] = 0;
+  if (team_thread() == 0)
+    *invalid = ~0u;
+  team_sync();
+  const int copies = tokens * top_k;
+  unsigned first_invalid = ~0u;
+  for (int c = team_thread(); c < copies; c += MK_TEAM_THREADS) {
+    const int x = experts[c];
+    if (x >= 0 && x < kExperts)
+      atomicAdd(&count[x], 1);
+    else
+      first_invalid = min(first_invalid, static_cast<unsigned>(c));
+  }
+  first_invalid = __reduce_min_sync(0xffffffffu, first_invalid);
+  if (team_thread() % 32 == 0 && first_invalid != ~0u)
+    atomicMin(invalid, first_invalid);
+  team_sync();
+  for (int i = team_thread(); i < gpus * kExperts; i += MK_TEAM_THREADS)
+    static_cast<int *>(census->peer[i / kExperts])[me * kExperts + i % kExperts] =
+        count[i % kExperts];
+  if (team_thread() == 0 && *invalid != ~0u)
+    detail::report_invalid(report, static_cast<int>(*invalid), top_k, experts[*invalid]);
+  team_sync();
+}
+
+template <int kExperts>
+__device__ __forceinline__ void route_counts(const int *census, int ranks, int me, int expert_first,
+                                             int local_experts, int capacity, int *counts,
+                                             mk_routing_report *report, mk_u32 epoch, void *smem) {
+  for (int e = team_thread(); e < local_experts; e += MK_TEAM_THREADS) {
+    long long total = 0;
+    for (int r = 0; r < ranks; ++r)
+      total += census[r * kExperts + expert_first + e];
+    counts[e] = static_cast<int>(min(total, static_cast<long long>(capacity)));
+  }
+  // Rank me's copies to e take the slots after those of ranks before it.
+  unsigned dropped = 0;
+  for (int e = team_thread(); e < kExperts; e += MK_TEAM_THREADS) {
+    long long before = 0;
+    for (int r = 0; r < me; ++r)
+      before += census[r * kExperts + e];
+    const long long mine = census[me * kExperts + e];
+    dropped += static_cast<unsigned>(max(0ll, min(mine, before + mine - capacity)));
+  }
+  dropped = detail::team_sum(dropped, static_cast<unsigned *>(smem));
+  if (team_thread() == 0) {
+    volatile mk_routing_report *out = report;
+    out->dropped = dropped;
+    __threadfence_system();
+    out->epoch = epoch;
+  }
+}
+
+template <int kExperts, typename T>
+__device__ __forceinline__ void
+route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
+           const int *census, int me, int gpus, int token_first, int local_experts, int capacity,
+           const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
+           mk_u32 *const *flags, long long arrivals, int cta, int ctas, void *smem) {
+  int *next = static_cast<int *>(smem); // each expert's next slot for this CTA's copies
+  const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas) * top_k;
+  const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas) * top_k;
+  for (int e = team_thread(); e < kExperts; e += MK_TEAM_THREADS)
+    next[e] = 0;
+  team_sync();
+  // The slots before this CTA's: this rank's copies in the chunks before, then the lower ranks'.
+  for (int c = team_thread(); c < begin; c += MK_TEAM_THREADS) {
+    const int x = experts[c];
+    if (x >= 0 && x < kExperts)
+      atomicAdd(&next[x], 1);
+  }
+  team_sync();
+  for (int e = team_thread(); e < kExperts; e += MK_TEAM_THREADS) {
+    int before = 0;
+    for (int r = 0; r < me; ++r)
+      before += census[r * kExperts + e];
+    next[e] += before;
+  }
+  team_sync();
+  // One warp places the chunk's copies in order, 32 at a time: a copy's slot is its expert's next
+  // plus the earlier lanes with the same expert.
+  if (team_thread() < 32) {
+    const int lane = team_thread();
+    for (int base = begin; base < end; base += 32) {
+      const int c = base + lane;
+      const int x = c < end ? experts[c] : -1;
+      const bool routable = x >= 0 && x < kExperts;
+      const unsigned group = __match_any_sync(0xffffffffu, routable ? x : -1);
+      const int before = __popc(group & ((1u << lane) - 1));
+      const int slot = routable ? next[x] + before : 0;
+      __syncwarp();
+      if (routable && before == __popc(group) - 1)
+        next[x] = slot + 1;
+      __syncwarp();
+      if (c < end)
+        placement[c] = routable && slot < capacity ? x * capacity + slot : -1;
+    }
+  }
+  team_sync();
+  // The rows, expert by expert: each warp takes 32 copies at a time and copies the rows of those
+  // routed to the expert, one after another. Then the expert's GPU learns this CTA is done.
+  const int warp = team_thread() / 32, lane = team_thread() % 32;
+  for (int l = 0; l < local_experts; ++l) {
+    for (int step = 1; step <= gpus; ++step) {
+      const int gpu = (me + step) % gpus, e = gpu * local_experts + l;
+      T *to = static_cast<T *>(routed->peer[gpu]) + static_cast<long long>(l) * capacity * hidden;
+      int *origin = static_cast<int *>(origins->peer[gpu]) + static_cast<long long>(l) * capacity;
+      for (int first = begin + warp * 32; first < end; first += kTeamWarps * 32) {
+        const int at = first + lane < end ? placement[first + lane] : -1;
+        unsigned hits = __ballot_sync(0xffffffffu, at >= 0 && at / capacity == e);
+        while (hits) {
+          const int hit = __ffs(hits) - 1;
+          hits &= hits - 1;
+          const int c = first + hit, slot = __shfl_sync(0xffffffffu, at, hit) - e * capacity;
+          detail::copy_row(to + static_cast<long long>(slot) * hidden,
+                           rows + static_cast<long long>(c / top_k) * hidden, hidden, lane);
+          if (lane == 0)
+            origin[slot] = (token_first + c / top_k) * top_k + c % top_k;
+        }
+      }
+      // As mk::signal: the barrier orders every thread's writes before thread 0's release.
+      team_sync();
+      if (team_thread() == 0)
+        ptx::red_add_release_sys(flags[gpu] + arrivals + e, 1);
+    }
+  }
+}
+
+template <typename T, int R, int C>
+__device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *origins, int rows,
+                                            int cols, const mk_tensor_ref *returned,
+                                            long long slots_per_gpu, long long ld, long long column,
+                                            void *smem) {
+  using Smem = detail::TileSmem<T, R, C>;
+  constexpr int kSize = detail::Vector<T>::kSize;
+  unsigned char *staging = static_cast<unsigned char *>(smem);
+  detail::fragments_to_smem(t, staging);
+  team_sync();
+  const bool aligned = ld % kSize == 0 && column % kSize == 0;
+  detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
+    const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
+    if (valid <= 0)
+      return;
+    const long long origin = origins[row];
+    T *dst = static_cast<T *>(returned->peer[origin / slots_per_gpu]) +
+             origin % slots_per_gpu * ld + column + chunk * kSize;
+    const detail::Vector<T> v =
+        *reinterpret_cast<const detail::Vector<T> *>(staging + Smem::chunk(row, chunk));
+    detail::store_chunk(dst, v, valid, aligned);
+  });
+  team_sync();
+}
+
+template <typename Out, typename R>
+__device__ __forceinline__ void
+combine_returned(const R *returned, long long hidden, const int *placement, const float *weights,
+                 int top_k, Out *dest, long long ld, int rows, int cols) {
+  constexpr int kSize = detail::Vector<R>::kSize;
+  const int chunks = (cols + kSize - 1) / kSize;
+  const bool aligned = detail::vector_aligned(returned, hidden);
+  for (int i = team_thread(); i < rows * chunks; i += MK_TEAM_THREADS) {
+    const int r = i / chunks, chunk = i % chunks;
+    const int valid = min(kSize, cols - chunk * kSize);
+    float sum[kSize] = {};
+    for (int j = 0; j < top_k; ++j) {
+      if (placement[r * top_k + j] < 0)
+        continue;
+      const float w = weights[r * top_k + j];
+      const detail::Vector<R> v = detail::load_chunk(
+          returned + (static_cast<long long>(r) * top_k + j) * hidden + chunk * kSize, valid,
+          aligned);
+#pragma unroll
+      for (int k = 0; k < kSize; ++k)
+        sum[k] += w * static_cast<float>(v.elements[k]);
+    }
+    Out *to = dest + static_cast<long long>(r) * ld + chunk * kSize;
+    if constexpr (sizeof(Out) == sizeof(R)) {
+      detail::Vector<Out> out;
+#pragma unroll
+      for (int k = 0; k < kSize; ++k)
+        out.elements[k] = Out(sum[k]);
+      detail::store_chunk(to, out, valid, detail::vector_aligned(dest, ld));
+    } else {
+      for (int k = 0; k < valid; ++k)
+        to[k] = Out(sum[k]);
+    }
+  }
+}
+
 } // namespace mk
 
 #endif // MK_DEVICE_IMPL_ROUTING_FUNCS_CUH
