@@ -11,7 +11,15 @@ from . import _capi
 def library_program(name):
     """The path of the fused-op library's program `name` ("gemm_allreduce"): `name`.mlir in
     $MKC_LIB_DIR if set, else in the lib/ folder of the repository holding this package.
-    Raises FileNotFoundError, listing the programs there, if it has none of that name."""
+    Raises FileNotFoundError, listing the programs there, if it has none of that name.
+
+    Each program's head comment says what it computes; its arguments are this rank's shards
+    (FusedOp.arguments). "moe_dispatch_gemm_combine" (shapes T, Hd, I, E, TopK, and C, the rows
+    an expert takes, T by default) takes, in order: x [T/ranks, Hd] bf16, this rank's tokens;
+    experts [T/ranks, TopK] int32 and weights [T/ranks, TopK] f32, its router's choices and their
+    weights; w_gate, w_up [E/ranks, Hd, I] and w_down [E/ranks, I, Hd] bf16, its experts (rank r
+    holds experts r * E/ranks ..); y [T/ranks, Hd] bf16, where each token gets the sum over its
+    choices k of weights[k] * (SwiGLU(x w_gate, x w_up) w_down) of expert experts[k], in f32."""
     folder = pathlib.Path(os.environ.get("MKC_LIB_DIR")
                           or pathlib.Path(__file__).resolve().parents[2] / "lib")
     path = folder / f"{name}.mlir"

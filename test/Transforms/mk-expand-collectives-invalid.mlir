@@ -62,3 +62,16 @@ mk.program @routes_twice [] mesh <1x2> (%x: !X, %r: !R, %s: !R) {
   // expected-error @+1 {{'mk.dispatch' op routes tokens a second time in @routes_twice: a program routes once, as its launches report one routing (mk_routing_report)}}
   %xe2, %count2, %origin2 = mk.dispatch %x by %s : !X, !R -> !Xe, !Cn, !O
 }
+
+// -----
+
+!X = !mk.tensor<[14, 32], bf16, shard 0 over world>
+!R = !mk.tensor<[14, 2], i32, shard 0 over world>
+!Xe = !mk.tensor<[4, 16, 32], bf16, shard 0 over world>
+!Cn = !mk.tensor<[4], i32, shard 0 over world>
+!O = !mk.tensor<[4, 16], i32, shard 0 over world>
+// Routing finds a rank's tokens and experts by its index: equal shards.
+mk.program @routes_uneven [] mesh <1x4> (%x: !X, %r: !R) {
+  // expected-error @+1 {{'mk.dispatch' op routes tokens split unevenly: 14 over 4 ranks; mkc routes equal shards, a multiple of 4}}
+  %xe, %count, %origin = mk.dispatch %x by %r : !X, !R -> !Xe, !Cn, !O
+}

@@ -4,13 +4,18 @@ routing report: every routing mode against PyTorch in f32 with outputs poisoned,
 dropped counts, at 1x1, 1x2 and 2x1 (ranks taking turns on fewer GPUs; across nodes over
 libfabric tcp).
 
+Shapes per rank: tokens 1, 128 and 4096; (Hd, I) (4096, 1024) and (7168, 2048); E 8, 16 and 64;
+top-k 1, 2 and 8; odd extents beside them (7 tokens, Hd 256 and 512, I 128 and 384), and
+capacities below what skewed routing sends one expert.
+
 - C left to its default (T): uniform routing drops nothing, and the report says 0 on every rank.
 - A capacity C below what skewed routing sends one expert: the copies past it drop, in token
   order, and each rank's report counts its own tokens' exactly; the outputs lack exactly those.
 - Degenerate routing: every token's first choice one expert, experts with no tokens at all.
 - Expert indices out of range (E, -1) in one rank's tokens: that rank's routing() raises naming
   the token, choice and index, once; the next launch with valid routing is right.
-- Launches back to back with routing changing every launch, each into its own output.
+- Launches back to back with routing changing every launch, each into its own output (100 of
+  them at 128 tokens a rank).
 
 Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
 a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1) picks the topologies.
@@ -21,7 +26,6 @@ import sys
 
 import gpu_gemm_allreduce as common  # check, close_to, topologies_main; also puts mkc on the path
 
-BACK_TO_BACK = 6
 
 
 def rand(torch, g, *shape, scale=1.0):
@@ -61,8 +65,9 @@ def reference(torch, x, experts, weights, wg, wu, wd, C):
 class Problem:
     """Weights and shapes of one compiled op, with routing drawn per launch."""
 
-    def __init__(self, torch, g, T, Hd, I, E, top_k, C=None):
+    def __init__(self, torch, g, T, Hd, I, E, top_k, C=None, launches=6):
         self.T, self.Hd, self.I, self.E, self.top_k = T, Hd, I, E, top_k
+        self.launches = launches
         self.C = T if C is None else C
         self.shapes = {"T": T, "Hd": Hd, "I": I, "E": E, "TopK": top_k}
         if C is not None:
@@ -196,7 +201,7 @@ def run_back_to_back(bound, g):
     """Launches in a row with routing changing every launch, each into its own output."""
     torch, p, op = bound.torch, bound.problem, bound.op
     launches = []
-    for i in range(BACK_TO_BACK):
+    for i in range(p.launches):
         experts = (p.skewed if i % 2 else p.uniform)(torch, g)
         weights = p.weights(torch, g)
         handle, y = bound.output()
@@ -209,26 +214,32 @@ def run_back_to_back(bound, g):
         op(*inputs, handle)
     torch.cuda.synchronize()
     for i, (experts, weights, _, _, y) in enumerate(launches):
-        dropped = bound.expect(experts, weights, y, f"launch {i + 1} of {BACK_TO_BACK} in a row")
+        dropped = bound.expect(experts, weights, y, f"launch {i + 1} of {p.launches} in a row")
     report = op.routing()
-    common.check(report.launch == before + BACK_TO_BACK and report.dropped == dropped,
-                 f"{bound.label}: the report after {BACK_TO_BACK} launches: {report} (expected "
-                 f"launch {before + BACK_TO_BACK}, dropped {dropped})")
+    common.check(report.launch == before + p.launches and report.dropped == dropped,
+                 f"{bound.label}: the report after {p.launches} launches: {report} (expected "
+                 f"launch {before + p.launches}, dropped {dropped})")
 
 
 def problems(torch, g, world):
-    # C defaulted (T) and an explicit C below skewed routing's load; extents all different.
+    # Per rank: DeepSeek-V3's and Mixtral-like layers at 4096, 128 and 1 tokens; C defaulted (T)
+    # and C below skewed routing's load; then odd extents.
+    yield Problem(torch, g, 4096 * world, 7168, 2048, 16, 8)
+    yield Problem(torch, g, 128 * world, 4096, 1024, 64, 2, launches=100)
+    yield Problem(torch, g, 1 * world, 4096, 1024, 8, 1)
+    yield Problem(torch, g, 1 * world, 7168, 2048, 64, 8)
+    yield Problem(torch, g, 128 * world, 7168, 2048, 16, 8, C=96 * world)
     yield Problem(torch, g, 128 * world, 512, 384, 4 * world, 2)
     yield Problem(torch, g, 256 * world, 256, 128, 8 * world, 4, C=48 * world)
-    yield Problem(torch, g, 128 * world, 256, 256, 16, 8)
-    if world == 1:  # partial tiles of tokens (several ranks refuse them yet, located)
-        yield Problem(torch, g, 7, 256, 128, 8, 2)
-        yield Problem(torch, g, 1, 256, 128, 8, 1)
+    yield Problem(torch, g, 7 * world, 256, 128, 8, 2)
+    if world == 1:
         yield Problem(torch, g, 1000, 512, 256, 64, 8, C=100)
 
 
 def rank_main():
     os.environ["MKC_DEVICE"] = os.environ.get("LOCAL_RANK", "0")
+    # DeepSeek-V3's layer at 4096 tokens a rank routes 1.7 GB through symmetric memory.
+    os.environ.setdefault("MKC_SYMMETRIC_BYTES", "6G")
     import torch
 
     import mkc

@@ -51,8 +51,7 @@ void Machine::routeCensus(Thread &thread, RouteCensusOp op) {
     int64_t e = static_cast<int64_t>(x);
     if (e < 0 || e >= numExperts) {
       report(FindingKind::wrongResult, op->getLoc(),
-             llvm::formatv("{0} routes to an expert outside [0, {1})", who(thread.id),
-                           numExperts));
+             llvm::formatv("{0} routes to an expert outside [0, {1})", who(thread.id), numExperts));
       return;
     }
     row->at(0, e) += 1;
@@ -103,7 +102,9 @@ void Machine::routeRows(Thread &thread, RouteRowsOp op) {
   for (int64_t s = 0; s < world; ++s)
     for (int64_t e = 0; e < numExperts; ++e)
       next[e] += integerAt(census.data, {s, e});
-  auto expertOf = [&](int64_t t, int64_t j) { return integerAt(experts.data, {firstToken + t, j}); };
+  auto expertOf = [&](int64_t t, int64_t j) {
+    return integerAt(experts.data, {firstToken + t, j});
+  };
   for (int64_t t = 0; t < begin; ++t)
     for (int64_t j = 0; j < topK; ++j)
       ++next[expertOf(t, j)];
@@ -177,8 +178,7 @@ void Machine::combineReturned(Thread &thread, CombineReturnedOp op) {
   int64_t r = thread.rank;
   Epoch me = epochOf(thread, op);
   const Tensor &returned = tensorOf(r, op.getReturned()),
-               &placement = tensorOf(r, op.getPlacement()),
-               &weights = tensorOf(r, op.getWeights());
+               &placement = tensorOf(r, op.getPlacement()), &weights = tensorOf(r, op.getWeights());
   Tensor &dest = tensorOf(r, op.getDest());
   Box box = dest.data.layout.access(integers(thread, op.getIndices()), {}, op.getTile());
   if (!held(op, thread, r, op.getDest(), box))

@@ -814,6 +814,15 @@ LogicalResult Expander::expandDispatch(DispatchOp op) {
     return op.emitOpError() << "routes tokens a second time in @" << program.getSymName()
                             << ": a program routes once, as its launches report one routing "
                                "(mk_routing_report)";
+  // A rank's tokens and experts are found by its index alone.
+  for (auto [type, what] : {std::pair{op.getTokens().getType(), "tokens"},
+                            std::pair{op.getRouted().getType(), "experts"}})
+    if (!type.isEvenlySplit(mesh)) {
+      int64_t extent = type.getShape()[0], world = mesh.getWorldSize();
+      return op.emitOpError() << "routes " << what << " split unevenly: " << extent << " over "
+                              << world << " ranks; mkc routes equal shards, a multiple of "
+                              << world;
+    }
   if (nodes == 1) {
     routePointToPoint(op);
     return success();
@@ -1019,9 +1028,15 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
                      PeerScopeAttr::get(context, PeerScope::gpu), gpu,
                      LinkAttr::get(context, Link::nvlink_store));
   });
+  // Tiles of a rank's tokens that hold whole tiles of the shard (the largest divisor of its
+  // tokens up to the result tile's rows): tiles at i * t, which no shard boundary cuts, so that
+  // tokens of any count a rank share no numbering with the experts' capacity.
   Grid tokenTiles;
   tokenTiles.masked = true;
-  ArrayRef<int64_t> extents = tile.getShape();
+  int64_t tokens = dest.getLocalExtent(0, mesh), rows = std::min(tile.getShape()[0], tokens);
+  while (tokens % rows)
+    --rows;
+  SmallVector<int64_t> extents = {rows, tile.getShape()[1]};
   Value placement = placements.lookup(op.getOrigins());
   tileGrid(after, loc, op.getDest(), extents, tokenTiles, [&](OpBuilder &gb, ValueRange coords) {
     WaitOp::create(gb, loc, returnedFlags, ValueRange{zero}, gb.getI64IntegerAttr(world),
