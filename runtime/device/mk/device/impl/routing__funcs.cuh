@@ -103,8 +103,79 @@ combine_routed(const R *results, long long ld_results, const int *placement, con
 
 // ---- Point to point -----------------------------------------------------------------------
 
+namespace detail {
+
+/// A warp's bulk copies of rows, global to shared to global, lane 0's: a ring of kSlots slots of
+/// kSlotBytes, each with an mbarrier and the destination of its piece, so that kSlots loads are in
+/// flight while the oldest piece is stored. Rows longer than a slot go in pieces.
+struct RowMover {
+  static constexpr int kSlots = 3, kSlotBytes = 8 * 1024;
+  struct Piece {
+    char *to;
+    mk_u64 bytes;
+  };
+  // Slots 16-byte aligned for the bulk copies: each warp's share a multiple of 128 bytes.
+  static constexpr int kWarpBytes =
+      (kSlots * (kSlotBytes + 8 + int(sizeof(Piece))) + 127) / 128 * 128;
+
+  /// The warp's slots, barriers and pieces at `smem` (kWarpBytes, 16-byte aligned); lane 0
+  /// initialises the barriers, which the CTA's barrier then publishes.
+  __device__ explicit RowMover(unsigned char *smem)
+      : slots_(ptx::smem_address(smem)), barriers_(slots_ + kSlots * kSlotBytes),
+        pieces_(reinterpret_cast<Piece *>(smem + kSlots * (kSlotBytes + 8))) {
+    if (threadIdx.x % 32 == 0)
+      for (int s = 0; s < kSlots; ++s)
+        ptx::mbarrier_init(barriers_ + 8 * s, 1);
+  }
+
+  /// Lane 0: copies `bytes` (a multiple of 16, both ends 16-byte aligned) from `from` to `to`.
+  __device__ __forceinline__ void copy(char *to, const char *from, long long bytes) {
+    for (long long offset = 0; offset < bytes; offset += kSlotBytes) {
+      if (issued_ - stored_ == kSlots) {
+        store_oldest();
+        // The slot's last store has read it.
+        ptx::bulk_wait_read<0>();
+      }
+      const int s = issued_ % kSlots;
+      const mk_u32 piece = static_cast<mk_u32>(min(bytes - offset, (long long)kSlotBytes));
+      ptx::mbarrier_arrive_expect_tx(barriers_ + 8 * s, piece);
+      ptx::bulk_copy_global_to_shared(slots_ + s * kSlotBytes, from + offset, piece,
+                                      barriers_ + 8 * s);
+      pieces_[s] = Piece{to + offset, piece};
+      ++issued_;
+    }
+  }
+
+  /// Lane 0: stores what is loaded, and waits until the stores' writes are done.
+  __device__ __forceinline__ void drain() {
+    while (stored_ < issued_)
+      store_oldest();
+    ptx::bulk_wait_all();
+    ptx::fence_proxy_async();
+  }
+
+private:
+  __device__ __forceinline__ void store_oldest() {
+    const int s = stored_ % kSlots;
+    ptx::mbarrier_wait(barriers_ + 8 * s, (stored_ / kSlots) & 1);
+    const Piece piece = pieces_[s];
+    ptx::bulk_copy_shared_to_global(piece.to, slots_ + s * kSlotBytes,
+                                    static_cast<mk_u32>(piece.bytes));
+    ptx::bulk_commit();
+    ++stored_;
+  }
+
+  mk_u32 slots_, barriers_;
+  Piece *pieces_;
+  int issued_ = 0, stored_ = 0;
+};
+
+} // namespace detail
+
 template <int kExperts> __host__ __device__ constexpr int route_smem_bytes() {
-  return (kExperts + 1) * 4;
+  // The experts' next slots (or a census's counts and the first invalid copy), then each warp's
+  // row mover.
+  return (kExperts + 1 + 3) / 4 * 16 + kTeamWarps * detail::RowMover::kWarpBytes;
 }
 
 namespace detail {
@@ -277,8 +348,15 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
   }
   team_sync();
   // The rows, expert by expert: each warp takes 32 copies at a time and copies the rows of those
-  // routed to the expert, one after another. Then the expert's GPU learns this CTA is done.
+  // routed to the expert, one after another, with bulk copies where rows are whole 16-byte
+  // units. Then the expert's GPU learns this CTA is done.
   const int warp = team_thread() / 32, lane = team_thread() % 32;
+  const long long row_bytes = hidden * static_cast<long long>(sizeof(T));
+  const bool bulk = row_bytes % 16 == 0 && reinterpret_cast<unsigned long long>(rows) % 16 == 0;
+  detail::RowMover mover(static_cast<unsigned char *>(smem) + (kExperts + 3) / 4 * 16 +
+                         warp * detail::RowMover::kWarpBytes);
+  ptx::fence_mbarrier_init();
+  team_sync();
   for (int l = 0; l < local_experts; ++l) {
     for (int step = 1; step <= gpus; ++step) {
       const int gpu = (me + step) % gpus, e = gpu * local_experts + l;
@@ -291,13 +369,21 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
           const int hit = __ffs(hits) - 1;
           hits &= hits - 1;
           const int c = first + hit, slot = __shfl_sync(0xffffffffu, at, hit) - e * capacity;
-          detail::copy_row(to + static_cast<long long>(slot) * hidden,
-                           rows + static_cast<long long>(c / top_k) * hidden, hidden, lane);
+          T *row_to = to + static_cast<long long>(slot) * hidden;
+          const T *row_from = rows + static_cast<long long>(c / top_k) * hidden;
+          if (!bulk)
+            detail::copy_row(row_to, row_from, hidden, lane);
+          else if (lane == 0)
+            mover.copy(reinterpret_cast<char *>(row_to), reinterpret_cast<const char *>(row_from),
+                       row_bytes);
           if (lane == 0)
             origin[slot] = (token_first + c / top_k) * top_k + c % top_k;
         }
       }
-      // As mk::signal: the barrier orders every thread's writes before thread 0's release.
+      // As mk::signal: the barrier orders every thread's writes (the bulk copies' done) before
+      // thread 0's release.
+      if (lane == 0)
+        mover.drain();
       team_sync();
       if (team_thread() == 0)
         ptx::red_add_release_sys(flags[gpu] + arrivals + e, 1);
