@@ -126,11 +126,19 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
       rail peers republish what they receive within their node.
     - `mk.ring_shift`: the shards are gathered the same way and the body visits the sources in
       arrival order: this rank, the rest of its node, then the other nodes.
-    - `mk.dispatch` / `mk.combine`: tokens and their routing are gathered along rails and within
-      nodes, and a `dispatch` role selects the rows routed to this rank's experts; each rank keeps
-      its experts' results, which are gathered the same way, and a `combine` role sums each of its
-      tokens' results. Gathering every result moves world-size times the bytes that routing each
-      row to its token would: the first version, to be replaced by point-to-point routing.
+    - `mk.dispatch` / `mk.combine` on one node, point to point: a `dispatch` role counts each
+      rank's copies per expert into every GPU's census (mk.route_census), fills its experts' row
+      counts (mk.route_counts) and sends each row straight to its expert's slot (mk.route_rows,
+      an arrival on the expert's flag after each CTA's rows); the compute role waits for the
+      counts, each read of an expert's rows for its flag; each result row goes back to its
+      token's slot (mk.return_rows), and a grid over the tokens after the producing grid sums
+      each one's in order (mk.combine_returned).
+    - `mk.dispatch` / `mk.combine` across nodes: tokens and their routing are gathered along
+      rails and within nodes, and a `dispatch` role selects the rows routed to this rank's
+      experts; each rank keeps its experts' results, which are gathered the same way, and a
+      `combine` role sums each of its tokens' results. Gathering every result moves world-size
+      times the bytes that routing each row to its token would: the first version, to be
+      replaced by rail-aligned point-to-point routing.
 
     One node or one GPU per node degenerate to the steps that remain. Waits and signals are left
     to mk-insert-signals; CTA counts to mk-partition-roles.
@@ -205,9 +213,11 @@ def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
     follows the data) and a wait before every read by another CTA or rank, for as many arrivals as
     the read needs: one per slot it combines. Where puts combine into a tile (the in-place
     all-reduce), only they signal: the program orders them after the tile's first contribution,
-    so their signal is the tile's last arrival. A grid bounded by row counts whose tiles others
-    wait for produces every tile, since a wait cannot know the count. Flags are never reset; a
-    wait is for epoch x count.
+    so their signal is the tile's last arrival. A grid bounded by row counts stamps its tiles' flags
+    with the launch (a launch whose counts hold fewer rows skips tiles, whose flags keep an older
+    stamp), where every reader of its tiles is bounded by the same counts; one whose tiles a copy
+    moves or another grid reads produces every tile, since a wait there cannot know the count.
+    Flags are never reset; a wait is for epoch x count.
     Because a rank may start launch e+1 while a peer still reads its buffers from launch e, every
     rank also announces each launch to the ranks it exchanges data with (its node and its rail)
     and waits for their announcement before its first write that they can see: no host
