@@ -446,26 +446,11 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         });
         return Outcome::next;
       })
-      .Case([&](RouteCensusOp census) -> FailureOr<Outcome> {
-        routeCensus(thread, census);
-        return Outcome::next;
-      })
-      .Case([&](RouteCountsOp counts) -> FailureOr<Outcome> {
-        routeCounts(thread, counts);
-        return Outcome::next;
-      })
-      .Case([&](RouteRowsOp rows) -> FailureOr<Outcome> {
-        routeRows(thread, rows);
-        return Outcome::next;
-      })
-      .Case([&](ReturnRowsOp back) -> FailureOr<Outcome> {
-        returnRows(thread, back);
-        return Outcome::next;
-      })
-      .Case([&](CombineReturnedOp combine) -> FailureOr<Outcome> {
-        combineReturned(thread, combine);
-        return Outcome::next;
-      })
+      .Case<RouteCensusOp, RouteCountsOp, RouteRowsOp, ReturnRowsOp, CombineReturnedOp>(
+          [&](auto routing) -> FailureOr<Outcome> {
+            runRouting(thread, routing);
+            return Outcome::next;
+          })
       .Default([&](Operation *other) -> FailureOr<Outcome> {
         return other->emitOpError() << "mk-sim: does not model this op";
       });

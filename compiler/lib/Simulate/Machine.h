@@ -233,12 +233,12 @@ private:
   void issue(Transfer transfer, Thread &thread);
   /// `tile` into `box` of `tensor` on rank `to`: a store here, a put to a GPU of the node.
   void send(Thread &thread, Operation *op, int64_t to, Value tensor, const Box &box, TilePtr tile);
-  // The point-to-point routing ops.
-  void routeCensus(Thread &thread, RouteCensusOp op);
-  void routeCounts(Thread &thread, RouteCountsOp op);
-  void routeRows(Thread &thread, RouteRowsOp op);
-  void returnRows(Thread &thread, ReturnRowsOp op);
-  void combineReturned(Thread &thread, CombineReturnedOp op);
+  // The point-to-point routing ops (Routing.cpp).
+  void runRouting(Thread &thread, RouteCensusOp op);
+  void runRouting(Thread &thread, RouteCountsOp op);
+  void runRouting(Thread &thread, RouteRowsOp op);
+  void runRouting(Thread &thread, ReturnRowsOp op);
+  void runRouting(Thread &thread, CombineReturnedOp op);
   void signalLanded(int64_t r, int64_t flag);
 
   // Reports.

@@ -39,7 +39,7 @@ static int64_t integerAt(const TensorData &tensor, ArrayRef<int64_t> at) {
   return static_cast<int64_t>(tensor.at(at));
 }
 
-void Machine::routeCensus(Thread &thread, RouteCensusOp op) {
+void Machine::runRouting(Thread &thread, RouteCensusOp op) {
   Rank &rank = ranks[thread.rank];
   const Tensor &experts = tensorOf(thread.rank, op.getExperts());
   readBox(thread.rank, idOf(op.getExperts()), experts.data.layout.held(), epochOf(thread, op),
@@ -62,7 +62,7 @@ void Machine::routeCensus(Thread &thread, RouteCensusOp op) {
     send(thread, op, rankOf(rank.node, g), op.getCensus(), box, row);
 }
 
-void Machine::routeCounts(Thread &thread, RouteCountsOp op) {
+void Machine::runRouting(Thread &thread, RouteCountsOp op) {
   const Tensor &census = tensorOf(thread.rank, op.getCensus());
   Tensor &counts = tensorOf(thread.rank, op.getCounts());
   Epoch me = epochOf(thread, op);
@@ -78,7 +78,7 @@ void Machine::routeCounts(Thread &thread, RouteCountsOp op) {
   });
 }
 
-void Machine::routeRows(Thread &thread, RouteRowsOp op) {
+void Machine::runRouting(Thread &thread, RouteRowsOp op) {
   int64_t r = thread.rank;
   Rank &rank = ranks[r];
   Epoch me = epochOf(thread, op);
@@ -148,7 +148,7 @@ void Machine::routeRows(Thread &thread, RouteRowsOp op) {
     }
 }
 
-void Machine::returnRows(Thread &thread, ReturnRowsOp op) {
+void Machine::runRouting(Thread &thread, ReturnRowsOp op) {
   int64_t r = thread.rank;
   Epoch me = epochOf(thread, op);
   TilePtr tile = std::get<TilePtr>(valueOf(thread, op.getValue()));
@@ -174,7 +174,7 @@ void Machine::returnRows(Thread &thread, ReturnRowsOp op) {
   }
 }
 
-void Machine::combineReturned(Thread &thread, CombineReturnedOp op) {
+void Machine::runRouting(Thread &thread, CombineReturnedOp op) {
   int64_t r = thread.rank;
   Epoch me = epochOf(thread, op);
   const Tensor &returned = tensorOf(r, op.getReturned()),

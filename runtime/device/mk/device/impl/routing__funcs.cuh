@@ -7,6 +7,46 @@
 
 namespace mk {
 
+namespace detail {
+
+/// Records the first copy of this rank's tokens (index `copy`) whose expert index lies outside
+/// the experts, unless the host has yet to read an earlier one.
+__device__ __forceinline__ void report_invalid(mk_routing_report *report, int copy, int top_k,
+                                               int expert) {
+  volatile mk_routing_report *out = report;
+  if (out->invalid)
+    return;
+  out->invalid_token = copy / top_k;
+  out->invalid_choice = copy % top_k;
+  out->invalid_expert = expert;
+  __threadfence_system();
+  out->invalid = 1;
+}
+
+/// One warp gives the copies [begin, end) (routed by `experts`) their slots in order, 32 at a
+/// time: a copy's slot is its expert's next (`next`, in shared memory, advanced) plus the earlier
+/// lanes with the same expert. place(c, x, slot) for each, x -1 for an index outside the experts.
+template <int kExperts, typename Place>
+__device__ __forceinline__ void take_slots(const int *experts, int begin, int end, int *next,
+                                           int lane, Place place) {
+  for (int base = begin; base < end; base += 32) {
+    const int c = base + lane;
+    const int x = c < end ? experts[c] : -1;
+    const bool routable = x >= 0 && x < kExperts;
+    const unsigned group = __match_any_sync(0xffffffffu, routable ? x : -1);
+    const int before = __popc(group & ((1u << lane) - 1));
+    const int slot = routable ? next[x] + before : 0;
+    __syncwarp();
+    if (routable && before == __popc(group) - 1)
+      next[x] = slot + 1;
+    __syncwarp();
+    if (c < end)
+      place(c, routable ? x : -1, slot);
+  }
+}
+
+} // namespace detail
+
 template <int kExperts> __host__ __device__ constexpr int select_routed_smem_bytes() {
   return kExperts * 4;
 }
@@ -28,42 +68,26 @@ select_routed(const T *rows, const int *experts, int tokens, int top_k, long lon
   // drop past the capacity, and finds the first that names no expert.
   if (team_thread() < 32) {
     const int lane = team_thread();
-    const int copies = tokens * top_k;
     const int mine_first = token_first * top_k, mine_end = (token_first + local_tokens) * top_k;
     unsigned dropped = 0, first_invalid = ~0u;
-    for (int base = 0; base < copies; base += 32) {
-      const int c = base + lane;
-      const int x = c < copies ? experts[c] : -1;
-      const bool routable = x >= 0 && x < kExperts;
-      const unsigned group = __match_any_sync(0xffffffffu, routable ? x : -1);
-      const int before = __popc(group & ((1u << lane) - 1));
-      const int slot = routable ? filled[x] + before : 0;
-      __syncwarp();
-      if (routable && before == __popc(group) - 1)
-        filled[x] = slot + 1;
-      __syncwarp();
-      if (c >= copies)
-        continue;
-      const bool kept = routable && slot < capacity;
-      if (kept && x >= expert_first && x < expert_first + local_experts)
-        origins[(x - expert_first) * capacity + slot] = c;
-      if (c >= mine_first && c < mine_end) {
-        placement[c - mine_first] = kept ? x * capacity + slot : -1;
-        dropped += routable && !kept;
-        if (!routable)
-          first_invalid = min(first_invalid, static_cast<unsigned>(c));
-      }
-    }
+    detail::take_slots<kExperts>(
+        experts, 0, tokens * top_k, filled, lane, [&](int c, int x, int slot) {
+          const bool kept = x >= 0 && slot < capacity;
+          if (kept && x >= expert_first && x < expert_first + local_experts)
+            origins[(x - expert_first) * capacity + slot] = c;
+          if (c >= mine_first && c < mine_end) {
+            placement[c - mine_first] = kept ? x * capacity + slot : -1;
+            dropped += x >= 0 && !kept;
+            if (x < 0)
+              first_invalid = min(first_invalid, static_cast<unsigned>(c));
+          }
+        });
     dropped = __reduce_add_sync(0xffffffffu, dropped);
     first_invalid = __reduce_min_sync(0xffffffffu, first_invalid);
     volatile mk_routing_report *out = report;
-    if (first_invalid != ~0u && lane == 0 && !out->invalid) {
-      out->invalid_token = first_invalid / top_k - token_first;
-      out->invalid_choice = first_invalid % top_k;
-      out->invalid_expert = experts[first_invalid];
-      __threadfence_system();
-      out->invalid = 1;
-    }
+    if (first_invalid != ~0u && lane == 0)
+      detail::report_invalid(report, static_cast<int>(first_invalid) - mine_first, top_k,
+                             experts[first_invalid]);
     if (lane == 0) {
       out->dropped = dropped;
       __threadfence_system();
@@ -179,20 +203,6 @@ template <int kExperts> __host__ __device__ constexpr int route_smem_bytes() {
 }
 
 namespace detail {
-
-/// Records the first copy of this rank whose expert index lies outside the experts, unless the
-/// host has yet to read an earlier one.
-__device__ __forceinline__ void report_invalid(mk_routing_report *report, int copy, int top_k,
-                                               int expert) {
-  volatile mk_routing_report *out = report;
-  if (out->invalid)
-    return;
-  out->invalid_token = copy / top_k;
-  out->invalid_choice = copy % top_k;
-  out->invalid_expert = expert;
-  __threadfence_system();
-  out->invalid = 1;
-}
 
 /// The team's sum of `value`, in every thread; `scratch` is one word of shared memory.
 __device__ __forceinline__ unsigned team_sum(unsigned value, unsigned *scratch) {
@@ -329,23 +339,11 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
   team_sync();
   // One warp places the chunk's copies in order, 32 at a time: a copy's slot is its expert's next
   // plus the earlier lanes with the same expert.
-  if (team_thread() < 32) {
-    const int lane = team_thread();
-    for (int base = begin; base < end; base += 32) {
-      const int c = base + lane;
-      const int x = c < end ? experts[c] : -1;
-      const bool routable = x >= 0 && x < kExperts;
-      const unsigned group = __match_any_sync(0xffffffffu, routable ? x : -1);
-      const int before = __popc(group & ((1u << lane) - 1));
-      const int slot = routable ? next[x] + before : 0;
-      __syncwarp();
-      if (routable && before == __popc(group) - 1)
-        next[x] = slot + 1;
-      __syncwarp();
-      if (c < end)
-        placement[c] = routable && slot < capacity ? x * capacity + slot : -1;
-    }
-  }
+  if (team_thread() < 32)
+    detail::take_slots<kExperts>(
+        experts, begin, end, next, team_thread(), [&](int c, int x, int slot) {
+          placement[c] = x >= 0 && slot < capacity ? x * capacity + slot : -1;
+        });
   team_sync();
   // The rows, expert by expert: each warp takes 32 copies at a time and copies the rows of those
   // routed to the expert, one after another, with bulk copies where rows are whole 16-byte
