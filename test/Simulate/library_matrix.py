@@ -47,10 +47,12 @@ def shapes(program, w):
         return [f"B=1,H=2,S={128 * w},D=64", f"B=2,H=1,S={128 * w},D=64",
                 f"B=1,H=1,S={128 * w},D=128", "B=1,H=1,S=1000,D=64"]
     if program == "moe_dispatch_gemm_combine":
-        # Capacities of 128 rows drop tokens where more are routed to an expert.
+        # Capacities of 128 rows drop tokens where more are routed to an expert; 7 tokens a rank
+        # with the default capacity (T).
         return [f"T={128 * w},Hd=256,I=128,E={w},TopK=1,C=128",
                 f"T={128 * w},Hd=256,I=128,E={2 * w},TopK=2,C=128",
-                f"T={256 * w},Hd=256,I=256,E={2 * w},TopK=2,C=256"]
+                f"T={256 * w},Hd=256,I=256,E={2 * w},TopK=2,C=256",
+                f"T={7 * w},Hd=256,I=128,E={2 * w},TopK=2"]
     raise ValueError(f"no shapes for {program}")
 
 

@@ -5,8 +5,8 @@ dropped counts, at 1x1, 1x2 and 2x1 (ranks taking turns on fewer GPUs; across no
 libfabric tcp).
 
 Shapes per rank: tokens 1, 128 and 4096; (Hd, I) (4096, 1024) and (7168, 2048); E 8, 16 and 64;
-top-k 1, 2 and 8; odd extents beside them (7 tokens, Hd 256 and 512, I 128 and 384), and
-capacities below what skewed routing sends one expert.
+top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512, I 128, 136 and
+384), and capacities below what skewed routing sends one expert.
 
 - C left to its default (T): uniform routing drops nothing, and the report says 0 on every rank.
 - A capacity C below what skewed routing sends one expert: the copies past it drop, in token
@@ -235,6 +235,8 @@ def problems(torch, g, world):
     yield Problem(torch, g, 128 * world, 512, 384, 4 * world, 2)
     yield Problem(torch, g, 256 * world, 256, 128, 8 * world, 4, C=48 * world)
     yield Problem(torch, g, 7 * world, 256, 128, 8, 2)
+    # Rows of 260 bf16 (not whole 16-byte units): the tile library's expert GEMMs and returns.
+    yield Problem(torch, g, 150 * world, 260, 136, 8, 2)
     if world == 1:
         yield Problem(torch, g, 1000, 512, 256, 64, 8, C=100)
 
