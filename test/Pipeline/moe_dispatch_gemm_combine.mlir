@@ -8,6 +8,7 @@
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=8192,Hd=4096,I=14336,E=64,TopK=2 -o %t.1x8.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=1024,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // One node: a dispatch role counts each rank's copies into every GPU's census, fills its experts'

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 10
+#define MK_ABI_VERSION 11
 
 typedef int mk_i32;
 
@@ -32,7 +32,7 @@ typedef int mk_i32;
 /* TMA tensor maps one kernel can take. */
 #define MK_MAX_TENSOR_MAPS 12
 /* Roles of one kernel's persistent grid, and the bytes of a role kind's name with its NUL. */
-#define MK_MAX_ROLES 8
+#define MK_MAX_ROLES 12
 #define MK_ROLE_KIND_BYTES 16
 /* Dims of an argument the manifest describes, and the bytes of an element type's name. */
 #define MK_MAX_TENSOR_RANK 8
