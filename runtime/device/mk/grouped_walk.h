@@ -45,11 +45,12 @@ struct GroupedWalk {
     return tiles;
   }
 
-  /// The tile at position p, 0 <= p < positions().
+  /// The tile at position p, 0 <= p < positions(). (Never reads past the counts, even for a p
+  /// beyond them.)
   MK_GROUPED_WALK_FN GroupedTile at(long long p) const {
     int g = 0;
     long long tiles = static_cast<long long>(row_tiles(0)) * col_tiles;
-    while (p >= tiles) {
+    while (p >= tiles && g + 1 < groups) {
       p -= tiles;
       tiles = static_cast<long long>(row_tiles(++g)) * col_tiles;
     }
