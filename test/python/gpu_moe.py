@@ -18,11 +18,13 @@ top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512
   them at 128 tokens a rank).
 
 Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
-a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1) picks the topologies.
+a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1) picks the topologies, MKC_TEST_PROBLEMS (0,1,...) the
+problems (all of them).
 """
 
 import os
 import sys
+import time
 
 import gpu_gemm_allreduce as common  # check, close_to, topologies_main; also puts mkc on the path
 
@@ -170,9 +172,9 @@ def run_out_of_range(bound, g, mkc):
     handle, y = bound.output()
     experts, weights = p.uniform(torch, g), p.weights(torch, g)
     bad = experts.clone()
-    bad[1 % p.T, p.top_k - 1] = p.E
-    bad[p.T // 2 if bound.world == 1 else 0, 0] = -1
-    first = min((1 % p.T) * p.top_k + p.top_k - 1, (p.T // 2 if bound.world == 1 else 0) * p.top_k)
+    local = p.T // bound.world
+    bad[1 % local, p.top_k - 1] = p.E
+    bad[local // 2 if bound.world == 1 else 0, 0] = -1
     bound.runtime.barrier()
     y.fill_(float("nan"))
     torch.cuda.synchronize()
@@ -184,6 +186,8 @@ def run_out_of_range(bound, g, mkc):
             op.routing()
             common.check(False, f"{bound.label}: out-of-range experts were not reported")
         except mkc.Error as error:
+            flat = bad[:local].flatten()
+            first = int(torch.nonzero((flat < 0) | (flat >= p.E))[0, 0])
             token, choice = divmod(first, p.top_k)
             index = int(bad[token, choice])
             words = [f"choice {choice} of token {token}", f"expert {index}", f"[0, {p.E})"]
@@ -252,7 +256,11 @@ def rank_main():
     runtime = mkc.Runtime()
     torch.cuda.set_device(runtime.device)
     g = torch.Generator(device="cuda").manual_seed(26)
-    for problem in problems(torch, g, runtime.world_size):
+    chosen = os.environ.get("MKC_TEST_PROBLEMS")
+    for index, problem in enumerate(problems(torch, g, runtime.world_size)):
+        if chosen and str(index) not in chosen.split(","):
+            continue
+        start = time.monotonic()
         bound = Bound(runtime, torch, mkc, problem)
         try:
             run_routings(bound, g)
@@ -262,8 +270,8 @@ def rank_main():
             common.check(False, f"{bound.label}: {error}")
         bound.op.close()
         if runtime.rank == 0:
-            print(f"{runtime.nodes}x{runtime.local_world_size}: moe {problem.shapes} checked",
-                  flush=True)
+            print(f"{runtime.nodes}x{runtime.local_world_size}: moe {problem.shapes} checked in "
+                  f"{time.monotonic() - start:.1f} s", flush=True)
     return common.finish(torch, runtime)
 
 
