@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The library's MoE dispatch + expert FFN + combine (lib/moe_dispatch_gemm_combine.mlir) and its
 routing report: every routing mode against PyTorch in f32 with outputs poisoned, and the report's
-dropped counts, at 1x1, 1x2 and 2x1 (ranks taking turns on fewer GPUs; across nodes over
-libfabric tcp).
+dropped counts, at 1x1, 1x2, 2x1 and 2x2 (ranks taking turns on fewer GPUs; across nodes over the
+emulated NIC).
 
 Shapes per rank: tokens 1, 128 and 4096; (Hd, I) (4096, 1024) and (7168, 2048); E 8, 16 and 64;
 top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512, I 128, 136 and
@@ -18,7 +18,7 @@ top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512
   them at 128 tokens a rank).
 
 Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
-a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1) picks the topologies, MKC_TEST_PROBLEMS (0,1,...) the
+a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1,2x2) picks the topologies, MKC_TEST_PROBLEMS (0,1,...) the
 problems (all of them).
 """
 
@@ -275,5 +275,14 @@ def rank_main():
     return common.finish(torch, runtime)
 
 
+# Across nodes, the emulated NIC (with reordering) between ranks of this host.
+NETWORKS = {topology: {"MKC_NET": "emulated", "MKC_NET_REORDER": "1"} for topology in ("2x1", "2x2")}
+
+
+def main():
+    topologies = os.environ.get("MKC_TEST_TOPOLOGIES", "1x1,1x2,2x1,2x2").split(",")
+    return common.run_topologies(__file__, topologies, NETWORKS)
+
+
 if __name__ == "__main__":
-    sys.exit(common.topologies_main(__file__, rank_main, "1x1,1x2,2x1"))
+    sys.exit(common.script_main(__file__, rank_main, main))
