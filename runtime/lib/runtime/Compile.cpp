@@ -154,6 +154,7 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   options.pipeline.shapes = shapes;
   options.pipeline.smCount = runtime.smCount;
   options.nvrtc.arch = runtime.arch;
+  options.nvrtc.extraOptions = runtime.nvrtcOptions;
 
   cuda::ContextScope scope(runtime.driver, runtime.context.context());
   std::shared_ptr<const LoadedKernel> kernel;

@@ -1,7 +1,8 @@
 //===- runtime/Options.cpp - RuntimeOptions from the environment ---===//
 //
 // MKC_SYMMETRIC_BYTES and MKC_FLAG_WORDS (counts with K, M or G), MKC_NET and its MKC_NET_*
-// settings, MKC_NET_TIMEOUT and MKC_WAIT_TIMEOUT (seconds), MKC_DEVICE and MKC_SHARE_GPU.
+// settings, MKC_NET_TIMEOUT and MKC_WAIT_TIMEOUT (seconds), MKC_DEVICE, MKC_SHARE_GPU and
+// MKC_NVRTC_OPTIONS.
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,6 +69,13 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
         std::pair{"MKC_NET_COPY_STREAMS", "copy_streams"}})
     if (const std::string *value = variable(name))
       options.networkConfig[key] = *value;
+  if (const std::string *value = variable("MKC_NVRTC_OPTIONS"))
+    for (std::size_t at = value->find_first_not_of(' '); at != std::string::npos;
+         at = value->find_first_not_of(' ', at)) {
+      const std::size_t end = std::min(value->find(' ', at), value->size());
+      options.nvrtcOptions.push_back(value->substr(at, end - at));
+      at = end;
+    }
   if (const std::string *value = variable("MKC_DEVICE")) {
     const std::optional<std::int64_t> device = parseBoundedInt(*value, 0, INT_MAX);
     if (!device)

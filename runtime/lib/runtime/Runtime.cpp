@@ -18,7 +18,7 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
     : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device),
       smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
-      jit(options.cacheDirectory) {
+      nvrtcOptions(options.nvrtcOptions), jit(options.cacheDirectory) {
   int major =
       deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   int minor =

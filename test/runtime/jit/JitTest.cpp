@@ -207,6 +207,21 @@ TEST_CASE("jit: whatever changes the cubin changes the key") {
   CHECK(std::ranges::adjacent_find(keys) == keys.end());
 }
 
+TEST_CASE("jit: the debugging options (MKC_NVRTC_OPTIONS) compile: line info, watched barriers") {
+  Scratch scratch;
+  mkc::Jit jit(scratch.cache());
+  mkc::JitOptions debugging = options();
+  debugging.nvrtc.extraOptions = {"-lineinfo", "-DMK_WATCH_BARRIERS=5"};
+  std::shared_ptr<const mkc::CompiledKernel> plain = jit.compile(gemmAllReduce(), options());
+  std::shared_ptr<const mkc::CompiledKernel> watched = jit.compile(gemmAllReduce(), debugging);
+  REQUIRE(watched->cubin.size() > 0);
+  CHECK(watched->source.key != plain->source.key);
+  CHECK(watched->cubin != plain->cubin);
+  // The watch's message is in the cubin; the plain kernel has none.
+  CHECK(watched->cubin.find("MK_WATCH_BARRIERS") != std::string::npos);
+  CHECK(plain->cubin.find("MK_WATCH_BARRIERS") == std::string::npos);
+}
+
 TEST_CASE("jit: a truncated or corrupted entry is detected, removed and rebuilt") {
   Scratch scratch;
   std::shared_ptr<const mkc::CompiledKernel> original =

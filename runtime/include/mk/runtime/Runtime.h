@@ -92,9 +92,16 @@ struct RuntimeOptions {
   /// what catches a rank of the node that died or stopped launching. Long, as a rank's host may
   /// legitimately fall that far behind its peers'.
   std::chrono::milliseconds waitTimeout = std::chrono::minutes(10);
+  /// For debugging, options NVRTC gets in every JIT compile beside the JIT's own
+  /// (MKC_NVRTC_OPTIONS, separated by spaces): `-lineinfo` (compute-sanitizer then names source
+  /// lines), `-DMK_WATCH_BARRIERS=SECONDS` (a kernel's wait on a shared-memory barrier that has
+  /// not completed within SECONDS prints where it is and traps, instead of hanging). Part of the
+  /// JIT cache's key, as every NVRTC option is.
+  std::vector<std::string> nvrtcOptions;
 
   /// The defaults, overridden by MKC_SYMMETRIC_BYTES (bytes, or with a K, M or G suffix),
-  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_WAIT_TIMEOUT and the MKC_NET variables;
+  /// MKC_FLAG_WORDS, MKC_DEVICE, MKC_SHARE_GPU, MKC_WAIT_TIMEOUT, MKC_NVRTC_OPTIONS and the MKC_NET
+  /// variables;
   /// throws RuntimeError naming a malformed variable.
   static RuntimeOptions fromEnvironment(const Environment &environment = processEnvironment());
 };

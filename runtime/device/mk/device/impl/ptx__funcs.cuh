@@ -125,8 +125,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(mk_u32 barrier, mk_u32
                : "memory");
 }
 
-/// Blocks until the phase with parity `phase` has completed.
+/// Blocks until the phase with parity `phase` has completed. Compiled with
+/// -DMK_WATCH_BARRIERS=SECONDS (MKC_NVRTC_OPTIONS, for debugging), a wait that has not seen it
+/// complete within SECONDS prints where it is and traps, so that the launch fails instead of
+/// hanging.
 __device__ __forceinline__ void mbarrier_wait(mk_u32 barrier, mk_u32 phase) {
+#ifndef MK_WATCH_BARRIERS
   asm volatile("{\n"
                ".reg .pred done;\n"
                "retry:\n"
@@ -135,6 +139,31 @@ __device__ __forceinline__ void mbarrier_wait(mk_u32 barrier, mk_u32 phase) {
                "}\n" ::"r"(barrier),
                "r"(phase)
                : "memory");
+#else
+  mk_u64 start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    mk_u32 done;
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n"
+                 "}\n"
+                 : "=r"(done)
+                 : "r"(barrier), "r"(phase)
+                 : "memory");
+    if (done)
+      return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > (MK_WATCH_BARRIERS) * 1000000000ull) {
+      printf("mk: CTA %d thread %d: the mbarrier at shared 0x%x has not completed phase %u in "
+             "%d s (MK_WATCH_BARRIERS)\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), barrier, phase & 1,
+             static_cast<int>(MK_WATCH_BARRIERS));
+      __trap();
+    }
+  }
+#endif
 }
 
 /// Bulk copy global -> shared of `bytes` (a multiple of 16, both addresses 16-byte aligned);
