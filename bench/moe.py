@@ -10,10 +10,13 @@ Hd 4096, I 14336, 8 experts, top-2) and tokens (128, 1024, 4096, 16384), bf16, u
 (distinct experts per token, softmax weights): mkc's op against PyTorch's path (tokens sorted by
 expert, one torch._grouped_mm for gate and up together (weights K-major), SwiGLU, torch._grouped_mm for down, the
 routing weights applied and summed per token in f32 by index_add_) and that path's grouped GEMMs
-alone. Each is checked against the other before it is timed; median of --repeat samples with CUDA
+alone; and mkc's expert FFN alone (bench/moe_expert_ffn.mlir: the op's two grids over the same
+rows, grouped by expert with per-expert counts) against those grouped GEMMs, per FLOP. Each is
+checked against PyTorch's path (the FFN against the grouped GEMMs) before it is timed; median of --repeat samples with CUDA
 events after warm-up, each the mean of --batch calls in a row, the tokens and routing rotating over
 3 sets (the weights, far larger than the L2, are read from HBM every call). TFLOP/s =
-6 tokens k Hd I / time; the ratios are mkc's rate over each baseline's.
+6 tokens k Hd I / time; the ratios are mkc's rate over each baseline's, and its FFN's over the
+grouped GEMMs'.
 
 Several GPUs (all_to_all_single + the same grouped GEMMs + all_to_all) are issue 29's runs; this
 script refuses a world of more than one rank until that comparison exists. Prints a table; --csv
@@ -43,6 +46,7 @@ MODELS = {  # per GPU: hidden, intermediate, local experts, top-k
 }
 TOKENS = (128, 1024, 4096, 16384)
 SETS = 3
+EXPERT_FFN = os.path.join(REPO, "bench", "moe_expert_ffn.mlir")
 
 
 def routing(T, E, top_k, g):
@@ -75,6 +79,17 @@ def torch_moe(x, experts, weights, w_gate_up, w_down):
     y = torch.zeros(x.shape, device="cuda", dtype=torch.float32)
     y.index_add_(0, tokens, out.float() * weights.flatten()[order, None])
     return y.to(torch.bfloat16)
+
+
+def by_expert(rows, ends, capacity):
+    """Rows grouped by expert (contiguous, groups ending at `ends`) as [E, capacity, Hd], each
+    expert's first, and the rows each expert has."""
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    padded = torch.zeros(len(ends), capacity, rows.shape[1], device="cuda", dtype=rows.dtype)
+    starts = (ends - counts).tolist()
+    for e, (start, count) in enumerate(zip(starts, counts.tolist())):
+        padded[e, :count] = rows[start:start + count]
+    return padded, counts
 
 
 def k_major(w):
@@ -115,6 +130,13 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
                      "ends": ends, "y": y,
                      "args": [place(0, x), place(1, experts), place(2, weights),
                               *weights_placed, y]})
+    # The expert FFN alone, its capacity the most rows an expert gets in any set.
+    capacity = max(int(torch.diff(s["ends"], prepend=s["ends"].new_zeros(1)).max()) for s in sets)
+    ffn = runtime.compile(EXPERT_FFN, E=E, C=capacity, Hd=Hd, I=I, options=options)
+    for s in sets:
+        padded, counts = by_expert(s["rows"], s["ends"], capacity)
+        s["ffn_out"] = torch.empty_like(padded)
+        s["ffn_args"] = [padded, counts, w_gate, w_up, w_down, s["ffn_out"]]
 
     def ours(s):
         op(*s["args"])
@@ -124,6 +146,9 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
 
     def grouped_mm(s):
         return grouped_ffn(s["rows"], s["ends"], w_gate_up, w_down_k)
+
+    def ours_ffn(s):
+        ffn(*s["ffn_args"])
 
     # Right before timed: mkc's output, poisoned first, against PyTorch's path.
     first = sets[0]
@@ -138,11 +163,21 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
         raise SystemExit(f"mkc wrong at {model} T={T}: max error {error:.3g} of {scale:.3g}")
     if op.routing().dropped:
         raise SystemExit(f"mkc dropped copies at {model} T={T} with the default capacity")
+    first["ffn_out"].fill_(float("nan"))
+    ours_ffn(first)
+    torch.cuda.synchronize()
+    expected_ffn, counts = by_expert(grouped_mm(first).float(), first["ends"], capacity)
+    valid = torch.arange(capacity, device="cuda")[None, :] < counts[:, None]
+    ffn_error = ((first["ffn_out"].float() - expected_ffn).abs().nan_to_num(float("inf"))
+                 [valid].max().item())
+    if not ffn_error <= 0.02 * expected_ffn.abs().max().item():
+        raise SystemExit(f"mkc's expert FFN wrong at {model} T={T}: max error {ffn_error:.3g}")
 
-    variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm}
+    variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm, "mkc_ffn": ours_ffn}
     ms = {name: time_ms(fn, [(s,) for s in sets], repeat, batch=batch)
           for name, fn in variants.items()}
     op.close()
+    ffn.close()
     flops = 6 * T * top_k * Hd * I
     tflops = {name: flops / t / 1e9 for name, t in ms.items()}
     return {"model": model, "T": T, "Hd": Hd, "I": I, "E": E, "top_k": top_k,
@@ -150,6 +185,7 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
             **{f"{n}_tflops": round(t, 1) for n, t in tflops.items()},
             "mkc_over_pytorch": round(ms["pytorch"] / ms["mkc"], 3),
             "mkc_over_grouped_mm": round(ms["grouped_mm"] / ms["mkc"], 3),
+            "ffn_over_grouped_mm": round(ms["grouped_mm"] / ms["mkc_ffn"], 3),
             "max_error": round(error, 5)}
 
 
@@ -178,17 +214,19 @@ def main():
     options = dict(item.split("=", 1) for item in args.options.split(";") if item) or None
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'model':>9} {'tokens':>6} {'mkc':>7} {'pytorch':>8} {'grouped_mm':>10} "
-          f"{'mkc/pytorch':>11} {'mkc/grouped_mm':>14}   (TFLOP/s)")
+          f"{'mkc_ffn':>8} {'mkc/pytorch':>11} {'mkc/grouped_mm':>14} {'ffn/grouped_mm':>14}"
+          f"   (TFLOP/s)")
     rows = []
     for model in args.models.split(","):
         for T in (int(t) for t in args.tokens.split(",")):
             row = bench_shape(runtime, mkc, model, T, args.repeat, args.batch, options)
             rows.append(row)
             print(f"{model:>9} {T:>6} {row['mkc_tflops']:7.0f} {row['pytorch_tflops']:8.0f} "
-                  f"{row['grouped_mm_tflops']:10.0f} {row['mkc_over_pytorch']:11.3f} "
-                  f"{row['mkc_over_grouped_mm']:14.3f}", flush=True)
+                  f"{row['grouped_mm_tflops']:10.0f} {row['mkc_ffn_tflops']:8.0f} "
+                  f"{row['mkc_over_pytorch']:11.3f} {row['mkc_over_grouped_mm']:14.3f} "
+                  f"{row['ffn_over_grouped_mm']:14.3f}", flush=True)
     write_csv(rows, args.csv)
-    plot_tflops(rows, ("mkc", "pytorch", "grouped_mm"), args.plot,
+    plot_tflops(rows, ("mkc", "pytorch", "grouped_mm", "mkc_ffn"), args.plot,
                 label=lambda r: f"{r['model']} {r['T']}")
     runtime.close()
     return 0
