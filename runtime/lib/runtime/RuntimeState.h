@@ -74,8 +74,8 @@ struct Runtime::State {
   int smCount;
   std::string arch;
   std::vector<std::string> nvrtcOptions; ///< MKC_NVRTC_OPTIONS
-  std::string busId;                ///< the GPU's PCI address, e.g. 0000:00:06.0
-  std::vector<int> ranksSharingGpu; ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
+  std::string busId;                     ///< the GPU's PCI address, e.g. 0000:00:06.0
+  std::vector<int> ranksSharingGpu;      ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
   /// How this GPU's kernels' waits give up (mk_wait_watch in mk/abi.h): the watch every loaded
   /// module gets, the word it raises (device memory) and where it describes the first failure
   /// (mapped host memory, read here without a driver call).

@@ -155,7 +155,7 @@ __device__ __forceinline__ void mbarrier_wait(mk_u32 barrier, mk_u32 phase) {
     if (done)
       return;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > (MK_WATCH_BARRIERS) * 1000000000ull) {
+    if (now - start > static_cast<mk_u64>(MK_WATCH_BARRIERS) * 1000000000ull) {
       printf("mk: CTA %d thread %d: the mbarrier at shared 0x%x has not completed phase %u in "
              "%d s (MK_WATCH_BARRIERS)\n",
              static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), barrier, phase & 1,
