@@ -122,11 +122,12 @@ void Proxy::run() {
       }
     }
   } catch (const std::exception &failure) {
+    // The queue stops first: whoever sees the error must also see the GPU told.
+    queue_->abort(MK_QUEUE_FAILED);
     {
       std::lock_guard lock(errorMutex_);
       error_ = failure.what();
     }
-    queue_->abort(MK_QUEUE_FAILED);
     log::error("{}", failure.what());
   }
   idle_.store(true, std::memory_order_release);
