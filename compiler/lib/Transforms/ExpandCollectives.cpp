@@ -76,10 +76,12 @@ private:
   LogicalResult expandRingShift(RingShiftOp op);
   LogicalResult expandDispatch(DispatchOp op);
   LogicalResult expandCombine(CombineOp op);
-  /// Routing on one node, point to point: a dispatch role counts each rank's copies per expert
-  /// into every GPU's census, then sends each row straight to its expert's slot; the expert
-  /// grids' tiles wait for their expert's rows; results go back from the grid's tiles to their
-  /// tokens' slots, and a grid after it sums each token's.
+  /// Routing, point to point: a dispatch role counts each rank's copies per expert into every
+  /// GPU's census, then sends each row straight to its expert's slot; the expert grids' tiles
+  /// wait for their expert's rows; results go back from the grid's tiles to their tokens' slots,
+  /// and a grid after it sums each token's. Across nodes, rows bound for another node go to
+  /// their rank's rail peer there, once, packed, and fan out from it; results come back the same
+  /// way.
   void routePointToPoint(DispatchOp op);
   void returnPointToPoint(CombineOp op, TileGridOp grid);
 
@@ -147,6 +149,13 @@ private:
   /// Point to point: the dispatch's row counts, and its flags (see routePointToPoint).
   Value routedCounts;
   FlatSymbolRefAttr arrivedFlags, routedFlags;
+  /// Across nodes: where each copy's result comes back, the tokens each node's rail peer sent
+  /// (and its flags), the tokens a rank.
+  struct Routing {
+    Value returnAt, received;
+    FlatSymbolRefAttr receivedFlags;
+    int64_t perRank = 0;
+  } routing;
 };
 
 //===----------------------------------------------------------------------===//
@@ -800,16 +809,7 @@ LogicalResult Expander::expandRingShift(RingShiftOp op) {
 // Expert routing
 //===----------------------------------------------------------------------===//
 
-/// A chunk of one whole shard: the routing of a rank's tokens is read all at once.
-static SmallVector<int64_t> wholeShard(DistTensorType type, MeshAttr mesh) {
-  SmallVector<int64_t> chunk;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    chunk.push_back(type.getLocalExtent(d, mesh));
-  return chunk;
-}
-
 LogicalResult Expander::expandDispatch(DispatchOp op) {
-  Location loc = op.getLoc();
   if (!placements.empty())
     return op.emitOpError() << "routes tokens a second time in @" << program.getSymName()
                             << ": a program routes once, as its launches report one routing "
@@ -823,70 +823,18 @@ LogicalResult Expander::expandDispatch(DispatchOp op) {
                               << world << " ranks; mkc routes equal shards, a multiple of "
                               << world;
     }
-  if (nodes == 1) {
-    routePointToPoint(op);
-    return success();
-  }
-  // Every rank gets every rank's tokens and routing, along rails and within nodes, and picks out
-  // the rows routed to its own experts.
-  Value tokens = gather(loc, op.getTokens(), wholeShard(op.getTokens().getType(), mesh));
-  Value experts = gather(loc, op.getExperts(), wholeShard(op.getExperts().getType(), mesh));
-  Value routed = buffer(loc, op.getRouted().getType());
-  Value counts = buffer(loc, op.getCounts().getType());
-  Value origins = buffer(loc, op.getOrigins().getType());
-  Value placement = buffer(loc, op.getExperts().getType());
-
-  RoleOp dispatch = role(loc, RoleKind::dispatch);
-  OpBuilder b = OpBuilder::atBlockEnd(&dispatch.getBody().front());
-  auto single = SingleCtaOp::create(b, loc);
-  b.createBlock(&single.getBody());
-  SelectRoutedOp::create(b, loc, tokens, experts, routed, counts, origins, placement);
-
-  op.getRouted().replaceAllUsesWith(routed);
-  op.getCounts().replaceAllUsesWith(counts);
-  op.getOrigins().replaceAllUsesWith(origins);
-  placements[origins] = placement;
-  op.erase();
+  routePointToPoint(op);
   return success();
 }
 
 LogicalResult Expander::expandCombine(CombineOp op) {
-  Location loc = op.getLoc();
   Value placement = placements.lookup(op.getOrigins());
   if (!placement)
     return op.emitOpError() << "combines rows that no mk.dispatch of this program routed";
-  if (nodes == 1) {
-    auto grid = op->getParentOfType<TileGridOp>();
-    if (!grid || grid->getParentOp() != computeRole)
-      return op.emitOpError() << "must be in a tile grid of the program";
-    returnPointToPoint(op, grid);
-    return success();
-  }
-  DistTensorType origins = op.getOrigins().getType(), dest = op.getDest().getType();
-  TileType tile = op.getValue().getType();
-  ArrayRef<int64_t> extents = tile.getShape();
-
-  // Each rank keeps its experts' results, then every rank gets all of them (gathered like the
-  // tokens) and sums its own tokens' results.
-  auto resultsType =
-      DistTensorType::get({origins.getShape()[0], origins.getShape()[1], dest.getShape()[1]},
-                          dest.getElementType(), origins.getPlacement());
-  Value results = buffer(loc, resultsType);
-  OpBuilder b(op);
-  Value converted =
-      ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()), op.getValue());
-  StoreOp::create(b, loc, converted, results, op.getCoords(), ArrayRef<int64_t>{});
-  Value gathered = gather(loc, results, {1, extents[0], extents[1]});
-
-  // Any number of tokens: the last tile of a rank's is partial.
-  Grid tokenTiles;
-  tokenTiles.masked = true;
-  OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::combine).getBody().front());
-  tileGrid(rb, loc, op.getDest(), extents, tokenTiles, [&](OpBuilder &gb, ValueRange coords) {
-    CombineRoutedOp::create(gb, loc, gathered, placement, op.getWeights(), op.getDest(), coords,
-                            extents);
-  });
-  op.erase();
+  auto grid = op->getParentOfType<TileGridOp>();
+  if (!grid || grid->getParentOp() != computeRole)
+    return op.emitOpError() << "must be in a tile grid of the program";
+  returnPointToPoint(op, grid);
   return success();
 }
 
@@ -906,9 +854,10 @@ static Value expertRead(OpOperand &use) {
 
 void Expander::routePointToPoint(DispatchOp op) {
   Location loc = op.getLoc();
-  DistTensorType routedType = op.getRouted().getType();
+  DistTensorType routedType = op.getRouted().getType(), tokensType = op.getTokens().getType(),
+                 expertsType = op.getExperts().getType();
   int64_t experts = routedType.getShape()[0], capacity = routedType.getShape()[1];
-  int64_t world = mesh.getWorldSize();
+  int64_t world = mesh.getWorldSize(), perRank = tokensType.getLocalExtent(0, mesh);
   Type i32 = IntegerType::get(context, 32);
   Value census = buffer(loc, {world, experts}, i32);
   Value routed = buffer(loc, routedType);
@@ -926,15 +875,27 @@ void Expander::routePointToPoint(DispatchOp op) {
   arrivedFlags = flags("routing_arrived", experts);
   routedFlags = flags("routing_routed", 1);
   Value zero = constant(0);
-  auto signal = [&](OpBuilder &b, FlatSymbolRefAttr flag, Value gpu) {
-    SignalOp::create(b, loc, flag, ValueRange{zero},
-                     PeerScopeAttr::get(context, gpu ? PeerScope::gpu : PeerScope::self), gpu,
-                     gpu ? LinkAttr::get(context, Link::nvlink_store) : LinkAttr());
+  auto signal = [&](OpBuilder &b, FlatSymbolRefAttr flag, Value index, PeerScope scope,
+                    Value peer) {
+    std::optional<Link> link;
+    if (scope == PeerScope::gpu)
+      link = Link::nvlink_store;
+    if (scope == PeerScope::node)
+      link = Link::rdma_proxy;
+    SignalOp::create(b, loc, flag, ValueRange{index}, PeerScopeAttr::get(context, scope), peer,
+                     link ? LinkAttr::get(context, *link) : LinkAttr());
   };
-  auto wait = [&](OpBuilder &b, FlatSymbolRefAttr flag, ValueRange indices, int64_t count,
+  auto wait = [&](OpBuilder &b, FlatSymbolRefAttr flag, Value index, int64_t count,
                   std::optional<RoleKind> perCta) {
-    WaitOp::create(b, loc, flag, indices, b.getI64IntegerAttr(count),
+    WaitOp::create(b, loc, flag, ValueRange{index}, b.getI64IntegerAttr(count),
                    perCta ? RoleKindAttr::get(context, *perCta) : RoleKindAttr());
+  };
+  // Slices [from, + count) of `source` (one without a count) to [to, ...) of `dest` on a peer.
+  auto send = [&](OpBuilder &b, Value source, Value from, Value dest, Value to, Value count,
+                  Value countIndex, Peer peer) {
+    SendRowsOp::create(b, loc, source, from, dest, to, count, countIndex,
+                       PeerScopeAttr::get(context, peer.scope), peer.index,
+                       LinkAttr::get(context, *peer.link));
   };
 
   // The dispatch role: one CTA counts this rank's copies into every GPU's census; once every
@@ -950,17 +911,83 @@ void Expander::routePointToPoint(DispatchOp op) {
   };
   single([&](OpBuilder &ob) {
     RouteCensusOp::create(ob, loc, op.getExperts(), census);
-    forEachGpu(ob, loc, /*includeSelf=*/true,
-               [&](OpBuilder &nb, Value gpu) { signal(nb, censusFlags, gpu); });
+    forEachGpu(ob, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
+      signal(nb, censusFlags, zero, PeerScope::gpu, gpu);
+    });
   });
+
+  // Across nodes, the rows go to the rail peer of each node that holds one of their experts,
+  // packed, with their routing, the census row and their number; the rail peer passes the census
+  // row on to its node's GPUs and routes the rows there as its own.
+  Value returnAt, received, recv, recvExperts, slots;
+  FlatSymbolRefAttr receivedFlags;
+  auto regionOf = [&](OpBuilder &nb, Value node) {
+    return arith::MulIOp::create(nb, loc, node, constant(perRank));
+  };
+  if (nodes > 1) {
+    int64_t regions = nodes * perRank, topK = expertsType.getShape()[1];
+    Type element = tokensType.getElementType();
+    Value pack = buffer(loc, {regions, tokensType.getShape()[1]}, element);
+    Value packExperts = buffer(loc, {regions, topK}, i32);
+    Value packed = buffer(loc, {nodes}, i32);
+    returnAt = buffer(loc, op.getExperts().getType());
+    received = buffer(loc, {nodes}, i32);
+    recv = buffer(loc, {regions, tokensType.getShape()[1]}, element);
+    recvExperts = buffer(loc, {regions, topK}, i32);
+    slots = buffer(loc, {regions, topK}, i32);
+    FlatSymbolRefAttr packedFlags = flags("routing_packed", 1);
+    receivedFlags = flags("routing_received", nodes);
+
+    RoutePackOp::create(b, loc, op.getTokens(), op.getExperts(), pack, packExperts, packed,
+                        returnAt, b.getI64IntegerAttr(experts));
+    signal(b, packedFlags, zero, PeerScope::self, Value());
+    single([&](OpBuilder &ob) {
+      wait(ob, packedFlags, zero, 1, RoleKind::dispatch);
+      auto [node, gpu] = place(ob, loc);
+      Value me = arith::AddIOp::create(ob, loc, arith::MulIOp::create(ob, loc, node,
+                                                                       constant(gpus)),
+                                       gpu);
+      forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value peer) {
+        Peer rail{PeerScope::node, peer, Link::rdma_proxy};
+        send(nb, census, me, census, me, Value(), Value(), rail);
+        send(nb, packed, peer, received, node, Value(), Value(), rail);
+        Value from = regionOf(nb, peer), to = regionOf(nb, node);
+        send(nb, pack, from, recv, to, packed, peer, rail);
+        send(nb, packExperts, from, recvExperts, to, packed, peer, rail);
+        signal(nb, receivedFlags, node, PeerScope::node, peer);
+      });
+    });
+    single([&](OpBuilder &ob) {
+      forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value source) {
+        wait(nb, receivedFlags, source, 1, std::nullopt);
+        auto [node, gpu] = place(nb, loc);
+        Value row = arith::AddIOp::create(
+            nb, loc, arith::MulIOp::create(nb, loc, source, constant(gpus)), gpu);
+        forEachGpu(nb, loc, /*includeSelf=*/false, [&](OpBuilder &gb, Value other) {
+          send(gb, census, row, census, row, Value(), Value(),
+               Peer{PeerScope::gpu, other, Link::nvlink_store});
+        });
+        forEachGpu(nb, loc, /*includeSelf=*/true, [&](OpBuilder &gb, Value other) {
+          signal(gb, censusFlags, zero, PeerScope::gpu, other);
+        });
+      });
+    });
+  }
+
   wait(b, censusFlags, zero, world, std::nullopt);
   single([&](OpBuilder &ob) {
     RouteCountsOp::create(ob, loc, census, counts, ob.getI64IntegerAttr(capacity));
-    signal(ob, countedFlags, Value());
+    signal(ob, countedFlags, zero, PeerScope::self, Value());
   });
   RouteRowsOp::create(b, loc, op.getTokens(), op.getExperts(), census, routed, origins, placement,
-                      arrivedFlags);
-  signal(b, routedFlags, Value());
+                      arrivedFlags, Value(), Value(), Value());
+  signal(b, routedFlags, zero, PeerScope::self, Value());
+  if (nodes > 1)
+    forEachOtherNode(b, loc, [&](OpBuilder &nb, Value source) {
+      wait(nb, receivedFlags, source, 1, std::nullopt);
+      RouteRowsOp::create(nb, loc, recv, recvExperts, census, routed, origins, slots, arrivedFlags,
+                          source, received, source);
+    });
 
   // The compute role learns the row counts first; each read of an expert's rows waits for every
   // dispatch CTA of every rank to have sent them (a read of several experts' rows, for each).
@@ -994,6 +1021,7 @@ void Expander::routePointToPoint(DispatchOp op) {
   op.getOrigins().replaceAllUsesWith(origins);
   placements[origins] = placement;
   routedCounts = counts;
+  routing = Routing{returnAt, received, receivedFlags, perRank};
   op.erase();
 }
 
@@ -1001,26 +1029,38 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
   Location loc = op.getLoc();
   DistTensorType dest = op.getDest().getType(), weights = op.getWeights().getType();
   TileType tile = op.getValue().getType();
-  int64_t world = mesh.getWorldSize();
-  // Each result row goes back to its token's slot, [T, K, H] sharded as the tokens are.
+  // Each result row goes back to its token's slot, [T, K, H] sharded as the tokens are; across
+  // nodes [N T_r, K, H] on every GPU, region n for the tokens of node n's rail peer.
+  int64_t topK = weights.getShape()[1], hidden = dest.getShape()[1];
   auto returnedType =
-      DistTensorType::get({dest.getShape()[0], weights.getShape()[1], dest.getShape()[1]},
-                          dest.getElementType(), dest.getPlacement());
+      nodes == 1 ? DistTensorType::get({dest.getShape()[0], topK, hidden}, dest.getElementType(),
+                                       dest.getPlacement())
+                 : DistTensorType::get({nodes * routing.perRank, topK, hidden},
+                                       dest.getElementType(),
+                                       PlacementAttr::get(context, PlacementKind::symmetric));
   Value returned = buffer(loc, returnedType);
   OpBuilder fb = OpBuilder::atBlockBegin(&program.getBodyBlock());
   FlagsOp::create(fb, loc, "routing_returned", ArrayRef<int64_t>{1});
   auto returnedFlags = FlatSymbolRefAttr::get(context, "routing_returned");
+  FlatSymbolRefAttr backFlags;
+  if (nodes > 1) {
+    FlagsOp::create(fb, loc, "routing_back", ArrayRef<int64_t>{1});
+    backFlags = FlatSymbolRefAttr::get(context, "routing_back");
+  }
   Value zero = constant(0);
 
   OpBuilder b(op);
   Value converted =
       ConvertOp::create(b, loc, tile.withElementType(dest.getElementType()), op.getValue());
   // The origins of the tile's rows were sent with them: the senders read them after this wait.
-  WaitOp::create(b, loc, arrivedFlags, ValueRange{op.getCoords()[0]}, b.getI64IntegerAttr(world),
+  WaitOp::create(b, loc, arrivedFlags, ValueRange{op.getCoords()[0]},
+                 b.getI64IntegerAttr(mesh.getWorldSize()),
                  RoleKindAttr::get(context, RoleKind::dispatch));
   ReturnRowsOp::create(b, loc, converted, op.getCoords(), op.getOrigins(), routedCounts, returned);
 
-  // Every compute CTA tells every GPU it has returned its rows; then the tokens' tiles sum theirs.
+  // Every compute CTA tells every GPU of the node it has returned its rows. Across nodes, the
+  // first then sends each other node's rail peer the results of its tokens, region by region;
+  // then the tokens' tiles sum theirs.
   OpBuilder after(context);
   after.setInsertionPointAfter(grid);
   forEachGpu(after, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value gpu) {
@@ -1028,6 +1068,28 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
                      PeerScopeAttr::get(context, PeerScope::gpu), gpu,
                      LinkAttr::get(context, Link::nvlink_store));
   });
+  auto waitReturned = [&](OpBuilder &wb) {
+    WaitOp::create(wb, loc, returnedFlags, ValueRange{zero}, wb.getI64IntegerAttr(gpus),
+                   RoleKindAttr::get(context, RoleKind::compute));
+  };
+  if (nodes > 1) {
+    auto once = SingleCtaOp::create(after, loc);
+    OpBuilder ob(context);
+    ob.createBlock(&once.getBody());
+    waitReturned(ob);
+    forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value source) {
+      WaitOp::create(nb, loc, routing.receivedFlags, ValueRange{source}, nb.getI64IntegerAttr(1));
+      auto [node, gpu] = place(nb, loc);
+      Value from = arith::MulIOp::create(nb, loc, source, constant(routing.perRank));
+      Value to = arith::MulIOp::create(nb, loc, node, constant(routing.perRank));
+      SendRowsOp::create(nb, loc, returned, from, returned, to, routing.received, source,
+                         PeerScopeAttr::get(context, PeerScope::node), source,
+                         LinkAttr::get(context, Link::rdma_proxy));
+      SignalOp::create(nb, loc, backFlags, ValueRange{zero},
+                       PeerScopeAttr::get(context, PeerScope::node), source,
+                       LinkAttr::get(context, Link::rdma_proxy));
+    });
+  }
   // Tiles of a rank's tokens that hold whole tiles of the shard (the largest divisor of its
   // tokens up to the result tile's rows): tiles at i * t, which no shard boundary cuts, so that
   // tokens of any count a rank share no numbering with the experts' capacity.
@@ -1039,12 +1101,13 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
   SmallVector<int64_t> extents = {rows, tile.getShape()[1]};
   Value placement = placements.lookup(op.getOrigins());
   tileGrid(after, loc, op.getDest(), extents, tokenTiles, [&](OpBuilder &gb, ValueRange coords) {
-    WaitOp::create(gb, loc, returnedFlags, ValueRange{zero}, gb.getI64IntegerAttr(world),
-                   RoleKindAttr::get(context, RoleKind::compute));
+    waitReturned(gb);
+    if (nodes > 1)
+      WaitOp::create(gb, loc, backFlags, ValueRange{zero}, gb.getI64IntegerAttr(nodes - 1));
     WaitOp::create(gb, loc, routedFlags, ValueRange{zero}, gb.getI64IntegerAttr(1),
                    RoleKindAttr::get(context, RoleKind::dispatch));
     CombineReturnedOp::create(gb, loc, returned, placement, op.getWeights(), op.getDest(), coords,
-                              extents);
+                              extents, routing.returnAt);
   });
   op.erase();
 }

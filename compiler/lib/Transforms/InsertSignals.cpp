@@ -409,7 +409,7 @@ private:
     int64_t expected = gpus + nodes - 1;
     // Routing ops outside tile grids write to peers at once.
     program.walk([&](Operation *op) {
-      if (isa<RouteCensusOp, RouteRowsOp>(op)) {
+      if (isa<RouteCensusOp, RouteRowsOp, SendRowsOp>(op)) {
         OpBuilder wb(op);
         WaitOp::create(wb, loc, launched, ValueRange{arith::ConstantIndexOp::create(wb, loc, 0)},
                        wb.getI64IntegerAttr(expected));

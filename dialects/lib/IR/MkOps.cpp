@@ -1269,13 +1269,36 @@ LogicalResult RouteRowsOp::verifySymbolUses(SymbolTableCollection &symbolTable) 
   return verifyFlagsUse(*this, symbolTable, getArrivalsAttr(), 1);
 }
 
+/// Rows packed for or received from other nodes: [N T_r, ...] of rank 2, symmetric.
+static LogicalResult verifyNodeRegions(Operation *op, DistTensorType type, StringRef what) {
+  if (type.getRank() != 2 || type.getPlacement().getKind() != PlacementKind::symmetric)
+    return op->emitOpError() << "takes " << what
+                             << " as a symmetric rank-2 tensor of a region a node, not " << type;
+  return success();
+}
+
+/// A count a node: [N] i32, symmetric.
+static LogicalResult verifyNodeCounts(Operation *op, DistTensorType type, StringRef what) {
+  if (type.getRank() != 1 || type.getPlacement().getKind() != PlacementKind::symmetric)
+    return op->emitOpError() << "takes " << what << " as a symmetric [N] tensor, not " << type;
+  return verifyRoutingIndex(op, type, what);
+}
+
 LogicalResult RouteRowsOp::verify() {
   DistTensorType tokens = getTokens().getType(), experts = getExperts().getType(),
                  census = getCensus().getType(), routed = getRouted().getType(),
                  origins = getOrigins().getType(), placement = getPlacement().getType();
-  if (failed(verifyTokenSharded(*this, tokens, "the tokens")) ||
-      failed(verifyTokenSharded(*this, experts, "the experts")) ||
-      failed(verifyTokenSharded(*this, placement, "the placements")) ||
+  bool forwarded = static_cast<bool>(getSource());
+  if (forwarded != static_cast<bool>(getCount()) || forwarded != static_cast<bool>(getCountIndex()))
+    return emitOpError() << "names the source node and its count together";
+  auto verifyRows = [&](DistTensorType type, StringRef what) {
+    return forwarded ? verifyNodeRegions(*this, type, what)
+                     : verifyTokenSharded(*this, type, what);
+  };
+  if (forwarded && failed(verifyNodeCounts(*this, getCount().getType(), "the token counts")))
+    return failure();
+  if (failed(verifyRows(tokens, "the tokens")) || failed(verifyRows(experts, "the experts")) ||
+      failed(verifyRows(placement, "the placements")) ||
       failed(verifyRoutingIndex(*this, experts, "expert indices")) ||
       failed(verifyRoutingIndex(*this, placement, "placements")) ||
       failed(verifyCensus(*this, census)))
@@ -1312,8 +1335,10 @@ LogicalResult ReturnRowsOp::verify() {
   if (failed(verifyRoutingIndex(*this, origins, "origins")) ||
       failed(verifyRoutingIndex(*this, counts, "row counts")))
     return failure();
-  if (returned.getRank() != 3 || !returned.getPlacement().shardsDim(0))
-    return emitOpError() << "returns rows into a [T, K, H] tensor sharded along dim 0, not "
+  if (returned.getRank() != 3 || (!returned.getPlacement().shardsDim(0) &&
+                                  returned.getPlacement().getKind() != PlacementKind::symmetric))
+    return emitOpError() << "returns rows into a [T, K, H] tensor sharded along dim 0 (or "
+                            "[N T_r, K, H] symmetric, across nodes), not "
                          << returned;
   if (returned.getElementType() != value.getElementType())
     return emitOpError() << "dtype mismatch: the tile is " << value.getElementType()
@@ -1334,8 +1359,74 @@ LogicalResult CombineReturnedOp::verify() {
     return failure();
   if (!isa<FloatType>(weights.getElementType()) || !isa<FloatType>(dest.getElementType()))
     return emitOpError() << "needs float weights and a float destination";
+  if (TypedValue<DistTensorType> at = getReturnAt()) {
+    if (returned.getPlacement().getKind() != PlacementKind::symmetric)
+      return emitOpError() << "finds results through `at` in a symmetric [N T_r, K, H] tensor, "
+                              "not "
+                           << returned;
+    if (failed(verifyRoutingIndex(*this, at.getType(), "return rows")) ||
+        failed(verifyDimsMatch(*this, at.getType().getDim(0), dest.getDim(0), "token counts")) ||
+        failed(verifyDimsMatch(*this, at.getType().getDim(1), placement.getDim(1), "top-k")))
+      return failure();
+  } else if (failed(
+                 verifyDimsMatch(*this, returned.getDim(0), dest.getDim(0), "token counts"))) {
+    return failure();
+  }
   return failure(
-      failed(verifyDimsMatch(*this, returned.getDim(0), dest.getDim(0), "token counts")) ||
       failed(verifyDimsMatch(*this, returned.getDim(1), placement.getDim(1), "top-k")) ||
       failed(verifyDimsMatch(*this, returned.getDim(2), dest.getDim(1), "hidden sizes")));
+}
+
+LogicalResult RoutePackOp::verify() {
+  DistTensorType tokens = getTokens().getType(), experts = getExperts().getType(),
+                 pack = getPack().getType(), packExperts = getPackExperts().getType(),
+                 returnAt = getReturnAt().getType();
+  if (failed(verifyTokenSharded(*this, tokens, "the tokens")) ||
+      failed(verifyTokenSharded(*this, experts, "the experts")) ||
+      failed(verifyTokenSharded(*this, returnAt, "the return rows")) ||
+      failed(verifyRoutingIndex(*this, experts, "expert indices")) ||
+      failed(verifyRoutingIndex(*this, returnAt, "return rows")) ||
+      failed(verifyRoutingIndex(*this, packExperts, "expert indices")) ||
+      failed(verifyNodeRegions(*this, pack, "the packed rows")) ||
+      failed(verifyNodeRegions(*this, packExperts, "the packed experts")) ||
+      failed(verifyNodeCounts(*this, getPacked().getType(), "the packed counts")))
+    return failure();
+  if (pack.getElementType() != tokens.getElementType())
+    return emitOpError() << "dtype mismatch: tokens are " << tokens.getElementType()
+                         << " but packed rows are " << pack.getElementType();
+  return failure(
+      failed(verifyDimsMatch(*this, tokens.getDim(0), experts.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, experts.getDim(0), returnAt.getDim(0), "token counts")) ||
+      failed(verifyDimsMatch(*this, experts.getDim(1), returnAt.getDim(1), "top-k")) ||
+      failed(verifyDimsMatch(*this, experts.getDim(1), packExperts.getDim(1), "top-k")) ||
+      failed(verifyDimsMatch(*this, tokens.getDim(1), pack.getDim(1), "hidden sizes")) ||
+      failed(verifyDimsMatch(*this, pack.getDim(0), packExperts.getDim(0), "packed regions")));
+}
+
+LogicalResult SendRowsOp::verify() {
+  DistTensorType source = getSource().getType(), dest = getDest().getType();
+  for (auto [type, what] : {std::pair{source, "source"}, std::pair{dest, "destination"}})
+    if (type.getPlacement().getKind() != PlacementKind::symmetric)
+      return emitOpError() << "sends between symmetric tensors, and its " << what << " is "
+                           << type;
+  if (source.getElementType() != dest.getElementType())
+    return emitOpError() << "dtype mismatch: sends " << source.getElementType() << " into "
+                         << dest.getElementType();
+  if (source.getRank() != dest.getRank())
+    return emitOpError() << "sends slices of " << source << " into slices of another shape, "
+                         << dest;
+  for (int64_t d = 1; d < source.getRank(); ++d)
+    if (failed(verifyDimsMatch(*this, source.getDim(d), dest.getDim(d), "slice shapes")))
+      return failure();
+  if (static_cast<bool>(getCount()) != static_cast<bool>(getCountIndex()))
+    return emitOpError() << "reads its count at an index of a tensor";
+  if (TypedValue<DistTensorType> count = getCount()) {
+    if (count.getType().getRank() != 1)
+      return emitOpError() << "reads its count from a rank-1 tensor, not " << count.getType();
+    if (failed(verifyRoutingIndex(*this, count.getType(), "its count")))
+      return failure();
+  }
+  if (getScope() == PeerScope::self)
+    return emitOpError() << "sends to a peer: a GPU of this node or another node";
+  return verifyPeer(*this, getScope(), getPeer(), getLink());
 }

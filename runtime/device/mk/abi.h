@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 11
+#define MK_ABI_VERSION 12
 
 typedef int mk_i32;
 
@@ -28,7 +28,7 @@ typedef int mk_i32;
 /* GPUs of one node a kernel can address through peer mappings. */
 #define MK_MAX_GPUS_PER_NODE 8
 /* Tensors a program can use: its arguments, then its mk.buffer allocations, in program order. */
-#define MK_MAX_TENSORS 16
+#define MK_MAX_TENSORS 24
 /* TMA tensor maps one kernel can take. */
 #define MK_MAX_TENSOR_MAPS 12
 /* Roles of one kernel's persistent grid, and the bytes of a role kind's name with its NUL. */

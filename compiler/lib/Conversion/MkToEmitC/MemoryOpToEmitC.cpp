@@ -4,7 +4,8 @@
 // mk::load_vector, mk::store_vector for rank-1 tiles) on the role's team; the GEMM engine's stores
 // and a TMA reduction's through TMA, to this rank or a GPU of the node, several at once where the
 // plan says; copies of regions through SM stores, the bulk copy engine, or the network proxy
-// (mk::remote_put), with a following signal to the same node riding on the copy.
+// (mk::remote_put), with a following signal to the same node riding on the copy; slices counted
+// on the GPU (mk.send_rows) the same ways.
 //
 //===----------------------------------------------------------------------===//
 
@@ -191,6 +192,22 @@ template <typename OpT> struct StoreLowering : LoweringPattern<OpT> {
   }
 };
 
+/// A signal to the same node right after a transfer across nodes rides on it: one command to
+/// the proxy, whose flag follows this put's data and every earlier put's, as the signal's would.
+/// The flag's offset (erasing the signal), or MK_NO_FLAG.
+static CallArg ridingSignal(Operation *op, Value peer, Arith &a, const KernelLayout &layout,
+                            ConversionPatternRewriter &rewriter) {
+  auto signal = dyn_cast_or_null<SignalOp>(op->getNextNode());
+  if (!signal || signal.getScope() != PeerScope::node || signal.getPeer() != peer)
+    return std::string("MK_NO_FLAG");
+  SmallVector<Value> indices;
+  for (Value index : signal.getIndices())
+    indices.push_back(rewriter.getRemappedValue(index));
+  Value flag = flagOffset(a, layout, signal.getFlags(), indices);
+  rewriter.eraseOp(signal);
+  return flag;
+}
+
 struct CopyLowering : LoweringPattern<CopyOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(CopyOp op, OpAdaptor adaptor,
@@ -215,17 +232,7 @@ struct CopyLowering : LoweringPattern<CopyOp> {
       needSymmetric(op.getDest());
     if (op.getScope() == PeerScope::node) {
       needSymmetric(op.getSource());
-      // A signal to the same node right after the copy rides on it: one command to the proxy,
-      // whose flag follows this put's data and every earlier put's, as the signal's would.
-      CallArg flag = std::string("MK_NO_FLAG");
-      auto signal = dyn_cast_or_null<SignalOp>(op->getNextNode());
-      if (signal && signal.getScope() == PeerScope::node && signal.getPeer() == op.getPeer()) {
-        SmallVector<Value> indices;
-        for (Value index : signal.getIndices())
-          indices.push_back(rewriter.getRemappedValue(index));
-        flag = flagOffset(a, layout, signal.getFlags(), indices);
-        rewriter.eraseOp(signal);
-      }
+      CallArg flag = ridingSignal(op, op.getPeer(), a, layout, rewriter);
       call(rewriter, loc, {}, "mk::remote_put",
            {args, adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
             a.mul(from.offset, bytes), std::to_string(tensorIndex(op.getDest())),
@@ -253,12 +260,50 @@ struct CopyLowering : LoweringPattern<CopyOp> {
   }
 };
 
+struct SendRowsLowering : LoweringPattern<SendRowsOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(SendRowsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    DistTensorType source = op.getSource().getType(), dest = op.getDest().getType();
+    int64_t slice = 1;
+    for (int64_t extent : source.getShape().drop_front())
+      slice *= extent;
+    Value count = op.getCount() ? pointer(rewriter, loc, op.getCount().getType(),
+                                          adaptor.getCount(), adaptor.getCountIndex())
+                                : Value();
+    CallArg slices = call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "int"),
+                          "mk::slices",
+                          {count ? CallArg(count) : CallArg(std::string("nullptr"))})
+                         .getResult(0);
+    Value from = a.mul(adaptor.getFrom(), slice), to = a.mul(adaptor.getTo(), slice);
+    needSymmetric(op.getDest());
+    if (op.getScope() == PeerScope::node) {
+      needSymmetric(op.getSource());
+      int64_t bytes = slice * (source.getElementType().getIntOrFloatBitWidth() / 8);
+      CallArg flag = ridingSignal(op, op.getPeer(), a, layout, rewriter);
+      call(rewriter, loc, {}, "mk::remote_put",
+           {kernelArgs(op), adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
+            a.mul(from, bytes), std::to_string(tensorIndex(op.getDest())), a.mul(to, bytes), slices,
+            std::to_string(bytes), std::to_string(bytes), std::to_string(bytes), flag});
+    } else {
+      call(rewriter, loc, {}, "mk::copy_region",
+           {pointer(rewriter, loc, source, adaptor.getSource(), from), std::to_string(slice),
+            pointer(rewriter, loc, dest, adaptor.getDest(), to, adaptor.getPeer()),
+            std::to_string(slice), slices, std::to_string(slice)});
+    }
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 } // namespace
 
 void mlir::mk::to_emitc::populateMemoryOpToEmitCPatterns(const TypeConverter &converter,
                                                          RewritePatternSet &patterns,
                                                          KernelLayout &layout) {
   patterns.add<PlaceLowering, OwnerLowering, ShardRangeLowering, SequenceTileLowering, LoadLowering,
-               StoreLowering<StoreOp>, StoreLowering<PutOp>, CopyLowering>(
+               StoreLowering<StoreOp>, StoreLowering<PutOp>, CopyLowering, SendRowsLowering>(
       converter, patterns.getContext(), layout);
 }

@@ -149,7 +149,10 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
 
   OpBuilder tb = OpBuilder::atBlockBegin(then);
   Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
-  branch.getThenRegion().walk([&](RouteRowsOp op) { layout.roleCtas[op] = {begin, ctas}; });
+  branch.getThenRegion().walk([&](Operation *op) {
+    if (isa<RouteRowsOp, RoutePackOp>(op))
+      layout.roleCtas[op] = {begin, ctas};
+  });
   SmallVector<Operation *> nested;
   branch.getThenRegion().walk<WalkOrder::PreOrder>([&](Operation *op) {
     if (isa<TileGridOp, SingleCtaOp>(op))

@@ -173,22 +173,71 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
     auto regions = emitc::PointerType::get(emitc::OpaqueType::get(context, "mk_u32 *const"));
     Value args = kernelArgs(op);
     Value cta = call(rewriter, loc, emitc::SizeTType::get(context), "mk::cta", {}).getResult(0);
-    call(
-        rewriter, loc, {}, "mk::route_rows",
-        {pointer(rewriter, loc, tokens, adaptor.getTokens(), a.constant(0)),
-         pointer(rewriter, loc, experts, adaptor.getExperts(), a.constant(0)),
-         std::to_string(tokens.getLocalExtent(0, mesh)), std::to_string(experts.getShape()[1]),
-         std::to_string(tokens.getShape()[1]),
-         pointer(rewriter, loc, census, adaptor.getCensus(), a.constant(0)), routing.me,
-         std::to_string(mesh.getGpus()), routing.first(tokens),
-         std::to_string(routed.getLocalExtent(0, mesh)), std::to_string(routed.getShape()[1]),
-         call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getRouted()}).getResult(0),
-         call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getOrigins()}).getResult(0),
-         pointer(rewriter, loc, op.getPlacement().getType(), adaptor.getPlacement(), a.constant(0)),
-         call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
-         flagOffset(a, layout, op.getArrivals(), {a.constant(0)}), a.sub(cta, a.constant(firstCta)),
-         std::to_string(ctas), std::string("mk_smem")},
-        {count});
+    // The rows routed: this rank's, or those the rail peer on node `source` packed for this node
+    // (region source of the received tensors), routed as that peer's (its index in the census).
+    int64_t topK = experts.getShape()[1], nodes = mesh.getNodes(), gpus = mesh.getGpus();
+    int64_t perRank = op.getSource() ? tokens.getShape()[0] / nodes : tokens.getLocalExtent(0, mesh);
+    Value source = op.getSource() ? adaptor.getSource() : layout.node;
+    Value first = op.getSource() ? a.mul(source, perRank) : a.constant(0);
+    CallArg tokenCount = std::to_string(perRank);
+    if (op.getSource())
+      tokenCount = call(rewriter, loc, emitc::OpaqueType::get(context, "int"), "mk::slices",
+                        {pointer(rewriter, loc, op.getCount().getType(), adaptor.getCount(),
+                                 adaptor.getCountIndex())})
+                       .getResult(0);
+    // A result comes back to the rail GPU of the token's rank on this node (its own GPU index),
+    // into the region of the token's node: [nodes * perRank, topK] rows a GPU.
+    Value originFirst = a.add(a.mul(layout.gpu, nodes * perRank * topK),
+                              a.mul(source, perRank * topK));
+    int64_t localExperts = routed.getLocalExtent(0, mesh);
+    call(rewriter, loc, {}, "mk::route_rows",
+         {pointer(rewriter, loc, tokens, adaptor.getTokens(), a.mul(first, tokens.getShape()[1])),
+          pointer(rewriter, loc, experts, adaptor.getExperts(), a.mul(first, topK)), tokenCount,
+          std::to_string(topK), std::to_string(tokens.getShape()[1]),
+          pointer(rewriter, loc, census, adaptor.getCensus(), a.constant(0)),
+          a.add(a.mul(source, gpus), layout.gpu), std::to_string(gpus),
+          a.mul(layout.node, gpus * localExperts), originFirst, std::to_string(localExperts),
+          std::to_string(routed.getShape()[1]),
+          call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getRouted()}).getResult(0),
+          call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getOrigins()}).getResult(0),
+          pointer(rewriter, loc, op.getPlacement().getType(), adaptor.getPlacement(),
+                  a.mul(first, topK)),
+          call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
+          flagOffset(a, layout, op.getArrivals(), {a.constant(0)}),
+          a.sub(cta, a.constant(firstCta)), std::to_string(ctas), std::string("mk_smem")},
+         {count});
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+struct RoutePackLowering : LoweringPattern<RoutePackOp> {
+  using LoweringPattern::LoweringPattern;
+  LogicalResult matchAndRewrite(RoutePackOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Arith a(rewriter, loc);
+    MeshAttr mesh = layout.mesh;
+    DistTensorType tokens = op.getTokens().getType(), experts = op.getExperts().getType();
+    int64_t numExperts = op.getNumExperts();
+    std::string count = std::to_string(numExperts);
+    auto [firstCta, ctas] = layout.roleCtas.lookup(op);
+    needSmem("mk::route_smem_bytes<" + count + ">()");
+    auto start = [&](Value tensor, Value converted) {
+      return pointer(rewriter, loc, cast<DistTensorType>(tensor.getType()), converted,
+                     a.constant(0));
+    };
+    Value cta = call(rewriter, loc, emitc::SizeTType::get(rewriter.getContext()), "mk::cta", {})
+                    .getResult(0);
+    call(rewriter, loc, {}, "mk::route_pack",
+         {start(op.getTokens(), adaptor.getTokens()), start(op.getExperts(), adaptor.getExperts()),
+          std::to_string(tokens.getLocalExtent(0, mesh)), std::to_string(experts.getShape()[1]),
+          std::to_string(tokens.getShape()[1]), layout.node, std::to_string(mesh.getNodes()),
+          std::to_string(numExperts / mesh.getNodes()), start(op.getPack(), adaptor.getPack()),
+          start(op.getPackExperts(), adaptor.getPackExperts()),
+          start(op.getPacked(), adaptor.getPacked()), start(op.getReturnAt(), adaptor.getReturnAt()),
+          a.sub(cta, a.constant(firstCta)), std::to_string(ctas), std::string("mk_smem")},
+         {count});
     rewriter.eraseOp(op);
     return success();
   }
@@ -247,14 +296,19 @@ struct CombineReturnedLowering : LoweringPattern<CombineReturnedOp> {
     DistTensorType dest = op.getDest().getType(), returned = op.getReturned().getType(),
                    placement = op.getPlacement().getType();
     Address at = address(a, dest, adaptor.getIndices(), {}, op.getTile(), layout.node, layout.gpu);
-    // The tile's tokens are rows start[0].. of this rank's routing and returned rows.
+    // The tile's tokens are rows start[0].. of this rank's routing and returned rows (or, with
+    // `at`, of the rows saying where their results are).
     int64_t topK = placement.getShape()[1], hidden = returned.getShape()[2];
     Value routing = a.mul(at.start[0], topK);
+    TypedValue<DistTensorType> returnAt = op.getReturnAt();
+    Value firstRow = returnAt ? a.constant(0) : a.mul(routing, hidden);
     call(rewriter, loc, {}, "mk::combine_returned",
-         {pointer(rewriter, loc, returned, adaptor.getReturned(),
-                  a.add(a.mul(routing, hidden), at.start[1])),
+         {pointer(rewriter, loc, returned, adaptor.getReturned(), a.add(firstRow, at.start[1])),
           std::to_string(hidden),
           pointer(rewriter, loc, placement, adaptor.getPlacement(), routing),
+          returnAt ? CallArg(pointer(rewriter, loc, returnAt.getType(), adaptor.getReturnAt(),
+                                     routing))
+                   : CallArg(std::string("nullptr")),
           pointer(rewriter, loc, op.getWeights().getType(), adaptor.getWeights(), routing),
           std::to_string(topK), pointer(rewriter, loc, dest, adaptor.getDest(), at.offset), at.ld,
           at.rows, at.cols});
@@ -269,6 +323,7 @@ void mlir::mk::to_emitc::populateRoutingOpToEmitCPatterns(const TypeConverter &c
                                                           RewritePatternSet &patterns,
                                                           KernelLayout &layout) {
   patterns.add<SelectRoutedLowering, CombineRoutedLowering, RouteCensusLowering,
-               RouteCountsLowering, RouteRowsLowering, ReturnRowsLowering, CombineReturnedLowering>(
+               RouteCountsLowering, RouteRowsLowering, RoutePackLowering, ReturnRowsLowering,
+               CombineReturnedLowering>(
       converter, patterns.getContext(), layout);
 }

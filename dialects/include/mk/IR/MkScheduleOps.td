@@ -332,7 +332,8 @@ def Mk_RouteCountsOp : Mk_Op<"route_counts"> {
   let hasVerifier = 1;
 }
 
-def Mk_RouteRowsOp : Mk_Op<"route_rows", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+def Mk_RouteRowsOp : Mk_Op<"route_rows", [AttrSizedOperandSegments,
+                                         DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Send this rank's token rows to the slots of their experts, point to point";
   let description = [{
     Each CTA of the role routes its share of this rank's tokens (token-major chunks). Copy
@@ -351,15 +352,98 @@ def Mk_RouteRowsOp : Mk_Op<"route_rows", [DeclareOpInterfaceMethods<SymbolUserOp
           !mk.tensor<[2, E], i32, symmetric>, !mk.tensor<[E, C, H], bf16, shard 0 over world>,
           !mk.tensor<[E, C], i32, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>
     ```
+
+    Across nodes only the experts of this node are served, and a result row comes back to
+    `returned` ([N T_r, K, H] on each GPU, region n for the tokens of node n's rail peer) on the
+    GPU of this node with the token's GPU index: its origin is that GPU times N T_r K, plus the
+    row (token * K + j) of region `own node`. With `from node %n count %c[%i]`, the rows are
+    those node n's rail peer packed for this node (mk.route_pack) and sent here: region n of
+    `tokens`, `experts` and `placement` ([N T_r, H] and [N T_r, K], symmetric), of `c[i]`
+    tokens, routed as the rail peer's own (its census row, its copies in token order), their
+    results to region n.
+
+    ```mlir
+    mk.route_rows %recv, %recv_experts, %census into %routed, %origins, %slots arrivals @arrived
+        from node %n count %received[%n]
+        : !mk.tensor<[2048, H], bf16, symmetric>, !mk.tensor<[2048, K], i32, symmetric>, ...
+    ```
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$tokens, Arg<Mk_Tensor, "", [MemRead]>:$experts,
                        Arg<Mk_Tensor, "", [MemRead]>:$census,
                        Arg<Mk_Tensor, "", [MemWrite]>:$routed, Arg<Mk_Tensor, "", [MemWrite]>:$origins,
-                       Arg<Mk_Tensor, "", [MemWrite]>:$placement, FlatSymbolRefAttr:$arrivals);
+                       Arg<Mk_Tensor, "", [MemWrite]>:$placement, FlatSymbolRefAttr:$arrivals,
+                       Optional<Index>:$source, Optional<Mk_Tensor>:$count,
+                       Optional<Index>:$count_index);
   let assemblyFormat = [{
     $tokens `,` $experts `,` $census `into` $routed `,` $origins `,` $placement `arrivals` $arrivals
+    (`from` `node` $source^ `count` $count `` `[` $count_index `]`)?
     attr-dict `:` qualified(type($tokens)) `,` qualified(type($experts)) `,` qualified(type($census))
     `,` qualified(type($routed)) `,` qualified(type($origins)) `,` qualified(type($placement))
+    (`,` qualified(type($count))^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_RoutePackOp : Mk_Op<"route_pack"> {
+  let summary = "Pack, for each other node, the rows of this rank's tokens routed there";
+  let description = [{
+    Point-to-point routing across nodes: a row crosses the network once for each node that holds
+    one of its token's experts. For each other node m, the tokens with a copy routed to an
+    expert of m are numbered in token order (p); the token's row goes to `pack[m T_r + p]` and its
+    routing row to `pack_experts[m T_r + p]` (T_r tokens a rank), and `packed[m]` becomes their
+    number. `return_at[t, j]` becomes the row (flattened [N T_r K]) of `returned` where copy
+    (t, j)'s result comes back: m T_r K + p K + j for an expert of node m, (own node) T_r K +
+    t K + j for one of this node, -1 outside [0, num_experts) (experts are dealt to the nodes in
+    equal blocks). Each CTA of the role packs its share of the tokens (token-major chunks), the
+    last one writes `packed`.
+
+    ```mlir
+    mk.route_pack %x, %experts into %pack, %pack_experts, %packed, %return_at experts 64
+        : !mk.tensor<[T, H], bf16, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>,
+          !mk.tensor<[2048, H], bf16, symmetric>, !mk.tensor<[2048, K], i32, symmetric>,
+          !mk.tensor<[2], i32, symmetric>, !mk.tensor<[T, K], i32, shard 0 over world>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$tokens, Arg<Mk_Tensor, "", [MemRead]>:$experts,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$pack,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$pack_experts,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$packed,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$return_at,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let assemblyFormat = [{
+    $tokens `,` $experts `into` $pack `,` $pack_experts `,` $packed `,` $return_at `experts`
+    $num_experts attr-dict `:`
+    qualified(type($tokens)) `,` qualified(type($experts)) `,` qualified(type($pack)) `,`
+    qualified(type($pack_experts)) `,` qualified(type($packed)) `,` qualified(type($return_at))
+  }];
+  let hasVerifier = 1;
+}
+
+def Mk_SendRowsOp : Mk_Op<"send_rows", [AttrSizedOperandSegments]> {
+  let summary = "Send leading slices of a tensor, as many as the GPU counted, to a peer";
+  let description = [{
+    Slices `source[from + r]` (each one whole: a contiguous block) go to `dest[to + r]` on a GPU
+    of this node or this rank's rail peer on another node, for r below `count[i]` as this GPU
+    holds it when the thread gets here (one slice without `count`): a transfer whose size the
+    kernel decides, across nodes one command to the proxy. Both tensors symmetric, of one dtype
+    and one slice shape. Flags order it as the program says: mk-insert-signals plans none.
+
+    ```mlir
+    mk.send_rows %pack[%first] -> %recv[%at] count %packed[%m] at node %m via rdma_proxy
+        : !mk.tensor<[2048, 4096], bf16, symmetric>, !mk.tensor<[2048, 4096], bf16, symmetric>,
+          !mk.tensor<[2], i32, symmetric>
+    mk.send_rows %census[%row] -> %census[%row] at gpu %g via nvlink_store
+        : !mk.tensor<[16, 64], i32, symmetric>, !mk.tensor<[16, 64], i32, symmetric>
+    ```
+  }];
+  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$source, Index:$from,
+                       Arg<Mk_Tensor, "", [MemWrite]>:$dest, Index:$to,
+                       Optional<Mk_Tensor>:$count, Optional<Index>:$count_index,
+                       Mk_PeerScope:$scope, Optional<Index>:$peer, OptionalAttr<Mk_Link>:$link);
+  let assemblyFormat = [{
+    $source `[` $from `]` `->` $dest `[` $to `]` (`count` $count^ `[` $count_index `]`)? ``
+    custom<Peer>($scope, $peer, $link) attr-dict `:` qualified(type($source)) `,`
+    qualified(type($dest)) (`,` qualified(type($count))^)?
   }];
   let hasVerifier = 1;
 }
@@ -390,7 +474,7 @@ def Mk_ReturnRowsOp : Mk_Op<"return_rows"> {
   let hasVerifier = 1;
 }
 
-def Mk_CombineReturnedOp : Mk_Op<"combine_returned"> {
+def Mk_CombineReturnedOp : Mk_Op<"combine_returned", [AttrSizedOperandSegments]> {
   let summary = "One tile of tokens: the weighted sum of the results returned to them";
   let description = [{
     `dest[t, n]` = sum over j, in order, of `weights[t, j]` * `returned[t, j, n]` where
@@ -402,14 +486,19 @@ def Mk_CombineReturnedOp : Mk_Op<"combine_returned"> {
         : !mk.tensor<[T, K, H], bf16, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>,
           !mk.tensor<[T, K], f32, shard 0 over world>, !mk.tensor<[T, H], bf16, shard 0 over world>
     ```
+
+    With `at %return_at`, copy (t, j)'s result is row `return_at[t, j]` of `returned` flattened
+    to [N T_r K, H] (symmetric [N T_r, K, H]: across nodes, see mk.route_pack).
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$returned, Arg<Mk_Tensor, "", [MemRead]>:$placement,
                        Arg<Mk_Tensor, "", [MemRead]>:$weights, Arg<Mk_Tensor, "", [MemWrite]>:$dest,
-                       Variadic<Index>:$indices, DenseI64ArrayAttr:$tile);
+                       Variadic<Index>:$indices, DenseI64ArrayAttr:$tile,
+                       Optional<Mk_Tensor>:$return_at);
   let assemblyFormat = [{
-    $returned `,` $placement `,` $weights `into` $dest `[` $indices `]` `tile` $tile attr-dict `:`
+    $returned `,` $placement `,` $weights `into` $dest `[` $indices `]` `tile` $tile
+    (`at` $return_at^)? attr-dict `:`
     qualified(type($returned)) `,` qualified(type($placement)) `,` qualified(type($weights)) `,`
-    qualified(type($dest))
+    qualified(type($dest)) (`,` qualified(type($return_at))^)?
   }];
   let hasVerifier = 1;
 }

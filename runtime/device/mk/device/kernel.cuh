@@ -314,6 +314,12 @@ __device__ __forceinline__ int64_t rows_within(const int *count, int64_t first, 
   return below < 0 ? 0 : below < rows ? below : rows;
 }
 
+/// The slices an mk.send_rows sends: the count at `count`, which this GPU wrote or received
+/// (read after the flag that published it), or one without a count.
+__device__ __forceinline__ int slices(const int *count) {
+  return count ? *static_cast<const volatile int *>(count) : 1;
+}
+
 /// The larger of two sizes, for the kernel's shared-memory requirement.
 __host__ __device__ constexpr int max_bytes(int a, int b) { return a > b ? a : b; }
 

@@ -6,13 +6,13 @@
 // whose expert index is outside [0, experts) goes nowhere. Both are reported for this rank's
 // tokens (mk/abi.h's mk_routing_report), never silent.
 //
-// Point to point (one node): route_census counts each rank's copies per expert into every GPU's
+// Point to point: route_census counts each rank's copies per expert into every GPU's
 // census [ranks, experts]; from it, route_counts gives each expert's rows and route_rows each copy
 // its slot (the copies of lower ranks first), writes the row to the expert's GPU and signals the
 // expert there; return_rows sends each result row back to its token's slot of `returned`
-// [tokens, top_k, hidden], and combine_returned sums a token's results. Gathered (several nodes):
-// select_routed picks the rows of this rank's experts out of every rank's tokens, and
-// combine_routed sums each token's results out of every rank's.
+// [tokens, top_k, hidden], and combine_returned sums a token's results. Across nodes the census
+// rows and the rows bound for another node go to the rail peer there (route_pack packs them, the
+// kernel's send_rows sends them), which routes them as its own.
 //
 //===------------------------------------------------------------------------------------===//
 
@@ -70,20 +70,36 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
                                              int local_experts, int capacity, int *counts,
                                              mk_routing_report *report, mk_u32 epoch, void *smem);
 
-/// CTA `cta` of `ctas` routes its chunk of this rank's `tokens` (rows of `hidden` T, routed by
+/// CTA `cta` of `ctas` routes its chunk of rank `me`'s `tokens` (rows of `hidden` T, routed by
 /// `experts` [tokens, top_k]): each copy takes its slot (the copies of lower ranks to its expert,
-/// from `census`, then this rank's before it), placement[t][j] = expert * capacity + slot, or -1
-/// past the capacity or outside [0, kExperts); a kept copy's row goes to routed[e][slot] and its
-/// origin ((token_first + t) * top_k + j) to origins[e][slot] on the GPU holding the expert
-/// (experts are `local_experts` a GPU, [local_experts, capacity(, hidden)] there). Experts are
-/// served by their index on a GPU, then GPU by GPU from the next one; after its rows to expert e
-/// the CTA adds an arrival to flags[gpu][arrivals + e] there, for every expert.
+/// from `census`, then rank me's before it), placement[t][j] = expert * capacity + slot, or -1
+/// past the capacity or outside [0, kExperts); a kept copy to an expert of this node (those from
+/// `expert_first`, `local_experts` a GPU, [local_experts, capacity(, hidden)] there) sends its row
+/// to routed[e][slot] and its origin (origin_first + t * top_k + j) to origins[e][slot] on the
+/// GPU holding the expert. Experts are served by their index on a GPU, then GPU by GPU from the
+/// next one; after its rows to expert e the CTA adds an arrival to flags[gpu][arrivals + e]
+/// there, for every expert of the node. Rows a rail peer packed (route_pack) are routed as its
+/// own: rank me is then that peer.
 template <int kExperts, typename T>
 __device__ __forceinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
-           const int *census, int me, int gpus, int token_first, int local_experts, int capacity,
-           const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
-           mk_u32 *const *flags, long long arrivals, int cta, int ctas, void *smem);
+           const int *census, int me, int gpus, int expert_first, long long origin_first,
+           int local_experts, int capacity, const mk_tensor_ref *routed,
+           const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags, long long arrivals,
+           int cta, int ctas, void *smem);
+
+/// Across nodes: CTA `cta` of `ctas` packs its chunk of this rank's `tokens` for each other node
+/// m (experts are `node_experts` a node): the tokens with a copy to an expert of m, numbered p in
+/// token order, have their row copied to pack[m * tokens + p] and their routing row to
+/// pack_experts[m * tokens + p]; the last CTA writes their number to packed[m] (0 for this node).
+/// return_at[t][j] becomes the row of `returned` ([nodes * tokens * top_k, hidden]) copy (t, j)'s
+/// result comes back to: m * tokens * top_k + p * top_k + j, this node's region at t * top_k + j
+/// for an expert of this node, -1 for an index outside [0, kExperts).
+template <int kExperts, typename T>
+__device__ __forceinline__ void
+route_pack(const T *rows, const int *experts, int tokens, int top_k, long long hidden, int node,
+           int nodes, int node_experts, T *pack, int *pack_experts, int *packed, int *return_at,
+           int cta, int ctas, void *smem);
 
 /// Sends row i of `t` (the first `rows` x `cols`) to its token's slot: origin o = origins[i] to
 /// row o % slots_per_gpu of `returned` on GPU o / slots_per_gpu (its peer mapping), at element
@@ -96,12 +112,14 @@ __device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *o
 
 /// One tile of this rank's tokens: dest[r][c] = sum over j, in order, of weights[r][j] *
 /// returned[r][j][c] where placement[r][j] >= 0, in f32, rounded once; `rows` x `cols` of it,
-/// dest `ld` apart, returned rows `hidden` apart (top_k per token). `returned`, placement and
-/// weights point at the tile's first token (returned at its first column).
+/// dest `ld` apart, returned rows `hidden` apart (top_k per token). Placement and weights point at
+/// the tile's first token, `returned` at its first column: of the tile's first token, or, with
+/// `return_at` (at the tile's first token), of the whole [rows, hidden] that return_at[r][j]
+/// indexes.
 template <typename Out, typename R>
 __device__ __forceinline__ void
-combine_returned(const R *returned, long long hidden, const int *placement, const float *weights,
-                 int top_k, Out *dest, long long ld, int rows, int cols);
+combine_returned(const R *returned, long long hidden, const int *placement, const int *return_at,
+                 const float *weights, int top_k, Out *dest, long long ld, int rows, int cols);
 
 } // namespace mk
 

@@ -59,7 +59,8 @@ struct KernelLayout {
   /// The experts the program's routing (mk.select_routed, mk.route_census) routes to (0: none),
   /// which it reports on.
   int64_t routedExperts = 0;
-  /// The CTAs of the role of each op that shares its work among them (mk.route_rows): the first
+  /// The CTAs of the role of each op that shares its work among them (mk.route_rows,
+  /// mk.route_pack): the first
   /// and how many.
   DenseMap<Operation *, std::pair<int64_t, int64_t>> roleCtas;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its

@@ -314,9 +314,10 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
 template <int kExperts, typename T>
 __device__ __forceinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
-           const int *census, int me, int gpus, int token_first, int local_experts, int capacity,
-           const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
-           mk_u32 *const *flags, long long arrivals, int cta, int ctas, void *smem) {
+           const int *census, int me, int gpus, int expert_first, long long origin_first,
+           int local_experts, int capacity, const mk_tensor_ref *routed,
+           const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags, long long arrivals,
+           int cta, int ctas, void *smem) {
   int *next = static_cast<int *>(smem); // each expert's next slot for this CTA's copies
   const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas) * top_k;
   const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas) * top_k;
@@ -357,7 +358,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
   team_sync();
   for (int l = 0; l < local_experts; ++l) {
     for (int step = 1; step <= gpus; ++step) {
-      const int gpu = (me + step) % gpus, e = gpu * local_experts + l;
+      const int gpu = (me + step) % gpus, e = expert_first + gpu * local_experts + l;
       T *to = static_cast<T *>(routed->peer[gpu]) + static_cast<long long>(l) * capacity * hidden;
       int *origin = static_cast<int *>(origins->peer[gpu]) + static_cast<long long>(l) * capacity;
       for (int first = begin + warp * 32; first < end; first += kTeamWarps * 32) {
@@ -375,7 +376,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
             mover.copy(reinterpret_cast<char *>(row_to), reinterpret_cast<const char *>(row_from),
                        row_bytes);
           if (lane == 0)
-            origin[slot] = (token_first + c / top_k) * top_k + c % top_k;
+            origin[slot] = static_cast<int>(origin_first + c);
         }
       }
       // As mk::signal: the barrier orders every thread's writes (the bulk copies' done) before
@@ -387,6 +388,79 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
         ptx::red_add_release_sys(flags[gpu] + arrivals + e, 1);
     }
   }
+}
+
+template <int kExperts, typename T>
+__device__ __forceinline__ void
+route_pack(const T *rows, const int *experts, int tokens, int top_k, long long hidden, int node,
+           int nodes, int node_experts, T *pack, int *pack_experts, int *packed, int *return_at,
+           int cta, int ctas, void *smem) {
+  unsigned *scratch = static_cast<unsigned *>(smem); // team_sum's word, then the chunk's count
+  const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas);
+  const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas);
+  const int warp = team_thread() / 32, lane = team_thread() % 32;
+  const long long region = static_cast<long long>(tokens) * top_k; // rows of `returned` a node
+  auto node_of = [&](int x) { return x >= 0 && x < kExperts ? x / node_experts : -1; };
+  // This node's copies come back to region `node` as they are; a copy to no expert, nowhere.
+  for (int c = begin * top_k + team_thread(); c < end * top_k; c += MK_TEAM_THREADS)
+    return_at[c] = node_of(experts[c]) == node ? static_cast<int>(node * region + c) : -1;
+  for (int m = 0; m < nodes; ++m) {
+    if (m == node)
+      continue;
+    auto bound = [&](int t) {
+      bool any = false;
+      for (int j = 0; j < top_k; ++j)
+        any |= node_of(experts[t * top_k + j]) == m;
+      return any;
+    };
+    // The tokens bound for m in the chunks before this CTA's: where its packed rows start.
+    unsigned before = 0;
+    for (int t = team_thread(); t < begin; t += MK_TEAM_THREADS)
+      before += bound(t);
+    before = detail::team_sum(before, scratch);
+    // One warp numbers the chunk's tokens bound for m in order, 32 at a time, and writes where
+    // their copies to m come back.
+    if (warp == 0) {
+      unsigned next = before;
+      for (int base = begin; base < end; base += 32) {
+        const int t = base + lane;
+        const bool mine = t < end && bound(t);
+        const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+        const unsigned p = next + __popc(ballot & ((1u << lane) - 1));
+        if (mine)
+          for (int j = 0; j < top_k; ++j)
+            if (node_of(experts[t * top_k + j]) == m)
+              return_at[t * top_k + j] = static_cast<int>(m * region + p * top_k + j);
+        next += __popc(ballot);
+      }
+      if (lane == 0)
+        scratch[1] = next;
+    }
+    team_sync();
+    // Each warp packs whole rows, and their routing, at the index the scan gave them.
+    for (int t = begin + warp; t < end; t += kTeamWarps) {
+      int at = -1;
+      for (int j = lane; j < top_k; j += 32) {
+        const int r = return_at[t * top_k + j];
+        if (at < 0 && r >= m * region && r < (m + 1) * region)
+          at = static_cast<int>(r - m * region - j);
+      }
+      const unsigned hits = __ballot_sync(0xffffffffu, at >= 0);
+      if (!hits)
+        continue;
+      const long long slot =
+          static_cast<long long>(m) * tokens + __shfl_sync(0xffffffffu, at, __ffs(hits) - 1) / top_k;
+      detail::copy_row(pack + slot * hidden, rows + static_cast<long long>(t) * hidden, hidden,
+                       lane);
+      for (int j = lane; j < top_k; j += 32)
+        pack_experts[slot * top_k + j] = experts[t * top_k + j];
+    }
+    if (cta == ctas - 1 && team_thread() == 0)
+      packed[m] = static_cast<int>(scratch[1]);
+    team_sync();
+  }
+  if (cta == ctas - 1 && team_thread() == 0)
+    packed[node] = 0;
 }
 
 template <typename T, int R, int C>
@@ -416,8 +490,8 @@ __device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *o
 
 template <typename Out, typename R>
 __device__ __forceinline__ void
-combine_returned(const R *returned, long long hidden, const int *placement, const float *weights,
-                 int top_k, Out *dest, long long ld, int rows, int cols) {
+combine_returned(const R *returned, long long hidden, const int *placement, const int *return_at,
+                 const float *weights, int top_k, Out *dest, long long ld, int rows, int cols) {
   constexpr int kSize = detail::Vector<R>::kSize;
   const int chunks = (cols + kSize - 1) / kSize;
   const bool aligned = detail::vector_aligned(returned, hidden);
@@ -429,9 +503,10 @@ combine_returned(const R *returned, long long hidden, const int *placement, cons
       if (placement[r * top_k + j] < 0)
         continue;
       const float w = weights[r * top_k + j];
-      const detail::Vector<R> v = detail::load_chunk(
-          returned + (static_cast<long long>(r) * top_k + j) * hidden + chunk * kSize, valid,
-          aligned);
+      const long long row =
+          return_at ? return_at[r * top_k + j] : static_cast<long long>(r) * top_k + j;
+      const detail::Vector<R> v =
+          detail::load_chunk(returned + row * hidden + chunk * kSize, valid, aligned);
 #pragma unroll
       for (int k = 0; k < kSize; ++k)
         sum[k] += w * static_cast<float>(v.elements[k]);
