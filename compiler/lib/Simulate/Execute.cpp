@@ -343,6 +343,49 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         issue(std::move(transfer), thread);
         return Outcome::next;
       })
+      .Case([&](SendRowsOp send) -> FailureOr<Outcome> {
+        int64_t to = peerRank(send.getScope(), send.getPeer());
+        int64_t slices = 1;
+        if (Value count = send.getCount()) {
+          int64_t at = integer(thread, send.getCountIndex());
+          Box word{{at}, {at + 1}};
+          if (!held(op, thread, thread.rank, count, word))
+            return Outcome::next;
+          readBox(thread.rank, idOf(count), word, me, thread.clock);
+          slices = static_cast<int64_t>(tensorOf(thread.rank, count).data.at({at}));
+        }
+        if (slices <= 0)
+          return Outcome::next;
+        // Whole slices from the leading index on.
+        auto slicesAt = [&](Value tensor, Value first) {
+          Box box;
+          ArrayRef<int64_t> shape = cast<DistTensorType>(tensor.getType()).getShape();
+          int64_t from = integer(thread, first);
+          box.lo.push_back(from);
+          box.hi.push_back(from + slices);
+          for (int64_t extent : shape.drop_front()) {
+            box.lo.push_back(0);
+            box.hi.push_back(extent);
+          }
+          return box;
+        };
+        Box from = slicesAt(send.getSource(), send.getFrom()),
+            into = slicesAt(send.getDest(), send.getTo());
+        if (!held(op, thread, thread.rank, send.getSource(), from) ||
+            !held(op, thread, to, send.getDest(), into))
+          return Outcome::next;
+        Transfer transfer{Transfer::Kind::copy};
+        transfer.to = to;
+        transfer.nvlink = send.getScope() != PeerScope::node;
+        transfer.op = op;
+        transfer.tensor = idOf(send.getDest());
+        transfer.box = into;
+        transfer.sourceTensor = idOf(send.getSource());
+        transfer.sourceBox = from;
+        ++tensorOf(thread.rank, send.getSource()).sourcesInFlight;
+        issue(std::move(transfer), thread);
+        return Outcome::next;
+      })
       .Case([&](SignalOp signal) -> FailureOr<Outcome> {
         Transfer transfer{Transfer::Kind::signal};
         transfer.to = peerRank(signal.getScope(), signal.getPeer());
@@ -446,7 +489,8 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         });
         return Outcome::next;
       })
-      .Case<RouteCensusOp, RouteCountsOp, RouteRowsOp, ReturnRowsOp, CombineReturnedOp>(
+      .Case<RouteCensusOp, RouteCountsOp, RouteRowsOp, RoutePackOp, ReturnRowsOp,
+            CombineReturnedOp>(
           [&](auto routing) -> FailureOr<Outcome> {
             runRouting(thread, routing);
             return Outcome::next;

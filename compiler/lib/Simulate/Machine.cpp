@@ -70,6 +70,11 @@ LogicalResult Machine::prepare() {
     else if (auto rows = dyn_cast<RouteRowsOp>(op))
       for (Value v : {rows.getRouted(), rows.getOrigins(), rows.getPlacement()})
         mark(v);
+    else if (auto pack = dyn_cast<RoutePackOp>(op))
+      for (Value v : {pack.getPack(), pack.getPackExperts(), pack.getPacked(), pack.getReturnAt()})
+        mark(v);
+    else if (auto send = dyn_cast<SendRowsOp>(op))
+      mark(send.getDest());
     else if (auto back = dyn_cast<ReturnRowsOp>(op))
       mark(back.getReturned());
     else if (auto combine = dyn_cast<CombineReturnedOp>(op))

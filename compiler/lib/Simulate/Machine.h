@@ -237,6 +237,7 @@ private:
   void runRouting(Thread &thread, RouteCensusOp op);
   void runRouting(Thread &thread, RouteCountsOp op);
   void runRouting(Thread &thread, RouteRowsOp op);
+  void runRouting(Thread &thread, RoutePackOp op);
   void runRouting(Thread &thread, ReturnRowsOp op);
   void runRouting(Thread &thread, CombineReturnedOp op);
   void signalLanded(int64_t r, int64_t flag);

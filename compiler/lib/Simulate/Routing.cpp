@@ -2,8 +2,9 @@
 //
 // The scheduled routing ops as the device library runs them (mk/device/routing.cuh): a rank's
 // census row to every GPU of its node, the row counts of its experts, each dispatch CTA's share of
-// the rows to their experts' slots with an arrival on each expert after its rows, result rows back
-// to their tokens' slots, and a tile of tokens' sum. Writes to other GPUs are puts that land later;
+// the rows (its own, or those a rail peer packed for this node) to their experts' slots with an
+// arrival on each expert after its rows, the rows packed for other nodes, result rows back to
+// their tokens' slots, and a tile of tokens' sum. Writes to other GPUs are puts that land later;
 // a CTA's arrivals follow what it sent before them.
 //
 //===----------------------------------------------------------------------===//
@@ -85,21 +86,37 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
   const Tensor &tokens = tensorOf(r, op.getTokens()), &experts = tensorOf(r, op.getExperts()),
                &census = tensorOf(r, op.getCensus());
   Tensor &placement = tensorOf(r, op.getPlacement());
-  for (Value v : {op.getTokens(), op.getExperts(), op.getCensus()})
-    readBox(r, idOf(v), tensorOf(r, v).data.layout.held(), me, thread.clock);
   DistTensorType routed = op.getRouted().getType();
   int64_t numExperts = routed.getShape()[0], capacity = routed.getShape()[1];
   int64_t hidden = routed.getShape()[2], perRank = routed.getLocalExtent(0, mesh);
   const Layout &layout = experts.data.layout;
-  int64_t topK = layout.global[1], localTokens = layout.local[0], firstToken = layout.first[0];
-  int64_t world = rankOf(rank.node, rank.gpu), gpus = mesh.getGpus();
+  int64_t topK = layout.global[1], nodes = mesh.getNodes(), gpus = mesh.getGpus();
+  // This rank's tokens, or those node `source`'s rail peer sent (its region of the received
+  // rows, as many as it counted), routed as that peer's.
+  int64_t node = rank.node, regionRows = layout.local[0], firstToken = layout.first[0];
+  int64_t localTokens = regionRows;
+  if (op.getSource()) {
+    node = integer(thread, op.getSource());
+    regionRows = layout.global[0] / nodes;
+    firstToken = node * regionRows;
+    int64_t at = integer(thread, op.getCountIndex());
+    readBox(r, idOf(op.getCount()), Box{{at}, {at + 1}}, me, thread.clock);
+    localTokens = integerAt(tensorOf(r, op.getCount()).data, {at});
+  }
+  int64_t source = rankOf(node, rank.gpu);
+  readBox(r, idOf(op.getCensus()), census.data.layout.held(), me, thread.clock);
+  for (Value v : {op.getTokens(), op.getExperts()}) {
+    const Layout &held = tensorOf(r, v).data.layout;
+    readBox(r, idOf(v), Box{{firstToken, 0}, {firstToken + localTokens, held.global[1]}}, me,
+            thread.clock);
+  }
 
-  // This CTA's tokens, and each expert's next slot: the lower ranks' copies, then this rank's
+  // This CTA's tokens, and each expert's next slot: the lower ranks' copies, then the source's
   // before the chunk.
   int64_t begin = localTokens * thread.roleCta / thread.roleCtas;
   int64_t end = localTokens * (thread.roleCta + 1) / thread.roleCtas;
   std::vector<int64_t> next(numExperts, 0);
-  for (int64_t s = 0; s < world; ++s)
+  for (int64_t s = 0; s < source; ++s)
     for (int64_t e = 0; e < numExperts; ++e)
       next[e] += integerAt(census.data, {s, e});
   auto expertOf = [&](int64_t t, int64_t j) {
@@ -119,12 +136,15 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
           static_cast<float>(slot < capacity ? e * capacity + slot : -1);
     }
 
-  // The rows, expert by expert in the device's order, each expert's arrival after its rows.
+  // The rows to this node's experts, expert by expert in the device's order, each expert's
+  // arrival after its rows. A result comes back to this node's GPU of the source's index, into
+  // the region for the source's node.
   int64_t arrivals = flagArrays.lookup(op.getArrivals()).first;
+  int64_t region = op.getSource() ? nodes + node : node;
+  int64_t originFirst = (rank.gpu * RouteRowsOp::returnRegions(nodes) + region) * regionRows * topK;
   for (int64_t l = 0; l < perRank; ++l)
     for (int64_t step = 1; step <= gpus; ++step) {
-      int64_t gpu = (rank.gpu + step) % gpus, e = rankOf(rank.node, gpu) * perRank + l;
-      int64_t to = rankOf(rank.node, gpu);
+      int64_t gpu = (rank.gpu + step) % gpus, to = rankOf(rank.node, gpu), e = to * perRank + l;
       for (int64_t t = begin, c = 0; t < end; ++t)
         for (int64_t j = 0; j < topK; ++j, ++c) {
           int64_t slot = slots[c];
@@ -136,7 +156,7 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
           send(thread, op, to, op.getRouted(), Box{{e, slot, 0}, {e + 1, slot + 1, hidden}}, row);
           auto origin = std::make_shared<Tile>(ArrayRef<int64_t>{1, 1},
                                                op.getOrigins().getType().getElementType());
-          origin->at(0, 0) = static_cast<float>((firstToken + t) * topK + j);
+          origin->at(0, 0) = static_cast<float>(originFirst + t * topK + j);
           send(thread, op, to, op.getOrigins(), Box{{e, slot}, {e + 1, slot + 1}}, origin);
         }
       Transfer transfer{Transfer::Kind::signal};
@@ -146,6 +166,73 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
       transfer.flag = arrivals + e;
       issue(std::move(transfer), thread);
     }
+}
+
+void Machine::runRouting(Thread &thread, RoutePackOp op) {
+  int64_t r = thread.rank;
+  Rank &rank = ranks[r];
+  Epoch me = epochOf(thread, op);
+  const Tensor &tokens = tensorOf(r, op.getTokens()), &experts = tensorOf(r, op.getExperts());
+  Tensor &pack = tensorOf(r, op.getPack()), &packExperts = tensorOf(r, op.getPackExperts()),
+         &packed = tensorOf(r, op.getPacked()), &returnAt = tensorOf(r, op.getReturnAt());
+  const Layout &layout = experts.data.layout;
+  int64_t topK = layout.global[1], perRank = layout.local[0], firstToken = layout.first[0];
+  int64_t hidden = tokens.data.layout.global[1], nodes = mesh.getNodes();
+  int64_t nodeExperts = op.getNumExperts() / nodes, region = perRank * topK;
+  int64_t begin = perRank * thread.roleCta / thread.roleCtas;
+  int64_t end = perRank * (thread.roleCta + 1) / thread.roleCtas;
+  bool last = thread.roleCta == thread.roleCtas - 1;
+  readBox(r, idOf(op.getExperts()), Box{{firstToken, 0}, {firstToken + end, topK}}, me,
+          thread.clock);
+  readBox(r, idOf(op.getTokens()), Box{{firstToken + begin, 0}, {firstToken + end, hidden}}, me,
+          thread.clock);
+  auto nodeOf = [&](int64_t t, int64_t j) {
+    int64_t x = integerAt(experts.data, {firstToken + t, j});
+    return x >= 0 && x < op.getNumExperts() ? x / nodeExperts : -1;
+  };
+  writeBox(r, idOf(op.getReturnAt()), Box{{firstToken + begin, 0}, {firstToken + end, topK}}, me,
+           thread.clock, /*combine=*/false);
+  for (int64_t t = begin; t < end; ++t)
+    for (int64_t j = 0; j < topK; ++j)
+      returnAt.data.at({firstToken + t, j}) =
+          static_cast<float>(nodeOf(t, j) == rank.node ? rank.node * region + t * topK + j : -1);
+  if (last)
+    writeBox(r, idOf(op.getPacked()), packed.data.layout.held(), me, thread.clock, false);
+  for (int64_t m = 0; m < nodes; ++m) {
+    if (m == rank.node)
+      continue;
+    auto bound = [&](int64_t t) {
+      for (int64_t j = 0; j < topK; ++j)
+        if (nodeOf(t, j) == m)
+          return true;
+      return false;
+    };
+    int64_t p = 0;
+    for (int64_t t = 0; t < begin; ++t)
+      p += bound(t);
+    int64_t first = p;
+    for (int64_t t = begin; t < end; ++t) {
+      if (!bound(t))
+        continue;
+      int64_t slot = m * perRank + p;
+      for (int64_t k = 0; k < hidden; ++k)
+        pack.data.at({slot, k}) = tokens.data.at({firstToken + t, k});
+      for (int64_t j = 0; j < topK; ++j) {
+        packExperts.data.at({slot, j}) = experts.data.at({firstToken + t, j});
+        if (nodeOf(t, j) == m)
+          returnAt.data.at({firstToken + t, j}) = static_cast<float>(m * region + p * topK + j);
+      }
+      ++p;
+    }
+    writeBox(r, idOf(op.getPack()), Box{{m * perRank + first, 0}, {m * perRank + p, hidden}}, me,
+             thread.clock, false);
+    writeBox(r, idOf(op.getPackExperts()), Box{{m * perRank + first, 0}, {m * perRank + p, topK}},
+             me, thread.clock, false);
+    if (last)
+      packed.data.at({m}) = static_cast<float>(p);
+  }
+  if (last)
+    packed.data.at({rank.node}) = 0;
 }
 
 void Machine::runRouting(Thread &thread, ReturnRowsOp op) {
@@ -161,16 +248,19 @@ void Machine::runRouting(Thread &thread, ReturnRowsOp op) {
   readBox(r, idOf(op.getOrigins()), Box{{e, first}, {e + 1, first + valid}}, me, thread.clock);
   DistTensorType returned = op.getReturned().getType();
   int64_t topK = returned.getShape()[1], hidden = returned.getShape()[2];
-  int64_t perRank = returned.getLocalExtent(0, mesh);
+  // An origin is a GPU of this node times its rows of `returned`, plus a row there.
+  int64_t slots = returned.getLocalExtent(0, mesh) * topK;
   int64_t width = std::min(columns, hidden - column);
   for (int64_t i = 0; i < valid; ++i) {
     int64_t origin = integerAt(origins.data, {e, first + i});
-    int64_t token = origin / topK, j = origin % topK;
-    auto row = std::make_shared<Tile>(ArrayRef<int64_t>{1, width}, tile->element);
+    int64_t to = rankOf(ranks[r].node, origin / slots), row = origin % slots;
+    int64_t token = tensorOf(to, op.getReturned()).data.layout.first[0] + row / topK;
+    int64_t j = row % topK;
+    auto values = std::make_shared<Tile>(ArrayRef<int64_t>{1, width}, tile->element);
     for (int64_t k = 0; k < width; ++k)
-      row->at(0, k) = tile->at(i, k);
-    send(thread, op, token / perRank, op.getReturned(),
-         Box{{token, j, column}, {token + 1, j + 1, column + width}}, row);
+      values->at(0, k) = tile->at(i, k);
+    send(thread, op, to, op.getReturned(),
+         Box{{token, j, column}, {token + 1, j + 1, column + width}}, values);
   }
 }
 
@@ -185,17 +275,34 @@ void Machine::runRouting(Thread &thread, CombineReturnedOp op) {
     return;
   int64_t topK = placement.data.layout.global[1];
   Box rows{{box.lo[0], 0}, {box.hi[0], topK}};
-  readBox(r, idOf(op.getReturned()), Box{{box.lo[0], 0, box.lo[1]}, {box.hi[0], topK, box.hi[1]}},
-          me, thread.clock);
   readBox(r, idOf(op.getPlacement()), rows, me, thread.clock);
   readBox(r, idOf(op.getWeights()), rows, me, thread.clock);
+  // Where copy (t, j)'s result lies: row t, j of `returned`, or the row `at` says.
+  const Tensor *returnAt = op.getReturnAt() ? &tensorOf(r, op.getReturnAt()) : nullptr;
+  auto resultOf = [&](int64_t t, int64_t j) -> std::pair<int64_t, int64_t> {
+    if (!returnAt)
+      return {t, j};
+    int64_t row = integerAt(returnAt->data, {t, j});
+    return {row / topK, row % topK};
+  };
+  if (returnAt)
+    readBox(r, idOf(op.getReturnAt()), rows, me, thread.clock);
+  for (int64_t t = box.lo[0]; t < box.hi[0]; ++t)
+    for (int64_t j = 0; j < topK; ++j)
+      if (integerAt(placement.data, {t, j}) >= 0) {
+        auto [row, k] = resultOf(t, j);
+        readBox(r, idOf(op.getReturned()), Box{{row, k, box.lo[1]}, {row + 1, k + 1, box.hi[1]}},
+                me, thread.clock);
+      }
   writeBox(r, idOf(op.getDest()), box, me, thread.clock, /*combine=*/false);
   Type element = dest.data.layout.type.getElementType();
   box.forEach([&](ArrayRef<int64_t> at) {
     float sum = 0;
     for (int64_t j = 0; j < topK; ++j)
-      if (integerAt(placement.data, {at[0], j}) >= 0)
-        sum += weights.data.at({at[0], j}) * returned.data.at({at[0], j, at[1]});
+      if (integerAt(placement.data, {at[0], j}) >= 0) {
+        auto [row, k] = resultOf(at[0], j);
+        sum += weights.data.at({at[0], j}) * returned.data.at({row, k, at[1]});
+      }
     dest.data.at(at) = roundTo(element, sum);
   });
 }

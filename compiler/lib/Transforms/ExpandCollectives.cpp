@@ -1030,14 +1030,14 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
   DistTensorType dest = op.getDest().getType(), weights = op.getWeights().getType();
   TileType tile = op.getValue().getType();
   // Each result row goes back to its token's slot, [T, K, H] sharded as the tokens are; across
-  // nodes [N T_r, K, H] on every GPU, region n for the tokens of node n's rail peer.
+  // nodes to the regions of a symmetric buffer that mk.route_rows describes.
   int64_t topK = weights.getShape()[1], hidden = dest.getShape()[1];
   auto returnedType =
       nodes == 1 ? DistTensorType::get({dest.getShape()[0], topK, hidden}, dest.getElementType(),
                                        dest.getPlacement())
-                 : DistTensorType::get({nodes * routing.perRank, topK, hidden},
-                                       dest.getElementType(),
-                                       PlacementAttr::get(context, PlacementKind::symmetric));
+                 : DistTensorType::get(
+                       {RouteRowsOp::returnRegions(nodes) * routing.perRank, topK, hidden},
+                       dest.getElementType(), PlacementAttr::get(context, PlacementKind::symmetric));
   Value returned = buffer(loc, returnedType);
   OpBuilder fb = OpBuilder::atBlockBegin(&program.getBodyBlock());
   FlagsOp::create(fb, loc, "routing_returned", ArrayRef<int64_t>{1});
@@ -1080,7 +1080,9 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
     forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value source) {
       WaitOp::create(nb, loc, routing.receivedFlags, ValueRange{source}, nb.getI64IntegerAttr(1));
       auto [node, gpu] = place(nb, loc);
-      Value from = arith::MulIOp::create(nb, loc, source, constant(routing.perRank));
+      Value from = arith::MulIOp::create(
+          nb, loc, arith::AddIOp::create(nb, loc, source, constant(nodes)),
+          constant(routing.perRank));
       Value to = arith::MulIOp::create(nb, loc, node, constant(routing.perRank));
       SendRowsOp::create(nb, loc, returned, from, returned, to, routing.received, source,
                          PeerScopeAttr::get(context, PeerScope::node), source,

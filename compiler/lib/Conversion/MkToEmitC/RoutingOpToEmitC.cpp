@@ -185,10 +185,12 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
                         {pointer(rewriter, loc, op.getCount().getType(), adaptor.getCount(),
                                  adaptor.getCountIndex())})
                        .getResult(0);
-    // A result comes back to the rail GPU of the token's rank on this node (its own GPU index),
-    // into the region of the token's node: [nodes * perRank, topK] rows a GPU.
-    Value originFirst = a.add(a.mul(layout.gpu, nodes * perRank * topK),
-                              a.mul(source, perRank * topK));
+    // A result comes back to this node's GPU of the token rank's index, into the region for its
+    // node (mk.route_rows's returnRegions).
+    Value region = op.getSource() ? a.add(source, a.constant(nodes)) : source;
+    Value originFirst =
+        a.add(a.mul(layout.gpu, RouteRowsOp::returnRegions(nodes) * perRank * topK),
+              a.mul(region, perRank * topK));
     int64_t localExperts = routed.getLocalExtent(0, mesh);
     call(rewriter, loc, {}, "mk::route_rows",
          {pointer(rewriter, loc, tokens, adaptor.getTokens(), a.mul(first, tokens.getShape()[1])),

@@ -353,14 +353,15 @@ def Mk_RouteRowsOp : Mk_Op<"route_rows", [AttrSizedOperandSegments,
           !mk.tensor<[E, C], i32, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>
     ```
 
-    Across nodes only the experts of this node are served, and a result row comes back to
-    `returned` ([N T_r, K, H] on each GPU, region n for the tokens of node n's rail peer) on the
-    GPU of this node with the token's GPU index: its origin is that GPU times N T_r K, plus the
-    row (token * K + j) of region `own node`. With `from node %n count %c[%i]`, the rows are
-    those node n's rail peer packed for this node (mk.route_pack) and sent here: region n of
-    `tokens`, `experts` and `placement` ([N T_r, H] and [N T_r, K], symmetric), of `c[i]`
-    tokens, routed as the rail peer's own (its census row, its copies in token order), their
-    results to region n.
+    Across nodes only the experts of this node are served, and a result comes back to
+    `returned` on the GPU of this node with the token's GPU index: [2 N T_r, K, H] there (see
+    `returnRegions`), regions 0 to N - 1 for the results of that GPU's tokens by node, N + n for
+    those of the tokens its rail peer on node n sent; an origin is the GPU times 2 N T_r K plus a
+    row of its regions (token * K + j in region `own node`). With `from node %n count %c[%i]`,
+    the rows are those node n's rail peer packed for this node (mk.route_pack) and sent here:
+    region n of `tokens`, `experts` and `placement` ([N T_r, H] and [N T_r, K], symmetric), of
+    `c[i]` tokens, routed as the rail peer's own (its census row, its copies in token order),
+    their results to region N + n.
 
     ```mlir
     mk.route_rows %recv, %recv_experts, %census into %routed, %origins, %slots arrivals @arrived
@@ -374,6 +375,12 @@ def Mk_RouteRowsOp : Mk_Op<"route_rows", [AttrSizedOperandSegments,
                        Arg<Mk_Tensor, "", [MemWrite]>:$placement, FlatSymbolRefAttr:$arrivals,
                        Optional<Index>:$source, Optional<Mk_Tensor>:$count,
                        Optional<Index>:$count_index);
+  let extraClassDeclaration = [{
+    /// The regions of T_r rows of `returned` results come back to on each GPU: one on one node;
+    /// across nodes, one per node for the results of that GPU's tokens, then one per node for
+    /// those of the tokens its rail peers sent.
+    static int64_t returnRegions(int64_t nodes) { return nodes == 1 ? 1 : 2 * nodes; }
+  }];
   let assemblyFormat = [{
     $tokens `,` $experts `,` $census `into` $routed `,` $origins `,` $placement `arrivals` $arrivals
     (`from` `node` $source^ `count` $count `` `[` $count_index `]`)?
@@ -488,7 +495,7 @@ def Mk_CombineReturnedOp : Mk_Op<"combine_returned", [AttrSizedOperandSegments]>
     ```
 
     With `at %return_at`, copy (t, j)'s result is row `return_at[t, j]` of `returned` flattened
-    to [N T_r K, H] (symmetric [N T_r, K, H]: across nodes, see mk.route_pack).
+    to rows of H (symmetric: across nodes, see mk.route_rows and mk.route_pack).
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$returned, Arg<Mk_Tensor, "", [MemRead]>:$placement,
                        Arg<Mk_Tensor, "", [MemRead]>:$weights, Arg<Mk_Tensor, "", [MemWrite]>:$dest,
