@@ -1,14 +1,20 @@
 // MoE dispatch + GEMM + combine through every pass to the scheduled level: point to point on one
-// node (1 x 8), gathered across nodes (2 x 4); and to cubins that do not spill.
+// node (1 x 8) and across nodes, rail-aligned (2 x 4); to cubins that do not spill; and run by
+// mk-sim across nodes, with token shards of any size.
 
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=32768,Hd=7168,I=2048,E=128,TopK=8 --emit=mlir | FileCheck %s
-// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s --check-prefix=GATHERED
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=65536,Hd=7168,I=2048,E=256,TopK=8,C=4096 --emit=mlir | FileCheck %s --check-prefix=RAIL
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=128,Hd=512,I=384,E=4,TopK=4,C=256 -o %t.1x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=4096,Hd=7168,I=2048,E=16,TopK=8 -o %t.deepseek.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.1x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=8192,Hd=4096,I=14336,E=64,TopK=2 -o %t.1x8.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=1024,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=14,Hd=72,I=64,E=2,TopK=1 | FileCheck %s --check-prefix=SIM
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x2 --shape T=28,Hd=200,I=136,E=8,TopK=4 | FileCheck %s --check-prefix=SIM
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x2 --shape T=512,Hd=256,I=256,E=8,TopK=2,C=40 | FileCheck %s --check-prefix=SIM
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 3x2 --shape T=6,Hd=64,I=64,E=12,TopK=2 | FileCheck %s --check-prefix=SIM
+// SIM: @moe_dispatch_gemm_combine on #mk.mesh<{{.*}}>: 3 launches x 8 interleavings (seeds 0-7), {{[0-9]+}} steps: no findings
 // CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // One node: a dispatch role counts each rank's copies into every GPU's census, fills its experts'
@@ -50,22 +56,18 @@
 // CHECK-NEXT: mk.signal @routing_routed
 // CHECK-NOT: mk.dispatch {{.*}} by
 
-// Across nodes (a first version): tokens and routing are gathered along rails and within nodes;
-// a dispatch role selects the rows of this rank's experts; results are gathered back and a
-// combine role sums each token's. The expert GEMMs produce every tile of the capacity, not only
-// those within the row counts: the transfers of their results cannot know the counts.
-// GATHERED: mk.role compute ctas {{[0-9]+}} {
-// GATHERED: mk.tile_grid
-// GATHERED-NOT: rows
-// GATHERED-SAME: {
-// GATHERED: mk.swiglu
-// GATHERED: mk.store
-// GATHERED-NEXT: mk.signal @[[HIDDEN:ready[0-9]]][
-// GATHERED-NOT: stamp
-// GATHERED: scf.for
-// GATHERED-NEXT: mk.wait @[[HIDDEN]][
-// GATHERED: mk.role dispatch ctas {{[0-9]+}} {
-// GATHERED: mk.single_cta
-// GATHERED: mk.select_routed
-// GATHERED: mk.role combine ctas {{[0-9]+}} {
-// GATHERED: mk.combine_routed
+// Across nodes, point to point and rail-aligned: the expert grids still walk only the tiles within
+// the row counts; each rank packs the rows bound for the other node and sends them once, with their
+// routing, its census row and their count, to its rail peer, which routes them as the source's
+// own; results of the other node's tokens go back to its rail peer in one transfer.
+// RAIL: mk.role compute ctas {{[0-9]+}} {
+// RAIL: mk.tile_grid (%{{.*}}) over %{{.*}} tiles [1, 128, 128] rows
+// RAIL: mk.return_rows
+// RAIL: mk.send_rows %[[RETURNED:[0-9]+]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %{{.*}} at node %{{.*}} via rdma_proxy : !mk.tensor<[32768, 8, 7168], bf16, symmetric>
+// RAIL: mk.combine_returned %[[RETURNED]], {{.*}} at
+// RAIL: mk.role dispatch ctas {{[0-9]+}} {
+// RAIL: mk.route_pack {{.*}} experts 256 : {{.*}}, !mk.tensor<[16384, 7168], bf16, symmetric>
+// RAIL: mk.send_rows {{.*}} count {{.*}} at node {{.*}} : !mk.tensor<[16384, 7168], bf16, symmetric>
+// RAIL: mk.route_rows {{.*}} arrivals @routing_arrived :
+// RAIL: mk.route_rows {{.*}} arrivals @routing_arrived from node
+// RAIL-NOT: mk.dispatch {{.*}} by

@@ -248,16 +248,58 @@ mk.program @ring_2x4 [] mesh <2x4> (%k: !K) {
 !Cn = !mk.tensor<[16], i32, shard 0 over world>
 !O = !mk.tensor<[16, 256], i32, shard 0 over world>
 
-// Dispatch gathers tokens and routing; a dispatch role selects the rows of this rank's experts.
-// Combine keeps each rank's results, gathers them, and a combine role sums each token's.
+// Across nodes, point to point and rail-aligned: each rank packs the rows bound for each other
+// node and sends them, their routing, its census row and their count to its rail peer there,
+// once; the rail peer passes the census row on to its node's GPUs and routes the rows as the
+// source's own. Results come back to 2N regions: one per node for this rank's tokens, one per node
+// for the tokens a rail peer sent, which go back to it once the node's compute CTAs are done.
 // CHECK-LABEL: mk.program @moe_2x4
-// CHECK: mk.role compute
-// CHECK: mk.store %{{.*}}, %[[RESULTS:.+]][
-// CHECK: mk.role dispatch
-// CHECK: mk.single_cta
-// CHECK: mk.select_routed
-// CHECK: mk.role combine
-// CHECK: mk.combine_routed
+// CHECK: mk.flags @routing_returned [1]
+// CHECK: mk.flags @routing_back [1]
+// CHECK: mk.flags @routing_received [2]
+// CHECK: %[[CENSUS:.+]] = mk.buffer : !mk.tensor<[8, 16], i32, symmetric>
+// CHECK: %[[PACK:.+]] = mk.buffer : !mk.tensor<[256, 256], bf16, symmetric>
+// CHECK: %[[PACKX:.+]] = mk.buffer : !mk.tensor<[256, 2], i32, symmetric>
+// CHECK: %[[PACKED:.+]] = mk.buffer : !mk.tensor<[2], i32, symmetric>
+// CHECK: %[[AT:.+]] = mk.buffer : !mk.tensor<[1024, 2], i32, shard 0 over world>
+// CHECK: %[[RECEIVED:.+]] = mk.buffer : !mk.tensor<[2], i32, symmetric>
+// CHECK: %[[RECV:.+]] = mk.buffer : !mk.tensor<[256, 256], bf16, symmetric>
+// CHECK: %[[RECVX:.+]] = mk.buffer : !mk.tensor<[256, 2], i32, symmetric>
+// CHECK: %[[RETURNED:.+]] = mk.buffer : !mk.tensor<[512, 2, 256], bf16, symmetric>
+// CHECK: mk.role compute {
+// CHECK: mk.return_rows %{{.*}} into %[[RETURNED]]
+// CHECK: mk.signal @routing_returned[%{{.*}}] at gpu %{{.*}} via nvlink_store
+// CHECK: mk.single_cta {
+// CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 4 per_cta_of compute
+// CHECK: mk.wait @routing_received[%[[SOURCE:.+]]] count 1
+// CHECK: mk.send_rows %[[RETURNED]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %[[RECEIVED]][%[[SOURCE]]] at node %[[SOURCE]] via rdma_proxy
+// CHECK-NEXT: mk.signal @routing_back[%{{.*}}] at node %[[SOURCE]] via rdma_proxy
+// CHECK: mk.tile_grid
+// CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 4 per_cta_of compute
+// CHECK-NEXT: mk.wait @routing_back[%{{.*}}] count 1
+// CHECK-NEXT: mk.wait @routing_routed[%{{.*}}] count 1 per_cta_of dispatch
+// CHECK-NEXT: mk.combine_returned %[[RETURNED]], %{{.*}} at %[[AT]]
+// CHECK: mk.role dispatch {
+// CHECK: mk.route_census %{{.*}} into %[[CENSUS]]
+// CHECK: mk.route_pack %{{.*}}, %{{.*}} into %[[PACK]], %[[PACKX]], %[[PACKED]], %[[AT]] experts 16
+// CHECK-NEXT: mk.signal @routing_packed[%{{.*}}]
+// CHECK-NEXT: mk.single_cta {
+// CHECK-NEXT: mk.wait @routing_packed[%{{.*}}] count 1 per_cta_of dispatch
+// CHECK: mk.send_rows %[[CENSUS]][%[[ME:.+]]] -> %[[CENSUS]][%[[ME]]] at node %[[PEER:.+]] via rdma_proxy
+// CHECK-NEXT: mk.send_rows %[[PACKED]][%[[PEER]]] -> %[[RECEIVED]][%{{.*}}] at node %[[PEER]] via rdma_proxy
+// CHECK: mk.send_rows %[[PACK]][%{{.*}}] -> %[[RECV]][%{{.*}}] count %[[PACKED]][%[[PEER]]] at node %[[PEER]] via rdma_proxy
+// CHECK-NEXT: mk.send_rows %[[PACKX]][%{{.*}}] -> %[[RECVX]][%{{.*}}] count %[[PACKED]][%[[PEER]]] at node %[[PEER]] via rdma_proxy
+// CHECK-NEXT: mk.signal @routing_received[%{{.*}}] at node %[[PEER]] via rdma_proxy
+// CHECK: mk.single_cta {
+// CHECK: mk.wait @routing_received[%[[FROM:.+]]] count 1
+// CHECK: mk.send_rows %[[CENSUS]][%{{.*}}] -> %[[CENSUS]][%{{.*}}] at gpu %{{.*}} via nvlink_store
+// CHECK: mk.signal @routing_census[%{{.*}}] at gpu %{{.*}} via nvlink_store
+// CHECK: mk.wait @routing_census[%{{.*}}] count 8
+// CHECK: mk.route_counts %[[CENSUS]]
+// CHECK: mk.route_rows %{{.*}}, %{{.*}}, %[[CENSUS]] into {{.*}} arrivals @routing_arrived :
+// CHECK-NEXT: mk.signal @routing_routed[%{{.*}}]
+// CHECK: mk.wait @routing_received[%[[FROM2:.+]]] count 1
+// CHECK-NEXT: mk.route_rows %[[RECV]], %[[RECVX]], %[[CENSUS]] into {{.*}} arrivals @routing_arrived from node %[[FROM2]] count %[[RECEIVED]][%[[FROM2]]]
 // CHECK-NOT: mk.dispatch
 // CHECK-NOT: mk.combine {{.*}}routed
 mk.program @moe_2x4 [] mesh <2x4> (%x: !X, %r: !R, %w: !W, %y: !X) {

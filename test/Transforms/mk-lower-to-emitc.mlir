@@ -271,30 +271,47 @@ mk.program @attention [] mesh <1x2> (%q: !Q, %k: !Q, %o: !Q) grid 132 {
 
 // -----
 
-// Expert routing: the selection in one CTA, which reports on this launch's routing (the
-// manifest names its experts), the combination per tile of tokens.
-// CHECK-LABEL: emitc.func @routing
-// CHECK: %[[REPORT:.+]] = call_opaque "mk::routing_report"(%arg0){{.*}} -> !emitc.ptr<!emitc.opaque<"mk_routing_report">>
-// CHECK: %[[EPOCH:.+]] = call_opaque "mk::epoch"
-// CHECK: call_opaque "mk::select_routed"({{.*}}, %[[REPORT]], %[[EPOCH]]){{.*}}template_args = [#emitc.opaque<"8">]
-// CHECK: call_opaque "mk::combine_routed"
-// CHECK: mk::select_routed_smem_bytes<8>()
-// CHECK: /* routed_experts */ 8,
-mk.program @routing [] mesh <1x2> (%x: !mk.tensor<[256, 512], bf16, symmetric>, %e: !mk.tensor<[256, 4], i32, symmetric>,
+// Expert routing across nodes: each dispatch CTA packs its share of the tokens bound for the
+// other node; one sends them with the count the GPU keeps (one proxy command a tensor, the
+// signal riding on the last), the census row on to a GPU of the node, and the rows the rail peer
+// sent are routed as its own, from its region; a tile of tokens sums the rows `at` names.
+// CHECK-LABEL: emitc.func @routing_nodes
+// CHECK: call_opaque "mk::route_pack"({{.*}}template_args = [#emitc.opaque<"8">]
+// CHECK: %[[COUNT:.+]] = call_opaque "mk::slices"(%{{.*}}) {{.*}} -> !emitc.opaque<"int">
+// CHECK: call_opaque "mk::remote_put"(%arg0, {{.*}}%[[COUNT]]
+// CHECK: %[[ONE:.+]] = call_opaque "mk::slices"() {args = [#emitc.opaque<"nullptr">]}
+// CHECK: call_opaque "mk::copy_region"({{.*}}%[[ONE]])
+// CHECK: %[[RECEIVED:.+]] = call_opaque "mk::slices"
+// CHECK: call_opaque "mk::route_rows"({{.*}}%[[RECEIVED]],
+// CHECK: call_opaque "mk::combine_returned"
+// CHECK: mk::route_smem_bytes<8>()
+mk.program @routing_nodes [] mesh <2x1> (%x: !mk.tensor<[256, 512], bf16, shard 0 over world>, %e: !mk.tensor<[256, 4], i32, shard 0 over world>,
     %w: !mk.tensor<[256, 4], f32, shard 0 over world>, %y: !mk.tensor<[256, 512], bf16, shard 0 over world>) grid 132 {
-  %routed = mk.buffer : !mk.tensor<[8, 128, 512], bf16, shard 0 over world>
-  %counts = mk.buffer : !mk.tensor<[8], i32, shard 0 over world>
-  %origins = mk.buffer : !mk.tensor<[8, 128], i32, shard 0 over world>
-  %placement = mk.buffer : !mk.tensor<[256, 4], i32, shard 0 over world>
-  %results = mk.buffer : !mk.tensor<[8, 128, 512], bf16, symmetric>
-  mk.role dispatch ctas 1 {
+  mk.flags @arrived [8]
+  mk.flags @received [2]
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %census = mk.buffer : !mk.tensor<[2, 8], i32, symmetric>
+  %routed = mk.buffer : !mk.tensor<[8, 256, 512], bf16, shard 0 over world>
+  %origins = mk.buffer : !mk.tensor<[8, 256], i32, shard 0 over world>
+  %pack = mk.buffer : !mk.tensor<[256, 512], bf16, symmetric>
+  %pe = mk.buffer : !mk.tensor<[256, 4], i32, symmetric>
+  %n = mk.buffer : !mk.tensor<[2], i32, symmetric>
+  %at = mk.buffer : !mk.tensor<[256, 4], i32, shard 0 over world>
+  %slots = mk.buffer : !mk.tensor<[256, 4], i32, symmetric>
+  %back = mk.buffer : !mk.tensor<[512, 4, 512], bf16, symmetric>
+  mk.role dispatch ctas 2 {
+    mk.route_pack %x, %e into %pack, %pe, %n, %at experts 8 : !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2], i32, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>
     mk.single_cta {
-      mk.select_routed %x, %e into %routed, %counts, %origins, %placement : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[8, 128, 512], bf16, shard 0 over world>, !mk.tensor<[8], i32, shard 0 over world>, !mk.tensor<[8, 128], i32, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>
+      mk.send_rows %pack[%c1] -> %pack[%c0] count %n[%c1] at node %c1 via rdma_proxy : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[2], i32, symmetric>
+      mk.signal @received[%c0] at node %c1 via rdma_proxy
+      mk.send_rows %census[%c1] -> %census[%c1] at gpu %c0 via nvlink_store : !mk.tensor<[2, 8], i32, symmetric>, !mk.tensor<[2, 8], i32, symmetric>
     }
+    mk.route_rows %pack, %pe, %census into %routed, %origins, %slots arrivals @arrived from node %c1 count %n[%c1] : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2, 8], i32, symmetric>, !mk.tensor<[8, 256, 512], bf16, shard 0 over world>, !mk.tensor<[8, 256], i32, shard 0 over world>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2], i32, symmetric>
   }
-  mk.role combine ctas 131 {
-    mk.tile_grid (%t, %n) over %y tiles [128, 256] : !mk.tensor<[256, 512], bf16, shard 0 over world> {
-      mk.combine_routed %results, %placement, %w into %y[%t, %n] tile [128, 256] : !mk.tensor<[8, 128, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 4], f32, shard 0 over world>, !mk.tensor<[256, 512], bf16, shard 0 over world>
+  mk.role compute ctas 130 {
+    mk.tile_grid (%t, %c) over %y tiles [128, 256] : !mk.tensor<[256, 512], bf16, shard 0 over world> {
+      mk.combine_returned %back, %at, %w into %y[%t, %c] tile [128, 256] at %at : !mk.tensor<[512, 4, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 4], f32, shard 0 over world>, !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>
     }
   }
 }

@@ -57,12 +57,6 @@ LogicalResult Machine::prepare() {
       mark(copy.getDest());
     else if (auto store = dyn_cast<StoreOp>(op))
       mark(store.getDest());
-    else if (auto select = dyn_cast<SelectRoutedOp>(op))
-      for (Value v :
-           {select.getRouted(), select.getCounts(), select.getOrigins(), select.getPlacement()})
-        mark(v);
-    else if (auto combine = dyn_cast<CombineRoutedOp>(op))
-      mark(combine.getDest());
     else if (auto census = dyn_cast<RouteCensusOp>(op))
       mark(census.getCensus());
     else if (auto counts = dyn_cast<RouteCountsOp>(op))

@@ -35,7 +35,7 @@ Tile matmul(MatmulOp op, const TensorData &lhs, const Box &lhsPanel, const Tenso
 /// mk.accumulate over `box` of `source`: its leading dims beyond the tile's are the slots combined.
 Tile accumulate(const TensorData &source, const Box &box, ReduceKind kind, TileType type);
 
-/// How tokens are routed to experts (the meaning of mk.dispatch and mk.select_routed): token by
+/// How tokens are routed to experts (the meaning of mk.dispatch): token by
 /// token, in order, each of its top_k copies takes the next slot of its expert, up to the
 /// capacity; a copy past it is dropped.
 struct Routing {

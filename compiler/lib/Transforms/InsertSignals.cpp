@@ -127,12 +127,12 @@ private:
     return unbounded;
   }
 
-  /// Whether `op` moves a tile to where another rank or CTA reads it: every put, copy and routed
-  /// selection but a put to this rank's own memory, which is a store.
+  /// Whether `op` moves a tile to where another rank or CTA reads it: every put and copy but a
+  /// put to this rank's own memory, which is a store.
   static bool transfers(Operation *op) {
     if (auto put = dyn_cast<PutOp>(op))
       return put.getScope() != PeerScope::self;
-    return isa<CopyOp, SelectRoutedOp>(op);
+    return isa<CopyOp>(op);
   }
 
   /// Flags named `prefix`N for the tiles of `tensor` that `writes` write and `reads` read.

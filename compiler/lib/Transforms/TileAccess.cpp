@@ -52,9 +52,6 @@ SmallVector<TileAccess> writesOf(Operation *op) {
   if (auto scatter = dyn_cast<ReduceScatterOp>(op))
     return {access(scatter.getDest(), scatter.getIndices(), scatter.getWholeDims(),
                    scatter.getValue().getType().getShape())};
-  if (auto select = dyn_cast<SelectRoutedOp>(op))
-    return {wholeAccess(op, select.getRouted()), wholeAccess(op, select.getCounts()),
-            wholeAccess(op, select.getOrigins()), wholeAccess(op, select.getPlacement())};
   return {};
 }
 
@@ -86,16 +83,6 @@ SmallVector<TileAccess> readsOf(Operation *op) {
     ArrayRef<int64_t> tile = matmul.getResult().getType().getShape();
     panel(matmul.getLhs(), matmul.getLhsIndices(), matmul.getLhsWholeDims(), tile[0]);
     panel(matmul.getRhs(), matmul.getRhsIndices(), matmul.getRhsWholeDims(), tile[1]);
-  }
-  if (auto select = dyn_cast<SelectRoutedOp>(op)) {
-    reads.push_back(wholeAccess(op, select.getTokens()));
-    reads.push_back(wholeAccess(op, select.getExperts()));
-  }
-  if (auto combine = dyn_cast<CombineRoutedOp>(op)) {
-    reads.push_back(wholeAccess(op, combine.getResults()));
-    TileAccess rows = access(combine.getPlacement(), combine.getIndices().take_front(1), {1},
-                             {combine.getTile()[0], 0});
-    reads.push_back(rows);
   }
   if (auto grid = dyn_cast<TileGridOp>(op))
     if (Value counts = grid.getRowCounts())

@@ -25,8 +25,8 @@ TileNumbering TileNumbering::of(ProgramOp program) {
     note(argument.getType());
   program.getBody().walk([&](Operation *op) {
     auto grid = dyn_cast<TileGridOp>(op);
-    if (isa<DispatchOp, CombineOp, SelectRoutedOp, CombineRoutedOp, RouteCensusOp, RouteCountsOp,
-            RouteRowsOp, ReturnRowsOp, CombineReturnedOp>(op) ||
+    if (isa<DispatchOp, CombineOp, RouteCensusOp, RouteCountsOp, RouteRowsOp, RoutePackOp,
+            ReturnRowsOp, CombineReturnedOp>(op) ||
         (grid && grid.getRowCounts()))
       numbering.plainOnly = op->getName().getStringRef();
     for (Type type : op->getResultTypes())

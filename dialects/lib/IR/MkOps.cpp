@@ -1177,39 +1177,6 @@ LogicalResult OwnerOp::verify() {
   return success();
 }
 
-LogicalResult SelectRoutedOp::verify() {
-  DistTensorType tokens = getTokens().getType(), experts = getExperts().getType();
-  DistTensorType routed = getRouted().getType(), counts = getCounts().getType(),
-                 origins = getOrigins().getType(), placement = getPlacement().getType();
-  if (tokens.getRank() != 2 || experts.getRank() != 2 || routed.getRank() != 3 ||
-      counts.getRank() != 1 || origins.getRank() != 2 || placement.getRank() != 2)
-    return emitOpError() << "takes tokens [T, H] and experts [T, top_k] and fills routed rows "
-                            "[E, C, H], counts [E], origins [E, C] and placements [T, top_k]";
-  if (tokens.getPlacement().isSharded() || experts.getPlacement().isSharded())
-    return emitOpError() << "reads every rank's tokens and routing, so they must not be sharded";
-  for (DistTensorType index : {experts, counts, origins, placement})
-    if (!index.getElementType().isInteger(32))
-      return emitOpError() << "carries routing metadata as i32, not " << index.getElementType();
-  return failure(
-      failed(verifyDimsMatch(*this, tokens.getDim(1), routed.getDim(2), "hidden sizes")) ||
-      failed(verifyDimsMatch(*this, tokens.getDim(0), placement.getDim(0), "token counts")) ||
-      failed(verifyDimsMatch(*this, routed.getDim(0), counts.getDim(0), "expert counts")));
-}
-
-LogicalResult CombineRoutedOp::verify() {
-  DistTensorType results = getResults().getType(), placement = getPlacement().getType(),
-                 weights = getWeights().getType(), dest = getDest().getType();
-  if (results.getRank() != 3 || placement.getRank() != 2 || weights.getRank() != 2 ||
-      dest.getRank() != 2)
-    return emitOpError() << "takes results [E, C, H], placements and weights [T, top_k] and a "
-                            "destination [T, H]";
-  if (getIndices().size() != 2 || getTile().size() != 2)
-    return emitOpError() << "needs the destination tile's coordinates and extents";
-  if (!placement.getElementType().isInteger(32))
-    return emitOpError() << "takes placements as i32, not " << placement.getElementType();
-  return verifyDimsMatch(*this, results.getDim(2), dest.getDim(1), "hidden sizes");
-}
-
 //===----------------------------------------------------------------------===//
 // Point-to-point routing
 //===----------------------------------------------------------------------===//
@@ -1338,7 +1305,7 @@ LogicalResult ReturnRowsOp::verify() {
   if (returned.getRank() != 3 || (!returned.getPlacement().shardsDim(0) &&
                                   returned.getPlacement().getKind() != PlacementKind::symmetric))
     return emitOpError() << "returns rows into a [T, K, H] tensor sharded along dim 0 (or "
-                            "[N T_r, K, H] symmetric, across nodes), not "
+                            "symmetric, across nodes), not "
                          << returned;
   if (returned.getElementType() != value.getElementType())
     return emitOpError() << "dtype mismatch: the tile is " << value.getElementType()
@@ -1361,7 +1328,7 @@ LogicalResult CombineReturnedOp::verify() {
     return emitOpError() << "needs float weights and a float destination";
   if (TypedValue<DistTensorType> at = getReturnAt()) {
     if (returned.getPlacement().getKind() != PlacementKind::symmetric)
-      return emitOpError() << "finds results through `at` in a symmetric [N T_r, K, H] tensor, "
+      return emitOpError() << "finds results through `at` in a symmetric [rows, K, H] tensor, "
                               "not "
                            << returned;
     if (failed(verifyRoutingIndex(*this, at.getType(), "return rows")) ||

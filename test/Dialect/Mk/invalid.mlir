@@ -1219,68 +1219,85 @@ mk.program @owner_coords [] mesh <1x4> (%c: !mk.tensor<[256, 256], bf16, shard 0
 
 // -----
 
-!T = !mk.tensor<[64, 32], bf16, symmetric>
-!E = !mk.tensor<[64, 2], i32, symmetric>
-mk.program @select_ranks [] mesh <1x2> (%t: !T, %e: !E, %c: !mk.tensor<[4], i32, shard 0 over world>) {
-  // expected-error @+1 {{'mk.select_routed' op takes tokens [T, H] and experts [T, top_k] and fills routed rows [E, C, H], counts [E], origins [E, C] and placements [T, top_k]}}
-  mk.select_routed %t, %e into %t, %c, %e, %e : !T, !E, !T, !mk.tensor<[4], i32, shard 0 over world>, !E, !E
-}
-
-// -----
-
-!T = !mk.tensor<[64, 32], bf16, shard 0 over world>
+!X = !mk.tensor<[64, 32], bf16, shard 0 over world>
 !E = !mk.tensor<[64, 2], i32, shard 0 over world>
-mk.program @select_sharded [] mesh <1x2> (%t: !T, %e: !E, %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>,
-                                          %c: !mk.tensor<[4], i32, shard 0 over world>, %o: !mk.tensor<[4, 16], i32, shard 0 over world>) {
-  // expected-error @+1 {{'mk.select_routed' op reads every rank's tokens and routing, so they must not be sharded}}
-  mk.select_routed %t, %e into %r, %c, %o, %e : !T, !E, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !E
+!PE = !mk.tensor<[64, 2], i32, symmetric>
+!N = !mk.tensor<[2], i32, symmetric>
+mk.program @route_pack_regions [] mesh <2x1> (%x: !X, %e: !E, %n: !N) {
+  // expected-error @+1 {{'mk.route_pack' op takes the packed rows as a symmetric rank-2 tensor of a region a node, not '!mk.tensor<[64, 32], bf16, shard 0 over world>'}}
+  mk.route_pack %x, %e into %x, %e, %n, %e experts 8 : !X, !E, !X, !E, !N, !E
 }
 
 // -----
 
-!T = !mk.tensor<[64, 32], bf16, symmetric>
-!E = !mk.tensor<[64, 2], i64, symmetric>
-mk.program @select_metadata [] mesh <1x2> (%t: !T, %e: !E, %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>,
-                                           %c: !mk.tensor<[4], i32, shard 0 over world>, %o: !mk.tensor<[4, 16], i32, shard 0 over world>,
-                                           %p: !mk.tensor<[64, 2], i32, shard 0 over world>) {
-  // expected-error @+1 {{'mk.select_routed' op carries routing metadata as i32, not 'i64'}}
-  mk.select_routed %t, %e into %r, %c, %o, %p : !T, !E, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
+!X = !mk.tensor<[64, 32], bf16, shard 0 over world>
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+!P = !mk.tensor<[64, 32], f32, symmetric>
+!PE = !mk.tensor<[64, 2], i32, symmetric>
+!N = !mk.tensor<[2], i32, symmetric>
+mk.program @route_pack_dtype [] mesh <2x1> (%x: !X, %e: !E, %p: !P, %pe: !PE, %n: !N) {
+  // expected-error @+1 {{'mk.route_pack' op dtype mismatch: tokens are 'bf16' but packed rows are 'f32'}}
+  mk.route_pack %x, %e into %p, %pe, %n, %e experts 8 : !X, !E, !P, !PE, !N, !E
 }
 
 // -----
 
-!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
+!P = !mk.tensor<[64, 32], bf16, symmetric>
+!N = !mk.tensor<[2], i32, shard 0 over world>
+mk.program @send_rows_count [] mesh <2x1> (%p: !P, %n: !mk.tensor<[2, 1], i32, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op reads its count from a rank-1 tensor, not '!mk.tensor<[2, 1], i32, symmetric>'}}
+  mk.send_rows %p[%i] -> %p[%i] count %n[%i] at node %i via rdma_proxy : !P, !P, !mk.tensor<[2, 1], i32, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_sharded [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, shard 0 over world>, %q: !mk.tensor<[64, 32], bf16, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op sends between symmetric tensors, and its source is '!mk.tensor<[64, 32], bf16, shard 0 over world>'}}
+  mk.send_rows %p[%i] -> %q[%i] at node %i via rdma_proxy : !mk.tensor<[64, 32], bf16, shard 0 over world>, !mk.tensor<[64, 32], bf16, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_slices [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, symmetric>, %q: !mk.tensor<[64, 16], bf16, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op slice shapes differ: 32 vs 16}}
+  mk.send_rows %p[%i] -> %q[%i] at node %i via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 16], bf16, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_link [] mesh <2x2> (%p: !mk.tensor<[64, 32], bf16, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op cannot reach another node through nvlink_store; transfers across nodes go through rdma_proxy, to the same GPU index (rail)}}
+  mk.send_rows %p[%i] -> %p[%i] at node %i via nvlink_store : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], bf16, symmetric>
+}
+
+// -----
+
+!P = !mk.tensor<[64, 32], bf16, symmetric>
+!PE = !mk.tensor<[64, 2], i32, symmetric>
+!C = !mk.tensor<[2, 8], i32, symmetric>
+mk.program @route_rows_forwarded [] mesh <2x1> (%p: !P, %pe: !PE, %c: !C, %r: !mk.tensor<[8, 16, 32], bf16, shard 0 over world>,
+                                                %o: !mk.tensor<[8, 16], i32, shard 0 over world>,
+                                                %n: !mk.tensor<[2], i32, shard 0 over world>) {
+  mk.flags @arrived [8]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.route_rows' op takes the token counts as a symmetric [N] tensor, not '!mk.tensor<[2], i32, shard 0 over world>'}}
+  mk.route_rows %p, %pe, %c into %r, %o, %pe arrivals @arrived from node %i count %n[%i] : !P, !PE, !C, !mk.tensor<[8, 16, 32], bf16, shard 0 over world>, !mk.tensor<[8, 16], i32, shard 0 over world>, !PE, !mk.tensor<[2], i32, shard 0 over world>
+}
+
+// -----
+
+!R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
 !P = !mk.tensor<[64, 2], i32, shard 0 over world>
 !W = !mk.tensor<[64, 2], f32, shard 0 over world>
 !Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
-mk.program @combine_routed_ranks [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
+mk.program @combine_returned_at [] mesh <2x1> (%r: !R, %p: !P, %w: !W, %y: !Y) {
   %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.combine_routed' op takes results [E, C, H], placements and weights [T, top_k] and a destination [T, H]}}
-  mk.combine_routed %y, %p, %w into %y[%i, %i] tile [16, 32] : !Y, !P, !W, !Y
-}
-
-// -----
-
-!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
-!P = !mk.tensor<[64, 2], i32, shard 0 over world>
-!W = !mk.tensor<[64, 2], f32, shard 0 over world>
-!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
-mk.program @combine_routed_coords [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
-  %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.combine_routed' op needs the destination tile's coordinates and extents}}
-  mk.combine_routed %r, %p, %w into %y[%i] tile [16, 32] : !R, !P, !W, !Y
-}
-
-// -----
-
-!R = !mk.tensor<[4, 16, 32], bf16, symmetric>
-!P = !mk.tensor<[64, 2], i64, shard 0 over world>
-!W = !mk.tensor<[64, 2], f32, shard 0 over world>
-!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
-mk.program @combine_routed_placement [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
-  %i = arith.constant 0 : index
-  // expected-error @+1 {{'mk.combine_routed' op takes placements as i32, not 'i64'}}
-  mk.combine_routed %r, %p, %w into %y[%i, %i] tile [16, 32] : !R, !P, !W, !Y
+  // expected-error @+1 {{'mk.combine_returned' op finds results through `at` in a symmetric [rows, K, H] tensor, not '!mk.tensor<[64, 2, 32], bf16, shard 0 over world>'}}
+  mk.combine_returned %r, %p, %w into %y[%i, %i] tile [16, 32] at %p : !R, !P, !W, !Y, !P
 }
 
 // -----
@@ -1467,7 +1484,7 @@ mk.program @return_rows_into [] mesh <1x2> (%o: !O, %n: !N, %r: !mk.tensor<[64, 
   %i = arith.constant 0 : index
   %z = arith.constant 0.0 : bf16
   %t = mk.splat %z : bf16 -> !mk.tile<[16, 32], bf16>
-  // expected-error @+1 {{'mk.return_rows' op returns rows into a [T, K, H] tensor sharded along dim 0, not '!mk.tensor<[64, 32], bf16, shard 0 over world>'}}
+  // expected-error @+1 {{'mk.return_rows' op returns rows into a [T, K, H] tensor sharded along dim 0 (or symmetric, across nodes), not '!mk.tensor<[64, 32], bf16, shard 0 over world>'}}
   mk.return_rows %t, [%i, %i, %i] via %o, %n into %r : !mk.tile<[16, 32], bf16>, !O, !N, !mk.tensor<[64, 32], bf16, shard 0 over world>
 }
 

@@ -346,24 +346,37 @@ mk.program @unpartitioned [] mesh <1x2> () {
 
 // -----
 
-// Expert routing at the scheduled level: selecting this rank's rows, combining a tile of tokens.
+// Expert routing across nodes at the scheduled level: rows packed for the other node, sent to
+// the rail peer with a count the GPU keeps, routed there as the peer's own, and a tile of tokens
+// combined from the rows its results came back to.
 // CHECK-LABEL: mk.program @routing
-// CHECK: mk.role dispatch ctas 4 {
-// CHECK: mk.select_routed %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
-// CHECK: mk.role combine ctas 4 {
-// CHECK: mk.combine_routed %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] tile [16, 32] : !mk.tensor<[4, 16, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 2], f32, shard 0 over world>, !mk.tensor<[64, 32], bf16, shard 0 over world>
-mk.program @routing [] mesh <1x2> (
-    %t: !mk.tensor<[64, 32], bf16, symmetric>, %e: !mk.tensor<[64, 2], i32, symmetric>,
-    %r: !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, %c: !mk.tensor<[4], i32, shard 0 over world>,
-    %o: !mk.tensor<[4, 16], i32, shard 0 over world>, %p: !mk.tensor<[64, 2], i32, shard 0 over world>,
-    %results: !mk.tensor<[4, 16, 32], bf16, symmetric>, %w: !mk.tensor<[64, 2], f32, shard 0 over world>,
-    %y: !mk.tensor<[64, 32], bf16, shard 0 over world>) grid 8 {
+// CHECK: mk.route_pack %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} experts 8 : !mk.tensor<[64, 32], bf16, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[2], i32, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>
+// CHECK: mk.send_rows %{{.*}}[%{{.*}}] -> %{{.*}}[%{{.*}}] count %{{.*}}[%{{.*}}] at node %{{.*}} via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[2], i32, symmetric>
+// CHECK: mk.send_rows %{{.*}}[%{{.*}}] -> %{{.*}}[%{{.*}}] at gpu %{{.*}} via nvlink_store : !mk.tensor<[4, 8], i32, symmetric>, !mk.tensor<[4, 8], i32, symmetric>
+// CHECK: mk.route_rows %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}} arrivals @arrived from node %{{.*}} count %{{.*}}[%{{.*}}] : {{.*}}, !mk.tensor<[2], i32, symmetric>
+// CHECK: mk.combine_returned %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] tile [16, 32] at %{{.*}} : {{.*}}, !mk.tensor<[64, 2], i32, shard 0 over world>
+!X = !mk.tensor<[64, 32], bf16, shard 0 over world>
+!E = !mk.tensor<[64, 2], i32, shard 0 over world>
+!P = !mk.tensor<[64, 32], bf16, symmetric>
+!PE = !mk.tensor<[64, 2], i32, symmetric>
+!N = !mk.tensor<[2], i32, symmetric>
+!C = !mk.tensor<[4, 8], i32, symmetric>
+mk.program @routing [] mesh <2x2> (
+    %x: !X, %e: !E, %pack: !P, %pe: !PE, %n: !N, %at: !E, %census: !C,
+    %r: !mk.tensor<[8, 16, 32], bf16, shard 0 over world>, %o: !mk.tensor<[8, 16], i32, shard 0 over world>,
+    %back: !mk.tensor<[128, 2, 32], bf16, symmetric>, %w: !mk.tensor<[64, 2], f32, shard 0 over world>,
+    %y: !X) grid 8 {
+  mk.flags @arrived [8]
   mk.role dispatch ctas 4 {
-    mk.select_routed %t, %e into %r, %c, %o, %p : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[4, 16, 32], bf16, shard 0 over world>, !mk.tensor<[4], i32, shard 0 over world>, !mk.tensor<[4, 16], i32, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>
+    %c1 = arith.constant 1 : index
+    mk.route_pack %x, %e into %pack, %pe, %n, %at experts 8 : !X, !E, !P, !PE, !N, !E
+    mk.send_rows %pack[%c1] -> %pack[%c1] count %n[%c1] at node %c1 via rdma_proxy : !P, !P, !N
+    mk.send_rows %census[%c1] -> %census[%c1] at gpu %c1 via nvlink_store : !C, !C
+    mk.route_rows %pack, %pe, %census into %r, %o, %pe arrivals @arrived from node %c1 count %n[%c1] : !P, !PE, !C, !mk.tensor<[8, 16, 32], bf16, shard 0 over world>, !mk.tensor<[8, 16], i32, shard 0 over world>, !PE, !N
   }
-  mk.role combine ctas 4 {
-    mk.tile_grid (%i, %j) over %y tiles [16, 32] : !mk.tensor<[64, 32], bf16, shard 0 over world> {
-      mk.combine_routed %results, %p, %w into %y[%i, %j] tile [16, 32] : !mk.tensor<[4, 16, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 2], f32, shard 0 over world>, !mk.tensor<[64, 32], bf16, shard 0 over world>
+  mk.role compute ctas 4 {
+    mk.tile_grid (%i, %j) over %y tiles [16, 32] : !X {
+      mk.combine_returned %back, %e, %w into %y[%i, %j] tile [16, 32] at %at : !mk.tensor<[128, 2, 32], bf16, symmetric>, !E, !mk.tensor<[64, 2], f32, shard 0 over world>, !X, !E
     }
   }
 }

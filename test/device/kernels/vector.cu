@@ -75,24 +75,6 @@ MK_KERNEL attention_block_bf16(const mk::bf16 *q, const mk::bf16 *k, const mk::b
   mk::store_vector(mk::attention_row_sum(s), l, 128);
 }
 
-MK_SMEM(select_routed_bf16, mk::select_routed_smem_bytes<64>())
-MK_KERNEL select_routed_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
-                             long long hidden, mk::bf16 *routed, int *counts, int *origins,
-                             int *placement, int expert_first, int local_experts, int capacity,
-                             int token_first, int local_tokens, mk_routing_report *report,
-                             mk_u32 epoch) {
-  mk::select_routed<64>(rows, experts, tokens, top_k, hidden, routed, counts, origins, placement,
-                        expert_first, local_experts, capacity, token_first, local_tokens, report,
-                        epoch, mk_smem);
-}
-
-MK_SMEM(combine_routed_bf16, 0)
-MK_KERNEL combine_routed_bf16(const mk::bf16 *results, long long ld_results, const int *placement,
-                              const float *weights, int top_k, mk::bf16 *dest, long long ld,
-                              int rows, int cols) {
-  mk::combine_routed(results, ld_results, placement, weights, top_k, dest, ld, rows, cols);
-}
-
 MK_SMEM(route_census_64, mk::route_smem_bytes<64>())
 MK_KERNEL route_census_64(const int *experts, int tokens, int top_k, const mk_tensor_ref *census,
                           int me, int gpus, mk_routing_report *report) {
@@ -108,13 +90,21 @@ MK_KERNEL route_counts_64(const int *census, int ranks, int me, int expert_first
 
 MK_SMEM(route_rows_bf16, mk::route_smem_bytes<64>())
 MK_KERNEL route_rows_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
-                          long long hidden, const int *census, int me, int gpus, int token_first,
-                          int local_experts, int capacity, const mk_tensor_ref *routed,
-                          const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags,
-                          long long arrivals) {
-  mk::route_rows<64>(rows, experts, tokens, top_k, hidden, census, me, gpus, token_first,
-                     local_experts, capacity, routed, origins, placement, flags, arrivals,
-                     blockIdx.x, gridDim.x, mk_smem);
+                          long long hidden, const int *census, int me, int gpus, int expert_first,
+                          long long origin_first, int local_experts, int capacity,
+                          const mk_tensor_ref *routed, const mk_tensor_ref *origins,
+                          int *placement, mk_u32 *const *flags, long long arrivals) {
+  mk::route_rows<64>(rows, experts, tokens, top_k, hidden, census, me, gpus, expert_first,
+                     origin_first, local_experts, capacity, routed, origins, placement, flags,
+                     arrivals, blockIdx.x, gridDim.x, mk_smem);
+}
+
+MK_SMEM(route_pack_bf16, mk::route_smem_bytes<64>())
+MK_KERNEL route_pack_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
+                          long long hidden, int node, int nodes, int node_experts, mk::bf16 *pack,
+                          int *pack_experts, int *packed, int *return_at) {
+  mk::route_pack<64>(rows, experts, tokens, top_k, hidden, node, nodes, node_experts, pack,
+                     pack_experts, packed, return_at, blockIdx.x, gridDim.x, mk_smem);
 }
 
 MK_SMEM(return_rows_bf16, (mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
@@ -127,7 +117,8 @@ MK_KERNEL return_rows_bf16(const mk::bf16 *tile, const int *origins, int rows, i
 
 MK_SMEM(combine_returned_bf16, 0)
 MK_KERNEL combine_returned_bf16(const mk::bf16 *returned, long long hidden, const int *placement,
-                                const float *weights, int top_k, mk::bf16 *dest, long long ld,
-                                int rows, int cols) {
-  mk::combine_returned(returned, hidden, placement, weights, top_k, dest, ld, rows, cols);
+                                const int *return_at, const float *weights, int top_k,
+                                mk::bf16 *dest, long long ld, int rows, int cols) {
+  mk::combine_returned(returned, hidden, placement, return_at, weights, top_k, dest, ld, rows,
+                       cols);
 }

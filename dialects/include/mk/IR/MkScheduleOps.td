@@ -236,58 +236,6 @@ def Mk_OwnerOp : Mk_Op<"owner", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mk_SelectRoutedOp : Mk_Op<"select_routed"> {
-  let summary = "Pick out, in token order, the rows routed to the experts this rank holds";
-  let description = [{
-    With every rank's tokens and routing at hand (gathered), a rank places the rows routed to
-    each expert it holds in that expert's slots, token by token, and records the rows' origins
-    (token * top_k + j, -1 for an empty slot) and their counts. Every rank places every token the
-    same way, so it also records, for each of its own tokens, where each of its top_k copies went
-    (expert * capacity + slot, or -1 past the capacity): mk.combine_routed finds the results
-    there. Local: no transfers.
-
-    ```mlir
-    mk.select_routed %tokens, %experts into %routed, %counts, %origins, %placement
-        : !mk.tensor<[T, H], bf16, symmetric>, !mk.tensor<[T, K], i32, symmetric>,
-          !mk.tensor<[E, C, H], bf16, shard 0 over world>, !mk.tensor<[E], i32, shard 0 over world>,
-          !mk.tensor<[E, C], i32, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>
-    ```
-  }];
-  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$tokens, Arg<Mk_Tensor, "", [MemRead]>:$experts,
-                       Arg<Mk_Tensor, "", [MemWrite]>:$routed, Arg<Mk_Tensor, "", [MemWrite]>:$counts,
-                       Arg<Mk_Tensor, "", [MemWrite]>:$origins,
-                       Arg<Mk_Tensor, "", [MemWrite]>:$placement);
-  let assemblyFormat = [{
-    $tokens `,` $experts `into` $routed `,` $counts `,` $origins `,` $placement attr-dict `:`
-    qualified(type($tokens)) `,` qualified(type($experts)) `,` qualified(type($routed)) `,`
-    qualified(type($counts)) `,` qualified(type($origins)) `,` qualified(type($placement))
-  }];
-  let hasVerifier = 1;
-}
-
-def Mk_CombineRoutedOp : Mk_Op<"combine_routed"> {
-  let summary = "One tile of tokens: the weighted sum of their experts' results";
-  let description = [{
-    `dest[t, n]` = sum over j of `weights[t, j]` * `results[placement[t, j], n]`, for the rows
-    of one tile of this rank's tokens, from results every rank can read (gathered).
-
-    ```mlir
-    mk.combine_routed %results, %placement, %weights into %Y[%t, %n]
-        : !mk.tensor<[E, C, H], bf16, symmetric>, !mk.tensor<[T, K], i32, shard 0 over world>,
-          !mk.tensor<[T, K], f32, shard 0 over world>, !mk.tensor<[T, H], bf16, shard 0 over world>
-    ```
-  }];
-  let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$results, Arg<Mk_Tensor, "", [MemRead]>:$placement,
-                       Arg<Mk_Tensor, "", [MemRead]>:$weights, Arg<Mk_Tensor, "", [MemWrite]>:$dest,
-                       Variadic<Index>:$indices, DenseI64ArrayAttr:$tile);
-  let assemblyFormat = [{
-    $results `,` $placement `,` $weights `into` $dest `[` $indices `]` `tile` $tile attr-dict `:`
-    qualified(type($results)) `,` qualified(type($placement)) `,` qualified(type($weights)) `,`
-    qualified(type($dest))
-  }];
-  let hasVerifier = 1;
-}
-
 def Mk_RouteCensusOp : Mk_Op<"route_census"> {
   let summary = "Count this rank's routed copies per expert into the census on every GPU of the node";
   let description = [{

@@ -56,7 +56,7 @@ struct KernelLayout {
   std::vector<std::string> tensorMaps;
   /// The copies copy engines make beside the kernel, as mk_engine_copy initialisers.
   std::vector<std::string> engineCopies;
-  /// The experts the program's routing (mk.select_routed, mk.route_census) routes to (0: none),
+  /// The experts the program's routing (mk.route_census) routes to (0: none),
   /// which it reports on.
   int64_t routedExperts = 0;
   /// The CTAs of the role of each op that shares its work among them (mk.route_rows,
