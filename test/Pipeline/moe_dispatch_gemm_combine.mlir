@@ -59,11 +59,11 @@
 // Across nodes, point to point and rail-aligned: the expert grids still walk only the tiles within
 // the row counts; each rank packs the rows bound for the other node and sends them once, with their
 // routing, its census row and their count, to its rail peer, which routes them as the source's
-// own; results of the other node's tokens go back to its rail peer in one transfer.
+// own; results of the other node's copies go back to its rail peer in one transfer, a row a copy.
 // RAIL: mk.role compute ctas {{[0-9]+}} {
 // RAIL: mk.tile_grid (%{{.*}}) over %{{.*}} tiles [1, 128, 128] rows
 // RAIL: mk.return_rows
-// RAIL: mk.send_rows %[[RETURNED:[0-9]+]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %{{.*}} at node %{{.*}} via rdma_proxy : !mk.tensor<[32768, 8, 7168], bf16, symmetric>
+// RAIL: mk.send_rows %[[RETURNED:[0-9]+]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %{{.*}} at node %{{.*}} via rdma_proxy : !mk.tensor<[262144, 1, 7168], bf16, symmetric>
 // RAIL: mk.combine_returned %[[RETURNED]], {{.*}} at
 // RAIL: mk.role dispatch ctas {{[0-9]+}} {
 // RAIL: mk.route_pack {{.*}} experts 256 : {{.*}}, !mk.tensor<[16384, 7168], bf16, symmetric>

@@ -252,7 +252,8 @@ mk.program @ring_2x4 [] mesh <2x4> (%k: !K) {
 // node and sends them, their routing, its census row and their count to its rail peer there,
 // once; the rail peer passes the census row on to its node's GPUs and routes the rows as the
 // source's own. Results come back to 2N regions: one per node for this rank's tokens, one per node
-// for the tokens a rail peer sent, which go back to it once the node's compute CTAs are done.
+// for the copies a rail peer sent, which go back to it, one row a copy, once the node's compute
+// CTAs are done.
 // CHECK-LABEL: mk.program @moe_2x4
 // CHECK: mk.flags @routing_returned [1]
 // CHECK: mk.flags @routing_back [1]
@@ -260,19 +261,19 @@ mk.program @ring_2x4 [] mesh <2x4> (%k: !K) {
 // CHECK: %[[CENSUS:.+]] = mk.buffer : !mk.tensor<[8, 16], i32, symmetric>
 // CHECK: %[[PACK:.+]] = mk.buffer : !mk.tensor<[256, 256], bf16, symmetric>
 // CHECK: %[[PACKX:.+]] = mk.buffer : !mk.tensor<[256, 2], i32, symmetric>
-// CHECK: %[[PACKED:.+]] = mk.buffer : !mk.tensor<[2], i32, symmetric>
+// CHECK: %[[PACKED:.+]] = mk.buffer : !mk.tensor<[4], i32, symmetric>
 // CHECK: %[[AT:.+]] = mk.buffer : !mk.tensor<[1024, 2], i32, shard 0 over world>
-// CHECK: %[[RECEIVED:.+]] = mk.buffer : !mk.tensor<[2], i32, symmetric>
+// CHECK: %[[RECEIVED:.+]] = mk.buffer : !mk.tensor<[4], i32, symmetric>
 // CHECK: %[[RECV:.+]] = mk.buffer : !mk.tensor<[256, 256], bf16, symmetric>
 // CHECK: %[[RECVX:.+]] = mk.buffer : !mk.tensor<[256, 2], i32, symmetric>
-// CHECK: %[[RETURNED:.+]] = mk.buffer : !mk.tensor<[512, 2, 256], bf16, symmetric>
+// CHECK: %[[RETURNED:.+]] = mk.buffer : !mk.tensor<[1024, 1, 256], bf16, symmetric>
 // CHECK: mk.role compute {
 // CHECK: mk.return_rows %{{.*}} into %[[RETURNED]]
 // CHECK: mk.signal @routing_returned[%{{.*}}] at gpu %{{.*}} via nvlink_store
 // CHECK: mk.single_cta {
 // CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 4 per_cta_of compute
 // CHECK: mk.wait @routing_received[%[[SOURCE:.+]]] count 1
-// CHECK: mk.send_rows %[[RETURNED]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %[[RECEIVED]][%[[SOURCE]]] at node %[[SOURCE]] via rdma_proxy
+// CHECK: mk.send_rows %[[RETURNED]][%{{.*}}] -> %[[RETURNED]][%{{.*}}] count %[[RECEIVED]][%{{.*}}] at node %[[SOURCE]] via rdma_proxy
 // CHECK-NEXT: mk.signal @routing_back[%{{.*}}] at node %[[SOURCE]] via rdma_proxy
 // CHECK: mk.tile_grid
 // CHECK-NEXT: mk.wait @routing_returned[%{{.*}}] count 4 per_cta_of compute
@@ -287,6 +288,7 @@ mk.program @ring_2x4 [] mesh <2x4> (%k: !K) {
 // CHECK-NEXT: mk.wait @routing_packed[%{{.*}}] count 1 per_cta_of dispatch
 // CHECK: mk.send_rows %[[CENSUS]][%[[ME:.+]]] -> %[[CENSUS]][%[[ME]]] at node %[[PEER:.+]] via rdma_proxy
 // CHECK-NEXT: mk.send_rows %[[PACKED]][%[[PEER]]] -> %[[RECEIVED]][%{{.*}}] at node %[[PEER]] via rdma_proxy
+// CHECK: mk.send_rows %[[PACKED]][%{{.*}}] -> %[[RECEIVED]][%{{.*}}] at node %[[PEER]] via rdma_proxy
 // CHECK: mk.send_rows %[[PACK]][%{{.*}}] -> %[[RECV]][%{{.*}}] count %[[PACKED]][%[[PEER]]] at node %[[PEER]] via rdma_proxy
 // CHECK-NEXT: mk.send_rows %[[PACKX]][%{{.*}}] -> %[[RECVX]][%{{.*}}] count %[[PACKED]][%[[PEER]]] at node %[[PEER]] via rdma_proxy
 // CHECK-NEXT: mk.signal @routing_received[%{{.*}}] at node %[[PEER]] via rdma_proxy

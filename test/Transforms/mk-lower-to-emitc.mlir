@@ -296,22 +296,22 @@ mk.program @routing_nodes [] mesh <2x1> (%x: !mk.tensor<[256, 512], bf16, shard 
   %origins = mk.buffer : !mk.tensor<[8, 256], i32, shard 0 over world>
   %pack = mk.buffer : !mk.tensor<[256, 512], bf16, symmetric>
   %pe = mk.buffer : !mk.tensor<[256, 4], i32, symmetric>
-  %n = mk.buffer : !mk.tensor<[2], i32, symmetric>
+  %n = mk.buffer : !mk.tensor<[4], i32, symmetric>
   %at = mk.buffer : !mk.tensor<[256, 4], i32, shard 0 over world>
-  %slots = mk.buffer : !mk.tensor<[256, 4], i32, symmetric>
-  %back = mk.buffer : !mk.tensor<[512, 4, 512], bf16, symmetric>
+  %slots = mk.buffer : !mk.tensor<[512, 4], i32, symmetric>
+  %back = mk.buffer : !mk.tensor<[2048, 1, 512], bf16, symmetric>
   mk.role dispatch ctas 2 {
-    mk.route_pack %x, %e into %pack, %pe, %n, %at experts 8 : !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2], i32, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>
+    mk.route_pack %x, %e into %pack, %pe, %n, %at experts 8 : !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[4], i32, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>
     mk.single_cta {
-      mk.send_rows %pack[%c1] -> %pack[%c0] count %n[%c1] at node %c1 via rdma_proxy : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[2], i32, symmetric>
+      mk.send_rows %pack[%c1] -> %pack[%c0] count %n[%c1] at node %c1 via rdma_proxy : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[4], i32, symmetric>
       mk.signal @received[%c0] at node %c1 via rdma_proxy
       mk.send_rows %census[%c1] -> %census[%c1] at gpu %c0 via nvlink_store : !mk.tensor<[2, 8], i32, symmetric>, !mk.tensor<[2, 8], i32, symmetric>
     }
-    mk.route_rows %pack, %pe, %census into %routed, %origins, %slots arrivals @arrived from node %c1 count %n[%c1] : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2, 8], i32, symmetric>, !mk.tensor<[8, 256, 512], bf16, shard 0 over world>, !mk.tensor<[8, 256], i32, shard 0 over world>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2], i32, symmetric>
+    mk.route_rows %pack, %pe, %census into %routed, %origins, %slots arrivals @arrived from node %c1 count %n[%c1] : !mk.tensor<[256, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, symmetric>, !mk.tensor<[2, 8], i32, symmetric>, !mk.tensor<[8, 256, 512], bf16, shard 0 over world>, !mk.tensor<[8, 256], i32, shard 0 over world>, !mk.tensor<[512, 4], i32, symmetric>, !mk.tensor<[4], i32, symmetric>
   }
   mk.role compute ctas 130 {
     mk.tile_grid (%t, %c) over %y tiles [128, 256] : !mk.tensor<[256, 512], bf16, shard 0 over world> {
-      mk.combine_returned %back, %at, %w into %y[%t, %c] tile [128, 256] at %at : !mk.tensor<[512, 4, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 4], f32, shard 0 over world>, !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>
+      mk.combine_returned %back, %at, %w into %y[%t, %c] tile [128, 256] at %at : !mk.tensor<[2048, 1, 512], bf16, symmetric>, !mk.tensor<[256, 4], i32, shard 0 over world>, !mk.tensor<[256, 4], f32, shard 0 over world>, !mk.tensor<[256, 512], bf16, shard 0 over world>, !mk.tensor<[256, 4], i32, shard 0 over world>
     }
   }
 }

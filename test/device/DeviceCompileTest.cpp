@@ -76,10 +76,10 @@ TEST_CASE("tile functions compile without spills: splat, convert, arithmetic, ac
 TEST_CASE("rank-1 tiles, reductions, broadcasts, attention steps and routing compile without "
           "spills",
           "[device][vector]") {
-  requireClean("vector.cu", {"vector_ops_f32", "vector_ops_bf16", "vector_ops_f32_128x256",
-                             "attention_block_bf16", "route_census_64", "route_counts_64",
-                             "route_rows_bf16", "route_pack_bf16", "return_rows_bf16",
-                             "combine_returned_bf16"});
+  requireClean("vector.cu",
+               {"vector_ops_f32", "vector_ops_bf16", "vector_ops_f32_128x256",
+                "attention_block_bf16", "route_census_64", "route_counts_64", "route_rows_bf16",
+                "route_pack_bf16", "return_rows_bf16", "combine_returned_bf16"});
 }
 
 TEST_CASE("communication functions compile without spills: copy_region(_bulk), signal, wait, "

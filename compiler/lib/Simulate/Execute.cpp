@@ -421,11 +421,10 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         return Outcome::blocked;
       })
       .Case<RouteCensusOp, RouteCountsOp, RouteRowsOp, RoutePackOp, ReturnRowsOp,
-            CombineReturnedOp>(
-          [&](auto routing) -> FailureOr<Outcome> {
-            runRouting(thread, routing);
-            return Outcome::next;
-          })
+            CombineReturnedOp>([&](auto routing) -> FailureOr<Outcome> {
+        runRouting(thread, routing);
+        return Outcome::next;
+      })
       .Default([&](Operation *other) -> FailureOr<Outcome> {
         return other->emitOpError() << "mk-sim: does not model this op";
       });

@@ -135,6 +135,30 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
       placement.data.at({firstToken + t, j}) =
           static_cast<float>(slot < capacity ? e * capacity + slot : -1);
     }
+  // Rows a rail peer packed: a copy to this node comes back to the row of its index among the
+  // peer's copies to this node, kept after the slots.
+  int64_t nodeFirst = rankOf(rank.node, 0) * perRank, nodeEnd = nodeFirst + gpus * perRank;
+  auto here = [&](int64_t t, int64_t j) {
+    int64_t e = expertOf(t, j);
+    return e >= nodeFirst && e < nodeEnd;
+  };
+  std::vector<int64_t> returnRows;
+  if (op.getSource()) {
+    int64_t q = 0;
+    for (int64_t t = 0; t < begin; ++t)
+      for (int64_t j = 0; j < topK; ++j)
+        q += here(t, j);
+    int64_t second = nodes * regionRows;
+    writeBox(r, idOf(op.getPlacement()),
+             Box{{second + firstToken + begin, 0}, {second + firstToken + end, topK}}, me,
+             thread.clock, /*combine=*/false);
+    for (int64_t t = begin; t < end; ++t)
+      for (int64_t j = 0; j < topK; ++j) {
+        returnRows.push_back(here(t, j) ? q : -1);
+        if (here(t, j))
+          placement.data.at({second + firstToken + t, j}) = static_cast<float>(q++);
+      }
+  }
 
   // The rows to this node's experts, expert by expert in the device's order, each expert's
   // arrival after its rows. A result comes back to this node's GPU of the source's index, into
@@ -156,7 +180,8 @@ void Machine::runRouting(Thread &thread, RouteRowsOp op) {
           send(thread, op, to, op.getRouted(), Box{{e, slot, 0}, {e + 1, slot + 1, hidden}}, row);
           auto origin = std::make_shared<Tile>(ArrayRef<int64_t>{1, 1},
                                                op.getOrigins().getType().getElementType());
-          origin->at(0, 0) = static_cast<float>(originFirst + t * topK + j);
+          origin->at(0, 0) =
+              static_cast<float>(originFirst + (op.getSource() ? returnRows[c] : t * topK + j));
           send(thread, op, to, op.getOrigins(), Box{{e, slot}, {e + 1, slot + 1}}, origin);
         }
       Transfer transfer{Transfer::Kind::signal};
@@ -207,9 +232,13 @@ void Machine::runRouting(Thread &thread, RoutePackOp op) {
           return true;
       return false;
     };
-    int64_t p = 0;
-    for (int64_t t = 0; t < begin; ++t)
+    // The tokens bound for m before this CTA's, and their copies to m.
+    int64_t p = 0, q = 0;
+    for (int64_t t = 0; t < begin; ++t) {
       p += bound(t);
+      for (int64_t j = 0; j < topK; ++j)
+        q += nodeOf(t, j) == m;
+    }
     int64_t first = p;
     for (int64_t t = begin; t < end; ++t) {
       if (!bound(t))
@@ -220,7 +249,7 @@ void Machine::runRouting(Thread &thread, RoutePackOp op) {
       for (int64_t j = 0; j < topK; ++j) {
         packExperts.data.at({slot, j}) = experts.data.at({firstToken + t, j});
         if (nodeOf(t, j) == m)
-          returnAt.data.at({firstToken + t, j}) = static_cast<float>(m * region + p * topK + j);
+          returnAt.data.at({firstToken + t, j}) = static_cast<float>(m * region + q++);
       }
       ++p;
     }
@@ -228,11 +257,13 @@ void Machine::runRouting(Thread &thread, RoutePackOp op) {
              thread.clock, false);
     writeBox(r, idOf(op.getPackExperts()), Box{{m * perRank + first, 0}, {m * perRank + p, topK}},
              me, thread.clock, false);
-    if (last)
+    if (last) {
       packed.data.at({m}) = static_cast<float>(p);
+      packed.data.at({nodes + m}) = static_cast<float>(q);
+    }
   }
   if (last)
-    packed.data.at({rank.node}) = 0;
+    packed.data.at({rank.node}) = packed.data.at({nodes + rank.node}) = 0;
 }
 
 void Machine::runRouting(Thread &thread, ReturnRowsOp op) {
@@ -279,11 +310,12 @@ void Machine::runRouting(Thread &thread, CombineReturnedOp op) {
   readBox(r, idOf(op.getWeights()), rows, me, thread.clock);
   // Where copy (t, j)'s result lies: row t, j of `returned`, or the row `at` says.
   const Tensor *returnAt = op.getReturnAt() ? &tensorOf(r, op.getReturnAt()) : nullptr;
+  int64_t slices = returned.data.layout.global[1];
   auto resultOf = [&](int64_t t, int64_t j) -> std::pair<int64_t, int64_t> {
     if (!returnAt)
       return {t, j};
     int64_t row = integerAt(returnAt->data, {t, j});
-    return {row / topK, row % topK};
+    return {row / slices, row % slices};
   };
   if (returnAt)
     readBox(r, idOf(op.getReturnAt()), rows, me, thread.clock);

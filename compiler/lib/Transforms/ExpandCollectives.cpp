@@ -929,12 +929,12 @@ void Expander::routePointToPoint(DispatchOp op) {
     Type element = tokensType.getElementType();
     Value pack = buffer(loc, {regions, tokensType.getShape()[1]}, element);
     Value packExperts = buffer(loc, {regions, topK}, i32);
-    Value packed = buffer(loc, {nodes}, i32);
+    Value packed = buffer(loc, {2 * nodes}, i32);
     returnAt = buffer(loc, op.getExperts().getType());
-    received = buffer(loc, {nodes}, i32);
+    received = buffer(loc, {2 * nodes}, i32);
     recv = buffer(loc, {regions, tokensType.getShape()[1]}, element);
     recvExperts = buffer(loc, {regions, topK}, i32);
-    slots = buffer(loc, {regions, topK}, i32);
+    slots = buffer(loc, {2 * regions, topK}, i32);
     FlatSymbolRefAttr packedFlags = flags("routing_packed", 1);
     receivedFlags = flags("routing_received", nodes);
 
@@ -944,13 +944,16 @@ void Expander::routePointToPoint(DispatchOp op) {
     single([&](OpBuilder &ob) {
       wait(ob, packedFlags, zero, 1, RoleKind::dispatch);
       auto [node, gpu] = place(ob, loc);
-      Value me = arith::AddIOp::create(ob, loc, arith::MulIOp::create(ob, loc, node,
-                                                                       constant(gpus)),
-                                       gpu);
+      Value me =
+          arith::AddIOp::create(ob, loc, arith::MulIOp::create(ob, loc, node, constant(gpus)), gpu);
       forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value peer) {
         Peer rail{PeerScope::node, peer, Link::rdma_proxy};
         send(nb, census, me, census, me, Value(), Value(), rail);
+        auto second = [&](Value index) {
+          return arith::AddIOp::create(nb, loc, index, constant(nodes));
+        };
         send(nb, packed, peer, received, node, Value(), Value(), rail);
+        send(nb, packed, second(peer), received, second(node), Value(), Value(), rail);
         Value from = regionOf(nb, peer), to = regionOf(nb, node);
         send(nb, pack, from, recv, to, packed, peer, rail);
         send(nb, packExperts, from, recvExperts, to, packed, peer, rail);
@@ -1030,14 +1033,15 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
   DistTensorType dest = op.getDest().getType(), weights = op.getWeights().getType();
   TileType tile = op.getValue().getType();
   // Each result row goes back to its token's slot, [T, K, H] sharded as the tokens are; across
-  // nodes to the regions of a symmetric buffer that mk.route_rows describes.
+  // nodes to a row of the regions of a symmetric buffer that mk.route_rows describes.
   int64_t topK = weights.getShape()[1], hidden = dest.getShape()[1];
+  int64_t region = routing.perRank * topK;
   auto returnedType =
       nodes == 1 ? DistTensorType::get({dest.getShape()[0], topK, hidden}, dest.getElementType(),
                                        dest.getPlacement())
-                 : DistTensorType::get(
-                       {RouteRowsOp::returnRegions(nodes) * routing.perRank, topK, hidden},
-                       dest.getElementType(), PlacementAttr::get(context, PlacementKind::symmetric));
+                 : DistTensorType::get({RouteRowsOp::returnRegions(nodes) * region, 1, hidden},
+                                       dest.getElementType(),
+                                       PlacementAttr::get(context, PlacementKind::symmetric));
   Value returned = buffer(loc, returnedType);
   OpBuilder fb = OpBuilder::atBlockBegin(&program.getBodyBlock());
   FlagsOp::create(fb, loc, "routing_returned", ArrayRef<int64_t>{1});
@@ -1080,11 +1084,10 @@ void Expander::returnPointToPoint(CombineOp op, TileGridOp grid) {
     forEachOtherNode(ob, loc, [&](OpBuilder &nb, Value source) {
       WaitOp::create(nb, loc, routing.receivedFlags, ValueRange{source}, nb.getI64IntegerAttr(1));
       auto [node, gpu] = place(nb, loc);
-      Value from = arith::MulIOp::create(
-          nb, loc, arith::AddIOp::create(nb, loc, source, constant(nodes)),
-          constant(routing.perRank));
-      Value to = arith::MulIOp::create(nb, loc, node, constant(routing.perRank));
-      SendRowsOp::create(nb, loc, returned, from, returned, to, routing.received, source,
+      Value second = arith::AddIOp::create(nb, loc, source, constant(nodes));
+      Value from = arith::MulIOp::create(nb, loc, second, constant(region));
+      Value to = arith::MulIOp::create(nb, loc, node, constant(region));
+      SendRowsOp::create(nb, loc, returned, from, returned, to, routing.received, second,
                          PeerScopeAttr::get(context, PeerScope::node), source,
                          LinkAttr::get(context, Link::rdma_proxy));
       SignalOp::create(nb, loc, backFlags, ValueRange{zero},

@@ -1259,8 +1259,7 @@ LogicalResult RouteRowsOp::verify() {
   if (forwarded != static_cast<bool>(getCount()) || forwarded != static_cast<bool>(getCountIndex()))
     return emitOpError() << "names the source node and its count together";
   auto verifyRows = [&](DistTensorType type, StringRef what) {
-    return forwarded ? verifyNodeRegions(*this, type, what)
-                     : verifyTokenSharded(*this, type, what);
+    return forwarded ? verifyNodeRegions(*this, type, what) : verifyTokenSharded(*this, type, what);
   };
   if (forwarded && failed(verifyNodeCounts(*this, getCount().getType(), "the token counts")))
     return failure();
@@ -1282,7 +1281,8 @@ LogicalResult RouteRowsOp::verify() {
                          << " but routed rows are " << routed.getElementType();
   return failure(
       failed(verifyDimsMatch(*this, tokens.getDim(0), experts.getDim(0), "token counts")) ||
-      failed(verifyDimsMatch(*this, experts.getDim(0), placement.getDim(0), "token counts")) ||
+      (!forwarded &&
+       failed(verifyDimsMatch(*this, experts.getDim(0), placement.getDim(0), "token counts"))) ||
       failed(verifyDimsMatch(*this, experts.getDim(1), placement.getDim(1), "top-k")) ||
       failed(verifyDimsMatch(*this, tokens.getDim(1), routed.getDim(2), "hidden sizes")) ||
       failed(verifyDimsMatch(*this, census.getDim(1), routed.getDim(0), "expert counts")) ||
@@ -1335,13 +1335,11 @@ LogicalResult CombineReturnedOp::verify() {
         failed(verifyDimsMatch(*this, at.getType().getDim(0), dest.getDim(0), "token counts")) ||
         failed(verifyDimsMatch(*this, at.getType().getDim(1), placement.getDim(1), "top-k")))
       return failure();
-  } else if (failed(
-                 verifyDimsMatch(*this, returned.getDim(0), dest.getDim(0), "token counts"))) {
+  } else if (failed(verifyDimsMatch(*this, returned.getDim(0), dest.getDim(0), "token counts")) ||
+             failed(verifyDimsMatch(*this, returned.getDim(1), placement.getDim(1), "top-k"))) {
     return failure();
   }
-  return failure(
-      failed(verifyDimsMatch(*this, returned.getDim(1), placement.getDim(1), "top-k")) ||
-      failed(verifyDimsMatch(*this, returned.getDim(2), dest.getDim(1), "hidden sizes")));
+  return verifyDimsMatch(*this, returned.getDim(2), dest.getDim(1), "hidden sizes");
 }
 
 LogicalResult RoutePackOp::verify() {
@@ -1374,8 +1372,7 @@ LogicalResult SendRowsOp::verify() {
   DistTensorType source = getSource().getType(), dest = getDest().getType();
   for (auto [type, what] : {std::pair{source, "source"}, std::pair{dest, "destination"}})
     if (type.getPlacement().getKind() != PlacementKind::symmetric)
-      return emitOpError() << "sends between symmetric tensors, and its " << what << " is "
-                           << type;
+      return emitOpError() << "sends between symmetric tensors, and its " << what << " is " << type;
   if (source.getElementType() != dest.getElementType())
     return emitOpError() << "dtype mismatch: sends " << source.getElementType() << " into "
                          << dest.getElementType();

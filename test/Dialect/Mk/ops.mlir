@@ -350,21 +350,21 @@ mk.program @unpartitioned [] mesh <1x2> () {
 // the rail peer with a count the GPU keeps, routed there as the peer's own, and a tile of tokens
 // combined from the rows its results came back to.
 // CHECK-LABEL: mk.program @routing
-// CHECK: mk.route_pack %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} experts 8 : !mk.tensor<[64, 32], bf16, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[2], i32, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>
-// CHECK: mk.send_rows %{{.*}}[%{{.*}}] -> %{{.*}}[%{{.*}}] count %{{.*}}[%{{.*}}] at node %{{.*}} via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[2], i32, symmetric>
+// CHECK: mk.route_pack %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} experts 8 : !mk.tensor<[64, 32], bf16, shard 0 over world>, !mk.tensor<[64, 2], i32, shard 0 over world>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 2], i32, symmetric>, !mk.tensor<[4], i32, symmetric>, !mk.tensor<[64, 2], i32, shard 0 over world>
+// CHECK: mk.send_rows %{{.*}}[%{{.*}}] -> %{{.*}}[%{{.*}}] count %{{.*}}[%{{.*}}] at node %{{.*}} via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[4], i32, symmetric>
 // CHECK: mk.send_rows %{{.*}}[%{{.*}}] -> %{{.*}}[%{{.*}}] at gpu %{{.*}} via nvlink_store : !mk.tensor<[4, 8], i32, symmetric>, !mk.tensor<[4, 8], i32, symmetric>
-// CHECK: mk.route_rows %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}} arrivals @arrived from node %{{.*}} count %{{.*}}[%{{.*}}] : {{.*}}, !mk.tensor<[2], i32, symmetric>
+// CHECK: mk.route_rows %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}} arrivals @arrived from node %{{.*}} count %{{.*}}[%{{.*}}] : {{.*}}, !mk.tensor<[4], i32, symmetric>
 // CHECK: mk.combine_returned %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] tile [16, 32] at %{{.*}} : {{.*}}, !mk.tensor<[64, 2], i32, shard 0 over world>
 !X = !mk.tensor<[64, 32], bf16, shard 0 over world>
 !E = !mk.tensor<[64, 2], i32, shard 0 over world>
 !P = !mk.tensor<[64, 32], bf16, symmetric>
 !PE = !mk.tensor<[64, 2], i32, symmetric>
-!N = !mk.tensor<[2], i32, symmetric>
+!N = !mk.tensor<[4], i32, symmetric>
 !C = !mk.tensor<[4, 8], i32, symmetric>
 mk.program @routing [] mesh <2x2> (
     %x: !X, %e: !E, %pack: !P, %pe: !PE, %n: !N, %at: !E, %census: !C,
     %r: !mk.tensor<[8, 16, 32], bf16, shard 0 over world>, %o: !mk.tensor<[8, 16], i32, shard 0 over world>,
-    %back: !mk.tensor<[128, 2, 32], bf16, symmetric>, %w: !mk.tensor<[64, 2], f32, shard 0 over world>,
+    %back: !mk.tensor<[512, 1, 32], bf16, symmetric>, %w: !mk.tensor<[64, 2], f32, shard 0 over world>,
     %y: !X) grid 8 {
   mk.flags @arrived [8]
   mk.role dispatch ctas 4 {
@@ -376,7 +376,7 @@ mk.program @routing [] mesh <2x2> (
   }
   mk.role compute ctas 4 {
     mk.tile_grid (%i, %j) over %y tiles [16, 32] : !X {
-      mk.combine_returned %back, %e, %w into %y[%i, %j] tile [16, 32] at %at : !mk.tensor<[128, 2, 32], bf16, symmetric>, !E, !mk.tensor<[64, 2], f32, shard 0 over world>, !X, !E
+      mk.combine_returned %back, %e, %w into %y[%i, %j] tile [16, 32] at %at : !mk.tensor<[512, 1, 32], bf16, symmetric>, !E, !mk.tensor<[64, 2], f32, shard 0 over world>, !X, !E
     }
   }
 }

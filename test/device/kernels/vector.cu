@@ -92,8 +92,8 @@ MK_SMEM(route_rows_bf16, mk::route_smem_bytes<64>())
 MK_KERNEL route_rows_bf16(const mk::bf16 *rows, const int *experts, int tokens, int top_k,
                           long long hidden, const int *census, int me, int gpus, int expert_first,
                           long long origin_first, int local_experts, int capacity,
-                          const mk_tensor_ref *routed, const mk_tensor_ref *origins,
-                          int *placement, mk_u32 *const *flags, long long arrivals) {
+                          const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
+                          mk_u32 *const *flags, long long arrivals) {
   mk::route_rows<64>(rows, experts, tokens, top_k, hidden, census, me, gpus, expert_first,
                      origin_first, local_experts, capacity, routed, origins, placement, flags,
                      arrivals, blockIdx.x, gridDim.x, mk_smem);

@@ -274,8 +274,7 @@ struct SendRowsLowering : LoweringPattern<SendRowsOp> {
                                           adaptor.getCount(), adaptor.getCountIndex())
                                 : Value();
     CallArg slices = call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "int"),
-                          "mk::slices",
-                          {count ? CallArg(count) : CallArg(std::string("nullptr"))})
+                          "mk::slices", {count ? CallArg(count) : CallArg(std::string("nullptr"))})
                          .getResult(0);
     Value from = a.mul(adaptor.getFrom(), slice), to = a.mul(adaptor.getTo(), slice);
     needSymmetric(op.getDest());

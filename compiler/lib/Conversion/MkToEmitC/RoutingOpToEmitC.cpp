@@ -111,7 +111,8 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
     // The rows routed: this rank's, or those the rail peer on node `source` packed for this node
     // (region source of the received tensors), routed as that peer's (its index in the census).
     int64_t topK = experts.getShape()[1], nodes = mesh.getNodes(), gpus = mesh.getGpus();
-    int64_t perRank = op.getSource() ? tokens.getShape()[0] / nodes : tokens.getLocalExtent(0, mesh);
+    int64_t perRank =
+        op.getSource() ? tokens.getShape()[0] / nodes : tokens.getLocalExtent(0, mesh);
     Value source = op.getSource() ? adaptor.getSource() : layout.node;
     Value first = op.getSource() ? a.mul(source, perRank) : a.constant(0);
     CallArg tokenCount = std::to_string(perRank);
@@ -123,25 +124,35 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
     // A result comes back to this node's GPU of the token rank's index, into the region for its
     // node (mk.route_rows's returnRegions).
     Value region = op.getSource() ? a.add(source, a.constant(nodes)) : source;
-    Value originFirst =
-        a.add(a.mul(layout.gpu, RouteRowsOp::returnRegions(nodes) * perRank * topK),
-              a.mul(region, perRank * topK));
+    Value originFirst = a.add(a.mul(layout.gpu, RouteRowsOp::returnRegions(nodes) * perRank * topK),
+                              a.mul(region, perRank * topK));
     int64_t localExperts = routed.getLocalExtent(0, mesh);
     call(rewriter, loc, {}, "mk::route_rows",
          {pointer(rewriter, loc, tokens, adaptor.getTokens(), a.mul(first, tokens.getShape()[1])),
-          pointer(rewriter, loc, experts, adaptor.getExperts(), a.mul(first, topK)), tokenCount,
-          std::to_string(topK), std::to_string(tokens.getShape()[1]),
+          pointer(rewriter, loc, experts, adaptor.getExperts(), a.mul(first, topK)),
+          tokenCount,
+          std::to_string(topK),
+          std::to_string(tokens.getShape()[1]),
           pointer(rewriter, loc, census, adaptor.getCensus(), a.constant(0)),
-          a.add(a.mul(source, gpus), layout.gpu), std::to_string(gpus),
-          a.mul(layout.node, gpus * localExperts), originFirst, std::to_string(localExperts),
+          a.add(a.mul(source, gpus), layout.gpu),
+          std::to_string(gpus),
+          a.mul(layout.node, gpus * localExperts),
+          originFirst,
+          std::to_string(localExperts),
           std::to_string(routed.getShape()[1]),
           call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getRouted()}).getResult(0),
           call(rewriter, loc, ref, "mk::tensor_ref", {adaptor.getOrigins()}).getResult(0),
           pointer(rewriter, loc, op.getPlacement().getType(), adaptor.getPlacement(),
                   a.mul(first, topK)),
+          op.getSource()
+              ? CallArg(pointer(rewriter, loc, op.getPlacement().getType(), adaptor.getPlacement(),
+                                a.mul(a.add(first, a.constant(nodes * perRank)), topK)))
+              : CallArg(std::string("nullptr")),
           call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
           flagOffset(a, layout, op.getArrivals(), {a.constant(0)}),
-          a.sub(cta, a.constant(firstCta)), std::to_string(ctas), std::string("mk_smem")},
+          a.sub(cta, a.constant(firstCta)),
+          std::to_string(ctas),
+          std::string("mk_smem")},
          {count});
     rewriter.eraseOp(op);
     return success();
@@ -172,8 +183,9 @@ struct RoutePackLowering : LoweringPattern<RoutePackOp> {
           std::to_string(tokens.getShape()[1]), layout.node, std::to_string(mesh.getNodes()),
           std::to_string(numExperts / mesh.getNodes()), start(op.getPack(), adaptor.getPack()),
           start(op.getPackExperts(), adaptor.getPackExperts()),
-          start(op.getPacked(), adaptor.getPacked()), start(op.getReturnAt(), adaptor.getReturnAt()),
-          a.sub(cta, a.constant(firstCta)), std::to_string(ctas), std::string("mk_smem")},
+          start(op.getPacked(), adaptor.getPacked()),
+          start(op.getReturnAt(), adaptor.getReturnAt()), a.sub(cta, a.constant(firstCta)),
+          std::to_string(ctas), std::string("mk_smem")},
          {count});
     rewriter.eraseOp(op);
     return success();
@@ -243,9 +255,9 @@ struct CombineReturnedLowering : LoweringPattern<CombineReturnedOp> {
          {pointer(rewriter, loc, returned, adaptor.getReturned(), a.add(firstRow, at.start[1])),
           std::to_string(hidden),
           pointer(rewriter, loc, placement, adaptor.getPlacement(), routing),
-          returnAt ? CallArg(pointer(rewriter, loc, returnAt.getType(), adaptor.getReturnAt(),
-                                     routing))
-                   : CallArg(std::string("nullptr")),
+          returnAt
+              ? CallArg(pointer(rewriter, loc, returnAt.getType(), adaptor.getReturnAt(), routing))
+              : CallArg(std::string("nullptr")),
           pointer(rewriter, loc, op.getWeights().getType(), adaptor.getWeights(), routing),
           std::to_string(topK), pointer(rewriter, loc, dest, adaptor.getDest(), at.offset), at.ld,
           at.rows, at.cols});
@@ -259,8 +271,7 @@ struct CombineReturnedLowering : LoweringPattern<CombineReturnedOp> {
 void mlir::mk::to_emitc::populateRoutingOpToEmitCPatterns(const TypeConverter &converter,
                                                           RewritePatternSet &patterns,
                                                           KernelLayout &layout) {
-  patterns.add<RouteCensusLowering,
-               RouteCountsLowering, RouteRowsLowering, RoutePackLowering, ReturnRowsLowering,
-               CombineReturnedLowering>(
-      converter, patterns.getContext(), layout);
+  patterns.add<RouteCensusLowering, RouteCountsLowering, RouteRowsLowering, RoutePackLowering,
+               ReturnRowsLowering, CombineReturnedLowering>(converter, patterns.getContext(),
+                                                            layout);
 }

@@ -302,14 +302,15 @@ def Mk_RouteRowsOp : Mk_Op<"route_rows", [AttrSizedOperandSegments,
     ```
 
     Across nodes only the experts of this node are served, and a result comes back to
-    `returned` on the GPU of this node with the token's GPU index: [2 N T_r, K, H] there (see
-    `returnRegions`), regions 0 to N - 1 for the results of that GPU's tokens by node, N + n for
-    those of the tokens its rail peer on node n sent; an origin is the GPU times 2 N T_r K plus a
-    row of its regions (token * K + j in region `own node`). With `from node %n count %c[%i]`,
-    the rows are those node n's rail peer packed for this node (mk.route_pack) and sent here:
-    region n of `tokens`, `experts` and `placement` ([N T_r, H] and [N T_r, K], symmetric), of
-    `c[i]` tokens, routed as the rail peer's own (its census row, its copies in token order),
-    their results to region N + n.
+    `returned` on the GPU of this node with the token's GPU index: rows of H there, in 2 N regions
+    of T_r K rows (see `returnRegions`), regions 0 to N - 1 for the results of that GPU's tokens
+    by node, N + n for those of the tokens its rail peer on node n sent; an origin is the GPU
+    times 2 N T_r K plus a row of its regions (token * K + j in region `own node`). With `from
+    node %n count %c[%i]`, the rows are those node n's rail peer packed for this node
+    (mk.route_pack) and sent here: region n of `tokens` and `experts` ([N T_r, H] and [N T_r, K],
+    symmetric), of `c[i]` tokens, routed as the rail peer's own (its census row, its copies in
+    token order); a copy's result goes to row q of region N + n, q its index among the peer's
+    copies to this node, which `placement` ([2 N T_r, K]: the slots, then the q) keeps.
 
     ```mlir
     mk.route_rows %recv, %recv_experts, %census into %routed, %origins, %slots arrivals @arrived
@@ -345,18 +346,18 @@ def Mk_RoutePackOp : Mk_Op<"route_pack"> {
     Point-to-point routing across nodes: a row crosses the network once for each node that holds
     one of its token's experts. For each other node m, the tokens with a copy routed to an
     expert of m are numbered in token order (p); the token's row goes to `pack[m T_r + p]` and its
-    routing row to `pack_experts[m T_r + p]` (T_r tokens a rank), and `packed[m]` becomes their
-    number. `return_at[t, j]` becomes the row (flattened [N T_r K]) of `returned` where copy
-    (t, j)'s result comes back: m T_r K + p K + j for an expert of node m, (own node) T_r K +
-    t K + j for one of this node, -1 outside [0, num_experts) (experts are dealt to the nodes in
-    equal blocks). Each CTA of the role packs its share of the tokens (token-major chunks), the
-    last one writes `packed`.
+    routing row to `pack_experts[m T_r + p]` (T_r tokens a rank), `packed[m]` becomes their number
+    and `packed[N + m]` that of their copies to m. `return_at[t, j]` becomes the row of `returned`
+    (rows of H) where copy (t, j)'s result comes back: m T_r K + its index among the copies to m
+    (token-major) for an expert of node m, (own node) T_r K + t K + j for one of this node, -1
+    outside [0, num_experts) (experts are dealt to the nodes in equal blocks). Each CTA of the
+    role packs its share of the tokens (token-major chunks), the last one writes `packed`.
 
     ```mlir
     mk.route_pack %x, %experts into %pack, %pack_experts, %packed, %return_at experts 64
         : !mk.tensor<[T, H], bf16, shard 0 over world>, !mk.tensor<[T, K], i32, shard 0 over world>,
           !mk.tensor<[2048, H], bf16, symmetric>, !mk.tensor<[2048, K], i32, symmetric>,
-          !mk.tensor<[2], i32, symmetric>, !mk.tensor<[T, K], i32, shard 0 over world>
+          !mk.tensor<[4], i32, symmetric>, !mk.tensor<[T, K], i32, shard 0 over world>
     ```
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$tokens, Arg<Mk_Tensor, "", [MemRead]>:$experts,
@@ -442,8 +443,8 @@ def Mk_CombineReturnedOp : Mk_Op<"combine_returned", [AttrSizedOperandSegments]>
           !mk.tensor<[T, K], f32, shard 0 over world>, !mk.tensor<[T, H], bf16, shard 0 over world>
     ```
 
-    With `at %return_at`, copy (t, j)'s result is row `return_at[t, j]` of `returned` flattened
-    to rows of H (symmetric: across nodes, see mk.route_rows and mk.route_pack).
+    With `at %return_at`, copy (t, j)'s result is row `return_at[t, j]` of `returned` ([R, 1, H],
+    symmetric: across nodes, see mk.route_rows and mk.route_pack).
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$returned, Arg<Mk_Tensor, "", [MemRead]>:$placement,
                        Arg<Mk_Tensor, "", [MemRead]>:$weights, Arg<Mk_Tensor, "", [MemWrite]>:$dest,

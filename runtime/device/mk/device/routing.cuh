@@ -52,27 +52,29 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
 /// GPU holding the expert. Experts are served by their index on a GPU, then GPU by GPU from the
 /// next one; after its rows to expert e the CTA adds an arrival to flags[gpu][arrivals + e]
 /// there, for every expert of the node. Rows a rail peer packed (route_pack) are routed as its
-/// own: rank me is then that peer.
+/// own (rank me is then that peer), with `returns` ([tokens, top_k], else null): a copy's origin
+/// is then origin_first + its index among the copies to this node, written there.
 template <int kExperts, typename T>
 __device__ __forceinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,
-           const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags, long long arrivals,
-           int cta, int ctas, void *smem);
+           const mk_tensor_ref *origins, int *placement, int *returns, mk_u32 *const *flags,
+           long long arrivals, int cta, int ctas, void *smem);
 
 /// Across nodes: CTA `cta` of `ctas` packs its chunk of this rank's `tokens` for each other node
 /// m (experts are `node_experts` a node): the tokens with a copy to an expert of m, numbered p in
 /// token order, have their row copied to pack[m * tokens + p] and their routing row to
-/// pack_experts[m * tokens + p]; the last CTA writes their number to packed[m] (0 for this node).
-/// return_at[t][j] becomes the row of `returned` ([nodes * tokens * top_k, hidden]) copy (t, j)'s
-/// result comes back to: m * tokens * top_k + p * top_k + j, this node's region at t * top_k + j
-/// for an expert of this node, -1 for an index outside [0, kExperts).
+/// pack_experts[m * tokens + p]; the last CTA writes their number to packed[m] and that of their
+/// copies to m to packed[nodes + m] (0 for this node). return_at[t][j] becomes the row of
+/// `returned` (rows of `hidden`) copy (t, j)'s result comes back to: m * tokens * top_k + its
+/// index among the copies to m (token-major), t * top_k + j in this node's region for an expert
+/// of this node, -1 for an index outside [0, kExperts).
 template <int kExperts, typename T>
-__device__ __forceinline__ void
-route_pack(const T *rows, const int *experts, int tokens, int top_k, long long hidden, int node,
-           int nodes, int node_experts, T *pack, int *pack_experts, int *packed, int *return_at,
-           int cta, int ctas, void *smem);
+__device__ __forceinline__ void route_pack(const T *rows, const int *experts, int tokens, int top_k,
+                                           long long hidden, int node, int nodes, int node_experts,
+                                           T *pack, int *pack_experts, int *packed, int *return_at,
+                                           int cta, int ctas, void *smem);
 
 /// Sends row i of `t` (the first `rows` x `cols`) to its token's slot: origin o = origins[i] to
 /// row o % slots_per_gpu of `returned` on GPU o / slots_per_gpu (its peer mapping), at element

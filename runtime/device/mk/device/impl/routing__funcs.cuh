@@ -238,8 +238,8 @@ __device__ __forceinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,
-           const mk_tensor_ref *origins, int *placement, mk_u32 *const *flags, long long arrivals,
-           int cta, int ctas, void *smem) {
+           const mk_tensor_ref *origins, int *placement, int *returns, mk_u32 *const *flags,
+           long long arrivals, int cta, int ctas, void *smem) {
   int *next = static_cast<int *>(smem); // each expert's next slot for this CTA's copies
   const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas) * top_k;
   const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas) * top_k;
@@ -267,6 +267,28 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
         experts, begin, end, next, team_thread(), [&](int c, int x, int slot) {
           placement[c] = x >= 0 && slot < capacity ? x * capacity + slot : -1;
         });
+  // Rows a rail peer packed: a copy to this node comes back to the row of its index among the
+  // peer's copies to this node, as route_pack numbered them there.
+  const auto here = [&](int x) {
+    return x >= expert_first && x < expert_first + gpus * local_experts;
+  };
+  if (returns) {
+    unsigned before = 0;
+    for (int c = team_thread(); c < begin; c += MK_TEAM_THREADS)
+      before += here(experts[c]);
+    before = detail::team_sum(before, reinterpret_cast<unsigned *>(next + kExperts));
+    if (team_thread() < 32) {
+      const int lane = team_thread();
+      for (int base = begin; base < end; base += 32) {
+        const int c = base + lane;
+        const bool mine = c < end && here(experts[c]);
+        const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+        if (mine)
+          returns[c] = static_cast<int>(before + __popc(ballot & ((1u << lane) - 1)));
+        before += __popc(ballot);
+      }
+    }
+  }
   team_sync();
   // The rows, expert by expert: each warp takes 32 copies at a time and copies the rows of those
   // routed to the expert, one after another, with bulk copies where rows are whole 16-byte
@@ -274,7 +296,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
   const int warp = team_thread() / 32, lane = team_thread() % 32;
   const long long row_bytes = hidden * static_cast<long long>(sizeof(T));
   const bool bulk = row_bytes % 16 == 0 && reinterpret_cast<unsigned long long>(rows) % 16 == 0;
-  detail::RowMover mover(static_cast<unsigned char *>(smem) + (kExperts + 3) / 4 * 16 +
+  detail::RowMover mover(static_cast<unsigned char *>(smem) + (kExperts + 1 + 3) / 4 * 16 +
                          warp * detail::RowMover::kWarpBytes);
   ptx::fence_mbarrier_init();
   team_sync();
@@ -298,7 +320,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
             mover.copy(reinterpret_cast<char *>(row_to), reinterpret_cast<const char *>(row_from),
                        row_bytes);
           if (lane == 0)
-            origin[slot] = static_cast<int>(origin_first + c);
+            origin[slot] = static_cast<int>(origin_first + (returns ? returns[c] : c));
         }
       }
       // As mk::signal: the barrier orders every thread's writes (the bulk copies' done) before
@@ -313,10 +335,10 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
 }
 
 template <int kExperts, typename T>
-__device__ __forceinline__ void
-route_pack(const T *rows, const int *experts, int tokens, int top_k, long long hidden, int node,
-           int nodes, int node_experts, T *pack, int *pack_experts, int *packed, int *return_at,
-           int cta, int ctas, void *smem) {
+__device__ __forceinline__ void route_pack(const T *rows, const int *experts, int tokens, int top_k,
+                                           long long hidden, int node, int nodes, int node_experts,
+                                           T *pack, int *pack_experts, int *packed, int *return_at,
+                                           int cta, int ctas, void *smem) {
   unsigned *scratch = static_cast<unsigned *>(smem); // team_sum's word, then the chunk's count
   const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas);
   const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas);
@@ -340,49 +362,67 @@ route_pack(const T *rows, const int *experts, int tokens, int top_k, long long h
     for (int t = team_thread(); t < begin; t += MK_TEAM_THREADS)
       before += bound(t);
     before = detail::team_sum(before, scratch);
-    // One warp numbers the chunk's tokens bound for m in order, 32 at a time, and writes where
-    // their copies to m come back.
+    // And their copies to m, where the results come back: each copy's index among them.
+    unsigned copies_before = 0;
+    for (int c = team_thread(); c < begin * top_k; c += MK_TEAM_THREADS)
+      copies_before += node_of(experts[c]) == m;
+    copies_before = detail::team_sum(copies_before, scratch);
+    // One warp numbers the chunk's tokens bound for m in order, 32 at a time, and their copies.
     if (warp == 0) {
-      unsigned next = before;
+      unsigned next = before, copies = copies_before;
       for (int base = begin; base < end; base += 32) {
         const int t = base + lane;
         const bool mine = t < end && bound(t);
+        int count = 0;
+        for (int j = 0; mine && j < top_k; ++j)
+          count += node_of(experts[t * top_k + j]) == m;
+        // The copies of the earlier lanes' tokens: an inclusive scan of the counts, less this one.
+        int below = count;
+        for (int d = 1; d < 32; d *= 2) {
+          const int other = __shfl_up_sync(0xffffffffu, below, d);
+          if (lane >= d)
+            below += other;
+        }
+        unsigned q = copies + below - count;
+        for (int j = 0; mine && j < top_k; ++j)
+          if (node_of(experts[t * top_k + j]) == m)
+            return_at[t * top_k + j] = static_cast<int>(m * region + q++);
         const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-        const unsigned p = next + __popc(ballot & ((1u << lane) - 1));
-        if (mine)
-          for (int j = 0; j < top_k; ++j)
-            if (node_of(experts[t * top_k + j]) == m)
-              return_at[t * top_k + j] = static_cast<int>(m * region + p * top_k + j);
         next += __popc(ballot);
+        copies += __shfl_sync(0xffffffffu, below, 31);
       }
-      if (lane == 0)
+      if (lane == 0) {
         scratch[1] = next;
+        scratch[2] = copies;
+      }
     }
     team_sync();
-    // Each warp packs whole rows, and their routing, at the index the scan gave them.
-    for (int t = begin + warp; t < end; t += kTeamWarps) {
-      int at = -1;
-      for (int j = lane; j < top_k; j += 32) {
-        const int r = return_at[t * top_k + j];
-        if (at < 0 && r >= m * region && r < (m + 1) * region)
-          at = static_cast<int>(r - m * region - j);
+    // Each warp packs whole rows, and their routing, at the index the scan gave them: the tokens
+    // bound for m before it in the chunk, after those of the chunks before.
+    unsigned packed_before = before;
+    for (int first = begin; first < end; first += 32) {
+      const unsigned ballot = __ballot_sync(0xffffffffu, first + lane < end && bound(first + lane));
+      for (unsigned rest = ballot; rest; rest &= rest - 1) {
+        const int i = __ffs(rest) - 1, t = first + i;
+        if ((t - begin) % kTeamWarps != warp)
+          continue;
+        const long long slot =
+            static_cast<long long>(m) * tokens + packed_before + __popc(ballot & ((1u << i) - 1));
+        detail::copy_row(pack + slot * hidden, rows + static_cast<long long>(t) * hidden, hidden,
+                         lane);
+        for (int j = lane; j < top_k; j += 32)
+          pack_experts[slot * top_k + j] = experts[t * top_k + j];
       }
-      const unsigned hits = __ballot_sync(0xffffffffu, at >= 0);
-      if (!hits)
-        continue;
-      const long long slot =
-          static_cast<long long>(m) * tokens + __shfl_sync(0xffffffffu, at, __ffs(hits) - 1) / top_k;
-      detail::copy_row(pack + slot * hidden, rows + static_cast<long long>(t) * hidden, hidden,
-                       lane);
-      for (int j = lane; j < top_k; j += 32)
-        pack_experts[slot * top_k + j] = experts[t * top_k + j];
+      packed_before += __popc(ballot);
     }
-    if (cta == ctas - 1 && team_thread() == 0)
+    if (cta == ctas - 1 && team_thread() == 0) {
       packed[m] = static_cast<int>(scratch[1]);
+      packed[nodes + m] = static_cast<int>(scratch[2]);
+    }
     team_sync();
   }
   if (cta == ctas - 1 && team_thread() == 0)
-    packed[node] = 0;
+    packed[node] = packed[nodes + node] = 0;
 }
 
 template <typename T, int R, int C>
