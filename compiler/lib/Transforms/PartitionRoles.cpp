@@ -168,7 +168,7 @@ private:
     });
     RouteRowsOp route;
     program.walk([&](RouteRowsOp op) {
-      if (fill && op.getCensus() == fill.getCensus())
+      if (fill && op.getCensus() == fill.getCensus() && !op.getSource())
         route = op;
     });
     if (!route)
@@ -273,13 +273,24 @@ private:
       TileType tile = load.getResult().getType();
       work.ctaBytes += times * bytesOf(tile.getElementType(), tile.getShape());
     } else if (auto route = dyn_cast<RouteRowsOp>(op)) {
-      // Every copy's row, read here and written where its expert is.
+      // Every copy's row to an expert of this node (routing spread evenly: 1/N of a rank's, its
+      // own or a rail peer's), read here and written where its expert is.
       DistTensorType tokens = route.getTokens().getType();
+      int64_t nodes = mesh.getNodes();
+      int64_t rows =
+          route.getSource() ? tokens.getShape()[0] / nodes : tokens.getLocalExtent(0, mesh);
       double bytes = times * route.getExperts().getType().getShape()[1] *
-                     bytesOf(tokens.getElementType(),
-                             {tokens.getLocalExtent(0, mesh), tokens.getLocalExtent(1, mesh)});
+                     bytesOf(tokens.getElementType(), {rows, tokens.getShape()[1]}) / nodes;
       work.ctaBytes += 2 * bytes;
-      work.nvlinkBytes += bytes * (1 - 1.0 / mesh.getWorldSize());
+      work.nvlinkBytes += bytes * (1 - 1.0 / mesh.getGpus());
+    } else if (auto pack = dyn_cast<RoutePackOp>(op)) {
+      // The rows bound for the other nodes, at most every token's for each.
+      DistTensorType tokens = pack.getTokens().getType();
+      int64_t nodes = mesh.getNodes();
+      double share = std::min(1.0, double(pack.getExperts().getType().getShape()[1]) / nodes);
+      work.ctaBytes +=
+          2 * times * (nodes - 1) * share *
+          bytesOf(tokens.getElementType(), {tokens.getLocalExtent(0, mesh), tokens.getShape()[1]});
     } else if (auto back = dyn_cast<ReturnRowsOp>(op)) {
       TileType tile = back.getValue().getType();
       double bytes = times * bytesOf(tile.getElementType(), tile.getShape());

@@ -1290,6 +1290,63 @@ mk.program @route_rows_forwarded [] mesh <2x1> (%p: !P, %pe: !PE, %c: !C, %r: !m
 
 // -----
 
+mk.program @send_rows_dtype [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, symmetric>, %q: !mk.tensor<[64, 32], f32, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op dtype mismatch: sends 'bf16' into 'f32'}}
+  mk.send_rows %p[%i] -> %q[%i] at node %i via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], f32, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_rank [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, symmetric>, %q: !mk.tensor<[64, 32, 1], bf16, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op sends slices of '!mk.tensor<[64, 32], bf16, symmetric>' into slices of another shape, '!mk.tensor<[64, 32, 1], bf16, symmetric>'}}
+  mk.send_rows %p[%i] -> %q[%i] at node %i via rdma_proxy : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32, 1], bf16, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_self [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op sends to a peer: a GPU of this node or another node}}
+  mk.send_rows %p[%i] -> %p[%i] : !mk.tensor<[64, 32], bf16, symmetric>, !mk.tensor<[64, 32], bf16, symmetric>
+}
+
+// -----
+
+mk.program @send_rows_count_index [] mesh <2x1> (%p: !mk.tensor<[64, 32], bf16, symmetric>, %n: !mk.tensor<[2], i32, symmetric>) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.send_rows' op reads its count at an index of a tensor}}
+  "mk.send_rows"(%p, %i, %p, %i, %n, %i) <{scope = 2 : i32, link = 2 : i32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 0, 1>}> : (!mk.tensor<[64, 32], bf16, symmetric>, index, !mk.tensor<[64, 32], bf16, symmetric>, index, !mk.tensor<[2], i32, symmetric>, index) -> ()
+}
+
+// -----
+
+!P = !mk.tensor<[64, 32], bf16, symmetric>
+!PE = !mk.tensor<[64, 2], i32, symmetric>
+!C = !mk.tensor<[2, 8], i32, symmetric>
+mk.program @route_rows_source [] mesh <2x1> (%p: !P, %pe: !PE, %c: !C, %r: !mk.tensor<[8, 16, 32], bf16, shard 0 over world>,
+                                             %o: !mk.tensor<[8, 16], i32, shard 0 over world>) {
+  mk.flags @arrived [8]
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.route_rows' op names the source node and its count together}}
+  "mk.route_rows"(%p, %pe, %c, %r, %o, %pe, %i) <{arrivals = @arrived, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0>}> : (!P, !PE, !C, !mk.tensor<[8, 16, 32], bf16, shard 0 over world>, !mk.tensor<[8, 16], i32, shard 0 over world>, !PE, index) -> ()
+}
+
+// -----
+
+!R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
+!P = !mk.tensor<[64, 2], i32, shard 0 over world>
+!W = !mk.tensor<[64, 2], f32, shard 0 over world>
+!Y = !mk.tensor<[64, 32], bf16, shard 0 over world>
+mk.program @combine_returned_coords [] mesh <1x2> (%r: !R, %p: !P, %w: !W, %y: !Y) {
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.combine_returned' op needs the destination tile's coordinates and extents}}
+  mk.combine_returned %r, %p, %w into %y[%i] tile [16, 32] : !R, !P, !W, !Y
+}
+
+// -----
+
 !R = !mk.tensor<[64, 2, 32], bf16, shard 0 over world>
 !P = !mk.tensor<[64, 2], i32, shard 0 over world>
 !W = !mk.tensor<[64, 2], f32, shard 0 over world>

@@ -126,19 +126,21 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
       rail peers republish what they receive within their node.
     - `mk.ring_shift`: the shards are gathered the same way and the body visits the sources in
       arrival order: this rank, the rest of its node, then the other nodes.
-    - `mk.dispatch` / `mk.combine` on one node, point to point: a `dispatch` role counts each
+    - `mk.dispatch` / `mk.combine`, point to point: a `dispatch` role counts each
       rank's copies per expert into every GPU's census (mk.route_census), fills its experts' row
       counts (mk.route_counts) and sends each row straight to its expert's slot (mk.route_rows,
       an arrival on the expert's flag after each CTA's rows); the compute role waits for the
       counts, each read of an expert's rows for its flag; each result row goes back to its
       token's slot (mk.return_rows), and a grid over the tokens after the producing grid sums
       each one's in order (mk.combine_returned).
-    - `mk.dispatch` / `mk.combine` across nodes: tokens and their routing are gathered along
-      rails and within nodes, and a `dispatch` role selects the rows routed to this rank's
-      experts; each rank keeps its experts' results, which are gathered the same way, and a
-      `combine` role sums each of its tokens' results. Gathering every result moves world-size
-      times the bytes that routing each row to its token would: the first version, to be
-      replaced by rail-aligned point-to-point routing.
+      Across nodes, rail-aligned: each dispatch CTA packs the rows of its tokens bound for each
+      other node (mk.route_pack), and one sends them with their routing, the census row and
+      their counts to the rail peer there (mk.send_rows, through the proxy, sizes the GPU
+      counted), once a row a node; the rail peer passes the census row on to its node's GPUs
+      and routes the rows as the source's own (mk.route_rows `from node`). Results of those
+      copies come back to the rail peer over NVLink and cross back once, a row a copy, after the
+      node's compute CTAs; the token's rank sums its results where `mk.route_pack` said they
+      would be (mk.combine_returned `at`).
 
     One node or one GPU per node degenerate to the steps that remain. Waits and signals are left
     to mk-insert-signals; CTA counts to mk-partition-roles.
