@@ -9,6 +9,9 @@ top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512
 384), and capacities below what skewed routing sends one expert.
 
 - C left to its default (T): uniform routing drops nothing, and the report says 0 on every rank.
+- Across nodes, the bytes each rank's proxy carried in a launch (network_statistics) are the
+  point-to-point minimum: a row once to each node that holds one of its token's experts, a row
+  back for each copy, the census rows, counts and routing rows.
 - A capacity C below what skewed routing sends one expert: the copies past it drop, in token
   order, and each rank's report counts its own tokens' exactly; the outputs lack exactly those.
 - Degenerate routing: every token's first choice one expert, experts with no tokens at all.
@@ -144,8 +147,32 @@ class Bound:
         return int(mine.sum())
 
 
+def network_bytes(bound, experts):
+    """The bytes point-to-point routing sends from this rank to other nodes in one launch: to its
+    rail peer on each other node, its census row, two counts, and a row and a routing row for
+    each token with an expert there; back to that peer, a row for each of the peer's copies to
+    an expert of this node."""
+    p, runtime = bound.problem, bound.runtime
+    nodes, gpus = runtime.nodes, runtime.local_world_size
+    node, gpu = divmod(bound.rank, gpus)
+    per_rank, row = p.T // bound.world, p.Hd * 2
+    valid = (experts >= 0) & (experts < p.E)
+    node_of = bound.torch.where(valid, experts // (p.E // nodes), -1)
+    total = 0
+    for m in range(nodes):
+        if m == node:
+            continue
+        mine = node_of[bound.rank * per_rank:(bound.rank + 1) * per_rank]
+        packed = int((mine == m).any(1).sum())
+        source = m * gpus + gpu
+        copies = int((node_of[source * per_rank:(source + 1) * per_rank] == node).sum())
+        total += 4 * (p.E + 2) + packed * (row + 4 * p.top_k) + copies * row
+    return total
+
+
 def run_routings(bound, g):
-    """One launch per routing mode, outputs poisoned, each checked with its report."""
+    """One launch per routing mode, outputs poisoned, each checked with its report, and across
+    nodes the bytes it sent with the point-to-point minimum."""
     torch, p, op = bound.torch, bound.problem, bound.op
     handle, y = bound.output()
     for mode in ("uniform", "skewed", "degenerate"):
@@ -154,8 +181,15 @@ def run_routings(bound, g):
         y.fill_(float("nan"))
         torch.cuda.synchronize()
         bound.runtime.barrier()
+        before = bound.runtime.network_statistics().bytes
         op(*inputs, handle)
         torch.cuda.synchronize()
+        # Every rank's results are back, so every proxy has carried its part.
+        bound.runtime.barrier()
+        sent = bound.runtime.network_statistics().bytes - before
+        common.check(sent == network_bytes(bound, experts),
+                     f"{bound.label}: {mode}: sent {sent} bytes to other nodes, point to point "
+                     f"{network_bytes(bound, experts)}")
         dropped = bound.expect(experts, weights, y, mode)
         report = op.routing()
         common.check(report.dropped == dropped,
