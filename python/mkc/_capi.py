@@ -121,7 +121,8 @@ PROTOTYPES = {
     "mkc_op_launch": (
         mkc_status, [_op_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]),
     "mkc_op_routing": (
-        mkc_status, [_op_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint)]),
+        mkc_status, [_op_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                     ctypes.POINTER(ctypes.c_ulonglong)]),
     "mkc_generate_cuda": (
         mkc_status,
         [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,

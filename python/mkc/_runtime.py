@@ -32,8 +32,9 @@ class NetworkStatistics(NamedTuple):
 class RoutingReport(NamedTuple):
     """What a launch's routing of tokens to experts reported for this rank's tokens
     (FusedOp.routing)."""
-    launch: int   # the launch it is of: 1 for the op's first, 0 before any has routed
-    dropped: int  # copies (token x top-k choice) past their expert's capacity, dropped
+    launch: int        # the launch it is of: 1 for the op's first, 0 before any has routed
+    dropped: int       # copies (token x top-k choice) past their expert's capacity, dropped
+    nvlink_bytes: int  # routed rows and results stored on other GPUs of the node, all launches
 
 
 def _destroy_runtime(lib, handle, live_ops):
@@ -277,7 +278,9 @@ class FusedOp:
 
     def routing(self):
         """The RoutingReport of the latest launch to route tokens to experts (mk.dispatch), for
-        this rank's tokens: read it once the launch's stream has synchronised. A copy dropped
+        this rank's tokens, with the bytes of rows this rank stored on other GPUs of its node over
+        all launches (network_statistics counts those across nodes): read it once the launch's
+        stream has synchronised. A copy dropped
         past its expert's capacity C leaves its expert out of its token's result; the library's
         programs default C so that none drops. mkc.Error if the op routes nothing, or naming the
         token, choice and index once a launch routed a copy to an expert out of range (reported
@@ -285,9 +288,10 @@ class FusedOp:
         """
         if self.closed:
             raise closed(f"fused op {self.name}")
-        launch, dropped = ctypes.c_uint(), ctypes.c_uint()
-        _capi.library().mkc_op_routing(self._handle, ctypes.byref(launch), ctypes.byref(dropped))
-        return RoutingReport(launch.value, dropped.value)
+        launch, dropped, nvlink_bytes = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        _capi.library().mkc_op_routing(self._handle, ctypes.byref(launch), ctypes.byref(dropped),
+                                       ctypes.byref(nvlink_bytes))
+        return RoutingReport(launch.value, dropped.value, nvlink_bytes.value)
 
     def __repr__(self):
         state = " (closed)" if self.closed else ""

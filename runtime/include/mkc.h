@@ -141,10 +141,12 @@ mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments,
 /* What the op's latest launch to route tokens to experts (mk.dispatch) reported for this rank's
  * tokens, once its stream has synchronised: `*launch` the launch (1 for the first, 0 before any),
  * `*dropped` the copies (token x top-k choice) that went past their expert's capacity and were
- * dropped. MKC_ERROR_INVALID_ARGUMENT when the op routes nothing, or naming the token, choice and
- * index once a launch routed a copy to an expert out of range (reported once; mkc_op_launch
- * reports it too). */
-mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped);
+ * dropped; `*nvlink_bytes` the bytes of routed rows and of their results this rank stored on
+ * other GPUs of its node over all launches so far. MKC_ERROR_INVALID_ARGUMENT when the op routes
+ * nothing, or naming the token, choice and index once a launch routed a copy to an expert out of
+ * range (reported once; mkc_op_launch reports it too). */
+mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped,
+                          unsigned long long *nvlink_bytes);
 
 /* The CUDA C++ that `text` becomes for `topology` ("NODESxGPUS"), `rank` (-1: any), `shapes`
  * and `options` (as for mkc_op_compile), without a GPU: what the JIT would compile. *cuda is

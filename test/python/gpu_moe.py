@@ -9,9 +9,10 @@ top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512
 384), and capacities below what skewed routing sends one expert.
 
 - C left to its default (T): uniform routing drops nothing, and the report says 0 on every rank.
-- Across nodes, the bytes each rank's proxy carried in a launch (network_statistics) are the
-  point-to-point minimum: a row once to each node that holds one of its token's experts, a row
-  back for each copy, the census rows, counts and routing rows.
+- The bytes each rank sent in a launch are the point-to-point minimum: across nodes (its proxy's
+  network_statistics) a row once to each node that holds one of its token's experts, a row back
+  for each copy, the census rows, counts and routing rows; within the node (the routing report's
+  nvlink_bytes) a row to each expert on another GPU and a result back to each row's sender.
 - A capacity C below what skewed routing sends one expert: the copies past it drop, in token
   order, and each rank's report counts its own tokens' exactly; the outputs lack exactly those.
 - Degenerate routing: every token's first choice one expert, experts with no tokens at all.
@@ -170,6 +171,26 @@ def network_bytes(bound, experts):
     return total
 
 
+def nvlink_bytes(bound, experts):
+    """The bytes point-to-point routing stores from this rank on other GPUs of its node in one
+    launch: each kept copy it routes (its own tokens', and those its rail peers sent) to an
+    expert on another GPU, and a result row back for each kept copy on its experts that a rank of
+    another GPU index routed here."""
+    p, runtime, torch = bound.problem, bound.runtime, bound.torch
+    gpus = runtime.local_world_size
+    node, gpu = divmod(bound.rank, gpus)
+    per_rank, experts_per_rank, row = p.T // bound.world, p.E // bound.world, p.Hd * 2
+    _, kept = routed_in_token_order(torch, experts, p.E, p.C)
+    kept = kept.view(p.T, p.top_k)
+    holder = torch.where(kept, experts // experts_per_rank, -1)  # the expert's rank
+    sender = (torch.arange(p.T, device=experts.device) // per_rank)[:, None].expand_as(holder)
+    here = holder // gpus == node
+    # The rows this rank sends: its own tokens', and those of the same GPU index on other nodes.
+    sent = kept & here & (sender % gpus == gpu) & (holder != bound.rank)
+    back = kept & (holder == bound.rank) & (sender % gpus != gpu)
+    return int(sent.sum() + back.sum()) * row
+
+
 def run_routings(bound, g):
     """One launch per routing mode, outputs poisoned, each checked with its report, and across
     nodes the bytes it sent with the point-to-point minimum."""
@@ -181,7 +202,7 @@ def run_routings(bound, g):
         y.fill_(float("nan"))
         torch.cuda.synchronize()
         bound.runtime.barrier()
-        before = bound.runtime.network_statistics().bytes
+        before, stored = bound.runtime.network_statistics().bytes, op.routing().nvlink_bytes
         op(*inputs, handle)
         torch.cuda.synchronize()
         # Every rank's results are back, so every proxy has carried its part.
@@ -192,6 +213,10 @@ def run_routings(bound, g):
                      f"{network_bytes(bound, experts)}")
         dropped = bound.expect(experts, weights, y, mode)
         report = op.routing()
+        stored = report.nvlink_bytes - stored
+        common.check(stored == nvlink_bytes(bound, experts),
+                     f"{bound.label}: {mode}: stored {stored} bytes on other GPUs, point to point "
+                     f"{nvlink_bytes(bound, experts)}")
         common.check(report.dropped == dropped,
                      f"{bound.label}: {mode}: the report drops {report.dropped}, the reference "
                      f"{dropped}")

@@ -99,9 +99,9 @@ class FakeLibrary:
         argument._obj.bytes = 2 * shape[0] * shape[1]
         argument._obj.symmetric = index == 2
 
-    def mkc_op_routing(self, op, launch, dropped):
+    def mkc_op_routing(self, op, launch, dropped, nvlink_bytes):
         self.calls.append(("routing", self.name_of(op)))
-        launch._obj.value, dropped._obj.value = 12, 3
+        launch._obj.value, dropped._obj.value, nvlink_bytes._obj.value = 12, 3, 1 << 40
 
     def mkc_op_destroy(self, op):
         self.calls.append(("destroy", self.name_of(op)))
@@ -243,7 +243,7 @@ class Calls(RuntimeTest):
 
     def test_routing(self):
         op = self.compiled(mkc.Runtime())
-        self.assertEqual(op.routing(), mkc.RoutingReport(launch=12, dropped=3))
+        self.assertEqual(op.routing(), mkc.RoutingReport(launch=12, dropped=3, nvlink_bytes=1 << 40))
         self.assertEqual(self.last("routing"), ("routing", "op 0"))
         op.close()
         with self.assertRaisesRegex(mkc.Error, "^fused op gemm_allreduce is closed$"):

@@ -188,6 +188,14 @@ typedef struct mk_op_report {
   mk_routing_report routing;
 } mk_op_report;
 
+/* What an op's launches count (one per op), in device memory: CTAs add to it, nothing resets
+ * it, and the runtime reads it when asked, once the caller has synchronised. */
+typedef struct mk_op_counters {
+  /* Bytes of routed rows (mk.dispatch) and of their results (mk.combine) this rank stored on
+   * other GPUs of its node. */
+  mk_u64 nvlink_bytes;
+} mk_op_counters;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
   mk_tensor_map maps[MK_MAX_TENSOR_MAPS]; /* first: their alignment is the struct's */
@@ -202,8 +210,9 @@ typedef struct mk_kernel_args {
    * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
    * after every launch, so a captured CUDA graph replays with fresh epochs. */
   const mk_u32 *epoch;
-  mk_op_report *report; /* the op's, in mapped host memory */
-  mk_u32 node;          /* this rank's node and GPU index */
+  mk_op_report *report;     /* the op's, in mapped host memory */
+  mk_op_counters *counters; /* the op's, in device memory */
+  mk_u32 node;              /* this rank's node and GPU index */
   mk_u32 gpu;
   mk_u32 nodes;
   mk_u32 flag_words;
@@ -230,9 +239,10 @@ static_assert(sizeof(mk_wait_failure) == 24, "mk_wait_failure layout");
 static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
 static_assert(sizeof(mk_routing_report) == 24, "mk_routing_report layout");
 static_assert(sizeof(mk_op_report) == 24, "mk_op_report layout");
+static_assert(sizeof(mk_op_counters) == 8, "mk_op_counters layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS + ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE +
-                                               8 + 64 + 8 + 8 + 24 + 63) /
+                                               8 + 64 + 8 + 8 + 8 + 24 + 63) /
                                               64 * 64),
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");

@@ -266,13 +266,16 @@ mkc_status mkc_op_launch(const mkc_op *op, void *stream, void *const *arguments,
   });
 }
 
-mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped) {
+mkc_status mkc_op_routing(const mkc_op *op, unsigned *launch, unsigned *dropped,
+                          unsigned long long *nvlink_bytes) {
   return guarded(__func__, [&] {
     unsigned &launchOut = required(launch, "launch");
     unsigned &droppedOut = required(dropped, "dropped");
+    unsigned long long &bytesOut = required(nvlink_bytes, "nvlink_bytes");
     const mkc::RoutingReport report = required(op, "op").op.routing();
     launchOut = report.launch;
     droppedOut = report.dropped;
+    bytesOut = report.nvlinkBytes;
   });
 }
 

@@ -115,6 +115,9 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
   CUdeviceptr reportOnDevice = 0;
   MK_CU_CHECK(cu, cuMemHostGetDevicePointer(&reportOnDevice, report, 0));
   parameter.report = reinterpret_cast<mk_op_report *>(reportOnDevice);
+  MK_CU_CHECK(cu, cuMemAlloc(&op->counters, sizeof(mk_op_counters)));
+  MK_CU_CHECK(cu, cuMemsetD8(op->counters, 0, sizeof(mk_op_counters)));
+  parameter.counters = reinterpret_cast<mk_op_counters *>(op->counters);
   parameter.nodes = static_cast<mk_u32>(group.nodeCount());
   parameter.flag_words = static_cast<mk_u32>(std::max(launch.flagWords, 1));
   parameter.node = static_cast<mk_u32>(group.nodeIndex());

@@ -37,8 +37,9 @@ FusedOp::State::~State() {
     cuda::ContextScope scope(cu, runtime->context.context());
     for (CUdeviceptr buffer : privateBuffers)
       cu.cuMemFree(buffer);
-    if (epoch)
-      cu.cuMemFree(epoch);
+    for (CUdeviceptr buffer : {epoch, counters})
+      if (buffer)
+        cu.cuMemFree(buffer);
     if (report)
       cu.cuMemFreeHost(report);
     for (CUevent event : {copiesMayStart, copiesDone})
@@ -118,6 +119,12 @@ RoutingReport FusedOp::routing() const {
   if (!op.kernel->launch().routedExperts)
     throw RuntimeError(op.name + " routes no tokens to experts (it has no mk.dispatch)");
   op.checkRouting();
+  mk_op_counters counters{};
+  {
+    const cuda::Driver &cu = op.runtime->driver;
+    cuda::ContextScope scope(cu, op.runtime->context.context());
+    MK_CU_CHECK(cu, cuMemcpyDtoH(&counters, op.counters, sizeof(counters)));
+  }
   const auto &routing = *reinterpret_cast<volatile const mk_routing_report *>(&op.report->routing);
   // The count is written before the epoch: read it after, and again if a launch wrote between.
   for (;;) {
@@ -126,7 +133,7 @@ RoutingReport FusedOp::routing() const {
     const mk_u32 dropped = routing.dropped;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (routing.epoch == epoch)
-      return {epoch, dropped};
+      return {epoch, dropped, counters.nvlink_bytes};
   }
 }
 

@@ -137,8 +137,10 @@ struct FusedOp::State {
   /// The launch's epoch (mk_kernel_args::epoch), and buffers of this rank only.
   CUdeviceptr epoch = 0;
   std::vector<CUdeviceptr> privateBuffers;
-  /// What the launches report (mk_kernel_args::report), in mapped host memory.
+  /// What the launches report (mk_kernel_args::report), in mapped host memory, and count
+  /// (mk_kernel_args::counters), in device memory.
   mk_op_report *report = nullptr;
+  CUdeviceptr counters = 0;
   /// The copies this GPU's copy engines make beside each launch (mk.engine_copy), on a stream of
   /// the op's that forks from the caller's before the kernel and joins it before the epoch moves.
   std::vector<mk_engine_copy> copies;

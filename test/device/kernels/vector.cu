@@ -93,10 +93,11 @@ MK_KERNEL route_rows_bf16(const mk::bf16 *rows, const int *experts, int tokens, 
                           long long hidden, const int *census, int me, int gpus, int expert_first,
                           long long origin_first, int local_experts, int capacity,
                           const mk_tensor_ref *routed, const mk_tensor_ref *origins, int *placement,
-                          mk_u32 *const *flags, long long arrivals) {
+                          int *returns, mk_u32 *const *flags, long long arrivals,
+                          mk_u64 *nvlink_bytes) {
   mk::route_rows<64>(rows, experts, tokens, top_k, hidden, census, me, gpus, expert_first,
-                     origin_first, local_experts, capacity, routed, origins, placement, flags,
-                     arrivals, blockIdx.x, gridDim.x, mk_smem);
+                     origin_first, local_experts, capacity, routed, origins, placement, returns,
+                     flags, arrivals, nvlink_bytes, blockIdx.x, gridDim.x, mk_smem);
 }
 
 MK_SMEM(route_pack_bf16, mk::route_smem_bytes<64>())
@@ -110,9 +111,9 @@ MK_KERNEL route_pack_bf16(const mk::bf16 *rows, const int *experts, int tokens, 
 MK_SMEM(return_rows_bf16, (mk::tile_io_smem_bytes<mk::bf16, 128, 256>()))
 MK_KERNEL return_rows_bf16(const mk::bf16 *tile, const int *origins, int rows, int cols,
                            const mk_tensor_ref *returned, long long slots, long long ld,
-                           long long column) {
+                           long long column, mk_u64 *nvlink_bytes) {
   const auto t = mk::load_tile<mk::bf16, 128, 256>(tile, 256, 128, 256, mk_smem);
-  mk::return_rows(t, origins, rows, cols, returned, slots, ld, column, mk_smem);
+  mk::return_rows(t, origins, rows, cols, returned, slots, ld, column, nvlink_bytes, mk_smem);
 }
 
 MK_SMEM(combine_returned_bf16, 0)

@@ -267,8 +267,20 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
   OpBuilder b = OpBuilder::atBlockBegin(role);
   std::string config = gemmConfigArguments(engineAttr);
   std::string engineType = "mk::GemmEngine<mk::GemmConfig<" + config + ">>";
-  Operation *engineOp = call(b, loc, emitc::OpaqueType::get(context, engineType), engineType,
-                             {std::string("mk_smem")});
+  // Its senders count the bytes of the routed rows they return to other GPUs (mk_op_counters).
+  SmallVector<CallArg> engineArgs = {std::string("mk_smem")};
+  bool returnsRows = role->walk([](ReturnRowsOp op) {
+                           return loweringOf(op) == Lowering::store ? WalkResult::interrupt()
+                                                                    : WalkResult::advance();
+                         })
+                         .wasInterrupted();
+  if (returnsRows)
+    engineArgs.push_back(call(b, loc,
+                              emitc::PointerType::get(emitc::OpaqueType::get(context, "mk_u64")),
+                              "mk::nvlink_bytes", {kernelArgs(branch)})
+                             ->getResult(0));
+  Operation *engineOp =
+      call(b, loc, emitc::OpaqueType::get(context, engineType), engineType, engineArgs);
   Value engine = engineOp->getResult(0);
   layout.engines.push_back(engine);
   layout.engineConfigs[engine] = config;

@@ -20,6 +20,13 @@ using namespace mlir::mk::to_emitc;
 
 namespace {
 
+/// Where the kernel counts the bytes of routed rows and results it stores on other GPUs of the
+/// node (mk_op_counters).
+Value nvlinkBytes(OpBuilder &b, Location loc, Value args) {
+  auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "mk_u64"));
+  return call(b, loc, type, "mk::nvlink_bytes", {args}).getResult(0);
+}
+
 /// What the point-to-point routing ops share: this rank's index (`me`), the first index of its
 /// shards, the launch's report.
 struct Routing {
@@ -150,6 +157,7 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
               : CallArg(std::string("nullptr")),
           call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
           flagOffset(a, layout, op.getArrivals(), {a.constant(0)}),
+          nvlinkBytes(rewriter, loc, args),
           a.sub(cta, a.constant(firstCta)),
           std::to_string(ctas),
           std::string("mk_smem")},
@@ -229,7 +237,8 @@ struct ReturnRowsLowering : LoweringPattern<ReturnRowsOp> {
       needSmem(tileTemplate("mk::tile_io_smem_bytes", tile));
       call(rewriter, loc, {}, "mk::return_rows",
            {adaptor.getValue(), originsAt, valid, width, tensor, std::to_string(slots),
-            std::to_string(hidden), column, std::string("mk_smem")});
+            std::to_string(hidden), column, nvlinkBytes(rewriter, loc, kernelArgs(op)),
+            std::string("mk_smem")});
     }
     rewriter.eraseOp(op);
     return success();

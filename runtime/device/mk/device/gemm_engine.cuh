@@ -97,9 +97,10 @@ __device__ __forceinline__ GemmTile<C> gemm_broadcast(const GemmRow<float, C, S>
 template <typename Config> using GemmAccumulator = GemmTile<Config::BN>;
 
 /// The ring and its pipeline position, as one thread sees it. Construct it with every thread of
-/// the CTA (it initialises the mbarriers and synchronises the CTA, or the cluster); then producer
-/// and consumers each advance their own copy in step. In a cluster every thread also reaches the
-/// end of its scope, where the cluster synchronises again.
+/// the CTA (it initialises the mbarriers and synchronises the CTA, or the cluster), with the
+/// shared memory and, where it returns routed rows, the count of their bytes stored on other
+/// GPUs; then producer and consumers each advance their own copy in step. In a cluster every
+/// thread also reaches the end of its scope, where the cluster synchronises again.
 template <typename Config> class GemmEngine;
 
 /// Whether this thread is in the producer warpgroup.
@@ -190,7 +191,8 @@ gemm_store_add_gpus(GemmEngine<Config> &e, const GemmTile<C> &acc, const mk_tens
 /// Consumers: the tile's rows each to its own place, through the senders: row r (of the first
 /// `rows` x `cols`) to row origins[r] % slots of `tensor` on GPU origins[r] / slots (its peer
 /// mapping), at element `column` of rows `ld` elements apart (whole 16-byte units). Routed
-/// results going back to their tokens.
+/// results going back to their tokens; the bytes stored on other GPUs are added to the count the
+/// engine was made with (GemmEngine's second argument), if any.
 template <typename Out, typename Config, int C>
 __device__ __forceinline__ void
 gemm_store_rows(GemmEngine<Config> &e, const GemmTile<C> &acc, const int *origins, int rows,

@@ -58,10 +58,14 @@ __device__ __forceinline__ int64_t cta() { return blockIdx.x; }
 __device__ __forceinline__ int64_t node(const mk_kernel_args &args) { return args.node; }
 __device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args.gpu; }
 
-/// This launch's epoch, and where it reports what the caller reads (mk/abi.h's mk_op_report).
+/// This launch's epoch, and where it reports and counts what the caller reads (mk/abi.h's
+/// mk_op_report and mk_op_counters).
 __device__ __forceinline__ mk_u32 epoch(const mk_kernel_args &args) { return *args.epoch; }
 __device__ __forceinline__ mk_routing_report *routing_report(const mk_kernel_args &args) {
   return &args.report->routing;
+}
+__device__ __forceinline__ mk_u64 *nvlink_bytes(const mk_kernel_args &args) {
+  return &args.counters->nvlink_bytes;
 }
 
 /// Adds one arrival to flag `offset` of this rank, or of GPU `gpu` of this node.

@@ -53,14 +53,15 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
 /// next one; after its rows to expert e the CTA adds an arrival to flags[gpu][arrivals + e]
 /// there, for every expert of the node. Rows a rail peer packed (route_pack) are routed as its
 /// own (rank me is then that peer), with `returns` ([tokens, top_k], else null): a copy's origin
-/// is then origin_first + its index among the copies to this node, written there.
+/// is then origin_first + its index among the copies to this node, written there. The bytes of
+/// rows stored on other GPUs are added to *nvlink_bytes.
 template <int kExperts, typename T>
 __device__ __forceinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,
            const mk_tensor_ref *origins, int *placement, int *returns, mk_u32 *const *flags,
-           long long arrivals, int cta, int ctas, void *smem);
+           long long arrivals, mk_u64 *nvlink_bytes, int cta, int ctas, void *smem);
 
 /// Across nodes: CTA `cta` of `ctas` packs its chunk of this rank's `tokens` for each other node
 /// m (experts are `node_experts` a node): the tokens with a copy to an expert of m, numbered p in
@@ -78,12 +79,12 @@ __device__ __forceinline__ void route_pack(const T *rows, const int *experts, in
 
 /// Sends row i of `t` (the first `rows` x `cols`) to its token's slot: origin o = origins[i] to
 /// row o % slots_per_gpu of `returned` on GPU o / slots_per_gpu (its peer mapping), at element
-/// `column` of rows `ld` apart.
+/// `column` of rows `ld` apart; the bytes stored on other GPUs are added to *nvlink_bytes.
 template <typename T, int R, int C>
 __device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *origins, int rows,
                                             int cols, const mk_tensor_ref *returned,
                                             long long slots_per_gpu, long long ld, long long column,
-                                            void *smem);
+                                            mk_u64 *nvlink_bytes, void *smem);
 
 /// One tile of this rank's tokens: dest[r][c] = sum over j, in order, of weights[r][j] *
 /// returned[r][j][c] where placement[r][j] >= 0, in f32, rounded once; `rows` x `cols` of it,

@@ -121,6 +121,9 @@ struct RoutingReport {
   /// Copies of this rank's tokens (token x top-k choice) that went past their expert's capacity
   /// C and were dropped: their tokens' results lack those experts.
   std::uint32_t dropped = 0;
+  /// Bytes of routed rows and of their results this rank stored on other GPUs of its node, over
+  /// every launch so far (what crosses nodes, Runtime::networkStatistics counts).
+  std::uint64_t nvlinkBytes = 0;
 };
 
 class FusedOp;

@@ -45,7 +45,7 @@ struct GemmConfig {
   // same for all) follows them.
   static constexpr int kMaxPendingSignals = 8;
   static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
-  static constexpr int kStampOffset = kSignalsOffset + kMaxPendingSignals * 8;
+  static constexpr int kStampOffset = kSignalsOffset + kMaxPendingSignals * 8; // and the counter
   // The producer warpgroup's other warps (the senders) finish what the consumers stage: they
   // write whole tiles bound for several GPUs (this GPU's copy through TMA, the peers' with
   // ordinary stores and reductions, which do not queue NVLink traffic ahead of the producer's
@@ -149,9 +149,12 @@ __device__ __forceinline__ GemmTile<kColumns> gemm_columns(const GemmTile<C> &t)
 
 template <typename Config> class GemmEngine : public detail::RingPosition<Config::kStages> {
 public:
-  __device__ explicit GemmEngine(void *smem)
+  __device__ explicit GemmEngine(void *smem, mk_u64 *rows_elsewhere = nullptr)
       : base_((ptx::smem_address(smem) + 1023) & ~1023u), chunk_(0), pending_(0) {
     if (threadIdx.x == 0) {
+      asm volatile("st.shared.u64 [%0], %1;\n" ::"r"(rows_counter()),
+                   "l"(reinterpret_cast<mk_u64>(rows_elsewhere))
+                   : "memory");
       for (int buffer = 0; buffer < Config::kEpilogueBuffers; ++buffer)
         asm volatile("st.shared.s32 [%0], -1;\n" ::"r"(buffer_job(buffer)) : "memory");
       for (int s = 0; s < Config::kStages; ++s) {
@@ -200,6 +203,9 @@ public:
   /// Where pending flag i is kept, and how many are pending (the same in every consumer thread).
   __device__ mk_u32 pending_signal(int i) const { return base_ + Config::kSignalsOffset + i * 8; }
   __device__ mk_u32 pending_stamp() const { return base_ + Config::kStampOffset; }
+  /// Where the senders find the count of the bytes of rows (gemm_store_rows) they store on other
+  /// GPUs (an mk_u64 *, null: not counted), beside the stamp.
+  __device__ mk_u32 rows_counter() const { return base_ + Config::kStampOffset + 8; }
   __device__ int &pending_signals() { return pending_; }
 
   /// Send job `job`'s slot (a SendJob) and its barriers: ready once every consumer thread has
@@ -380,25 +386,35 @@ __device__ __forceinline__ void send_chunk(mk_u32 buffer, mk_u64 dst, mk_u32 ld,
 template <typename Config>
 __device__ __forceinline__ void send_rows(mk_u32 buffer, const mk_tensor_ref *tensor,
                                           const int *origins, int rows, int cols, mk_u32 slots,
-                                          mk_u32 ld, mk_u64 column) {
+                                          mk_u32 ld, mk_u64 column, mk_u32 counter) {
   // A sender keeps one 16-byte column of the chunk (the senders are a multiple of its 8): few
   // registers, in the producer warpgroup's few.
   const int unit = threadIdx.x - 32, unit_column = unit % 8;
-  if (unit_column * 8 >= cols)
-    return;
-  const mk_u64 column_bytes = (column + unit_column * 8) * 2;
-  for (int row = unit / 8; row < rows; row += Config::kSenderWarps * 4) {
-    const mk_u32 origin = static_cast<mk_u32>(origins[row]);
-    mk_u32 v0, v1, v2, v3;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                 : "r"(buffer + row * 128 + ((unit_column ^ (row % 8)) << 4))
-                 : "memory");
-    const mk_u64 to = reinterpret_cast<mk_u64>(tensor->peer[origin / slots]) +
-                      static_cast<mk_u64>(origin % slots) * ld * 2 + column_bytes;
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0), "r"(v1), "r"(v2),
-                 "r"(v3)
-                 : "memory");
+  unsigned elsewhere = 0; // bytes stored on other GPUs
+  if (unit_column * 8 < cols) {
+    const mk_u64 column_bytes = (column + unit_column * 8) * 2;
+    for (int row = unit / 8; row < rows; row += Config::kSenderWarps * 4) {
+      const mk_u32 origin = static_cast<mk_u32>(origins[row]);
+      mk_u32 v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                   : "r"(buffer + row * 128 + ((unit_column ^ (row % 8)) << 4))
+                   : "memory");
+      void *gpu = tensor->peer[origin / slots];
+      const mk_u64 to = reinterpret_cast<mk_u64>(gpu) +
+                        static_cast<mk_u64>(origin % slots) * ld * 2 + column_bytes;
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(to), "r"(v0), "r"(v1),
+                   "r"(v2), "r"(v3)
+                   : "memory");
+      elsewhere += gpu == tensor->local ? 0 : 16;
+    }
+  }
+  elsewhere = __reduce_add_sync(0xffffffffu, elsewhere);
+  if (threadIdx.x % 32 == 0 && elsewhere) {
+    mk_u64 count;
+    asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(count) : "r"(counter) : "memory");
+    if (count)
+      atomicAdd(reinterpret_cast<mk_u64 *>(count), static_cast<mk_u64>(elsewhere));
   }
 }
 
@@ -442,7 +458,8 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
     } else if (job.kind == kSendRows) {
       send_rows<Config>(e.chunk(job.buffer), reinterpret_cast<const mk_tensor_ref *>(job.target),
                         job.origins, static_cast<int>(job.c0 & 0xffff),
-                        static_cast<int>(job.c0 >> 16), job.c1, job.ld, job.offset);
+                        static_cast<int>(job.c0 >> 16), job.c1, job.ld, job.offset,
+                        e.rows_counter());
     } else {
       const mk_u32 buffer = e.chunk(job.buffer);
       if (first && job.map) {

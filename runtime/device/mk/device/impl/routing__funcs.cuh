@@ -239,7 +239,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,
            const mk_tensor_ref *origins, int *placement, int *returns, mk_u32 *const *flags,
-           long long arrivals, int cta, int ctas, void *smem) {
+           long long arrivals, mk_u64 *nvlink_bytes, int cta, int ctas, void *smem) {
   int *next = static_cast<int *>(smem); // each expert's next slot for this CTA's copies
   const int begin = static_cast<int>(static_cast<long long>(tokens) * cta / ctas) * top_k;
   const int end = static_cast<int>(static_cast<long long>(tokens) * (cta + 1) / ctas) * top_k;
@@ -300,6 +300,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
                          warp * detail::RowMover::kWarpBytes);
   ptx::fence_mbarrier_init();
   team_sync();
+  mk_u64 elsewhere = 0; // lane 0's rows to other GPUs
   for (int l = 0; l < local_experts; ++l) {
     for (int step = 1; step <= gpus; ++step) {
       const int gpu = (me + step) % gpus, e = expert_first + gpu * local_experts + l;
@@ -319,8 +320,10 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
           else if (lane == 0)
             mover.copy(reinterpret_cast<char *>(row_to), reinterpret_cast<const char *>(row_from),
                        row_bytes);
-          if (lane == 0)
+          if (lane == 0) {
             origin[slot] = static_cast<int>(origin_first + (returns ? returns[c] : c));
+            elsewhere += gpu == me % gpus ? 0 : row_bytes;
+          }
         }
       }
       // As mk::signal: the barrier orders every thread's writes (the bulk copies' done) before
@@ -332,6 +335,8 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
         ptx::red_add_release_sys(flags[gpu] + arrivals + e, 1);
     }
   }
+  if (lane == 0 && elsewhere)
+    atomicAdd(nvlink_bytes, elsewhere);
 }
 
 template <int kExperts, typename T>
@@ -429,24 +434,29 @@ template <typename T, int R, int C>
 __device__ __forceinline__ void return_rows(const Tile<T, R, C> &t, const int *origins, int rows,
                                             int cols, const mk_tensor_ref *returned,
                                             long long slots_per_gpu, long long ld, long long column,
-                                            void *smem) {
+                                            mk_u64 *nvlink_bytes, void *smem) {
   using Smem = detail::TileSmem<T, R, C>;
   constexpr int kSize = detail::Vector<T>::kSize;
   unsigned char *staging = static_cast<unsigned char *>(smem);
   detail::fragments_to_smem(t, staging);
   team_sync();
   const bool aligned = ld % kSize == 0 && column % kSize == 0;
+  unsigned elsewhere = 0; // bytes this thread stores on other GPUs
   detail::for_each_chunk<Smem::kChunks, Smem::kRowChunks>([&](int row, int chunk) {
     const int valid = detail::valid_in_chunk<T>(row, chunk, rows, cols);
     if (valid <= 0)
       return;
     const long long origin = origins[row];
-    T *dst = static_cast<T *>(returned->peer[origin / slots_per_gpu]) +
-             origin % slots_per_gpu * ld + column + chunk * kSize;
+    void *to = returned->peer[origin / slots_per_gpu];
+    T *dst = static_cast<T *>(to) + origin % slots_per_gpu * ld + column + chunk * kSize;
     const detail::Vector<T> v =
         *reinterpret_cast<const detail::Vector<T> *>(staging + Smem::chunk(row, chunk));
     detail::store_chunk(dst, v, valid, aligned);
+    elsewhere += to == returned->local ? 0 : valid * sizeof(T);
   });
+  elsewhere = __reduce_add_sync(0xffffffffu, elsewhere);
+  if (team_thread() % 32 == 0 && elsewhere)
+    atomicAdd(nvlink_bytes, static_cast<mk_u64>(elsewhere));
   team_sync();
 }
 
