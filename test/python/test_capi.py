@@ -31,6 +31,7 @@ C_TYPES = {
     "void **": ctypes.POINTER(ctypes.c_void_p),
     "int *": ctypes.POINTER(ctypes.c_int),
     "unsigned *": ctypes.POINTER(ctypes.c_uint),
+    "unsigned long long *": ctypes.POINTER(ctypes.c_ulonglong),
     "mkc_runtime *": _runtime_p,
     "const mkc_runtime *": _runtime_p,
     "mkc_runtime **": ctypes.POINTER(_runtime_p),
