@@ -272,13 +272,15 @@ mk.program @attention [] mesh <1x2> (%q: !Q, %k: !Q, %o: !Q) grid 132 {
 // -----
 
 // Expert routing across nodes: each dispatch CTA packs its share of the tokens bound for the
-// other node; one sends them with the count the GPU keeps (one proxy command a tensor, the
-// signal riding on the last), the census row on to a GPU of the node, and the rows the rail peer
-// sent are routed as its own, from its region; a tile of tokens sums the rows `at` names.
+// other node; one sends them with the count the GPU keeps (one proxy command a tensor: slices of
+// 1024 bytes, slice 1 from byte 1024; the signal riding on it), the census row on to a GPU of the
+// node, and the rows the rail peer sent are routed as its own, from its region; a tile of tokens
+// sums the rows `at` names.
 // CHECK-LABEL: emitc.func @routing_nodes
 // CHECK: call_opaque "mk::route_pack"({{.*}}template_args = [#emitc.opaque<"8">]
 // CHECK: %[[COUNT:.+]] = call_opaque "mk::slices"(%{{.*}}) {{.*}} -> !emitc.opaque<"int">
-// CHECK: call_opaque "mk::remote_put"(%arg0, {{.*}}%[[COUNT]]
+// CHECK: %[[FROM:.+]] = "emitc.constant"() <{value = 1024 : index}>
+// CHECK: call_opaque "mk::remote_put"(%arg0, %{{.*}}, %[[FROM]], %{{.*}}, %[[COUNT]], %{{.*}}) {args = [{{.*}}#emitc.opaque<"1024">, #emitc.opaque<"1024">, #emitc.opaque<"1024">
 // CHECK: %[[ONE:.+]] = call_opaque "mk::slices"() {args = [#emitc.opaque<"nullptr">]}
 // CHECK: call_opaque "mk::copy_region"({{.*}}%[[ONE]])
 // CHECK: %[[RECEIVED:.+]] = call_opaque "mk::slices"

@@ -276,20 +276,23 @@ struct SendRowsLowering : LoweringPattern<SendRowsOp> {
     CallArg slices = call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "int"),
                           "mk::slices", {count ? CallArg(count) : CallArg(std::string("nullptr"))})
                          .getResult(0);
-    Value from = a.mul(adaptor.getFrom(), slice), to = a.mul(adaptor.getTo(), slice);
     needSymmetric(op.getDest());
     if (op.getScope() == PeerScope::node) {
+      // Offsets and rows in bytes.
       needSymmetric(op.getSource());
       int64_t bytes = slice * (source.getElementType().getIntOrFloatBitWidth() / 8);
       CallArg flag = ridingSignal(op, op.getPeer(), a, layout, rewriter);
       call(rewriter, loc, {}, "mk::remote_put",
            {kernelArgs(op), adaptor.getPeer(), std::to_string(tensorIndex(op.getSource())),
-            a.mul(from, bytes), std::to_string(tensorIndex(op.getDest())), a.mul(to, bytes), slices,
-            std::to_string(bytes), std::to_string(bytes), std::to_string(bytes), flag});
+            a.mul(adaptor.getFrom(), bytes), std::to_string(tensorIndex(op.getDest())),
+            a.mul(adaptor.getTo(), bytes), slices, std::to_string(bytes), std::to_string(bytes),
+            std::to_string(bytes), flag});
     } else {
       call(rewriter, loc, {}, "mk::copy_region",
-           {pointer(rewriter, loc, source, adaptor.getSource(), from), std::to_string(slice),
-            pointer(rewriter, loc, dest, adaptor.getDest(), to, adaptor.getPeer()),
+           {pointer(rewriter, loc, source, adaptor.getSource(), a.mul(adaptor.getFrom(), slice)),
+            std::to_string(slice),
+            pointer(rewriter, loc, dest, adaptor.getDest(), a.mul(adaptor.getTo(), slice),
+                    adaptor.getPeer()),
             std::to_string(slice), slices, std::to_string(slice)});
     }
     rewriter.eraseOp(op);
