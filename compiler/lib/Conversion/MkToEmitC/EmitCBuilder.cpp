@@ -28,6 +28,11 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
 
 Value kernelArgs(Operation *op) { return op->getParentOfType<emitc::FuncOp>().getArgument(0); }
 
+Value nvlinkBytes(OpBuilder &b, Location loc, Value args) {
+  auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "mk_u64"));
+  return call(b, loc, type, "mk::nvlink_bytes", {args}).getResult(0);
+}
+
 Value toIndex(OpBuilder &b, Location loc, Value v) {
   return UnrealizedConversionCastOp::create(b, loc, b.getIndexType(), v).getResult(0);
 }

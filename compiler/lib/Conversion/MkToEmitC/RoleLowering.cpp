@@ -275,10 +275,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
                          })
                          .wasInterrupted();
   if (returnsRows)
-    engineArgs.push_back(call(b, loc,
-                              emitc::PointerType::get(emitc::OpaqueType::get(context, "mk_u64")),
-                              "mk::nvlink_bytes", {kernelArgs(branch)})
-                             ->getResult(0));
+    engineArgs.push_back(nvlinkBytes(b, loc, kernelArgs(branch)));
   Operation *engineOp =
       call(b, loc, emitc::OpaqueType::get(context, engineType), engineType, engineArgs);
   Value engine = engineOp->getResult(0);

@@ -20,13 +20,6 @@ using namespace mlir::mk::to_emitc;
 
 namespace {
 
-/// Where the kernel counts the bytes of routed rows and results it stores on other GPUs of the
-/// node (mk_op_counters).
-Value nvlinkBytes(OpBuilder &b, Location loc, Value args) {
-  auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "mk_u64"));
-  return call(b, loc, type, "mk::nvlink_bytes", {args}).getResult(0);
-}
-
 /// What the point-to-point routing ops share: this rank's index (`me`), the first index of its
 /// shards, the launch's report.
 struct Routing {
@@ -101,7 +94,6 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Arith a(rewriter, loc);
-    Routing routing{layout, a, shardIndex(a, MeshAxis::world, layout.node, layout.gpu)};
     MeshAttr mesh = layout.mesh;
     DistTensorType tokens = op.getTokens().getType(), experts = op.getExperts().getType(),
                    census = op.getCensus().getType(), routed = op.getRouted().getType();

@@ -114,6 +114,10 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
 /// The kernel's mk_kernel_args, from inside it.
 Value kernelArgs(Operation *op);
 
+/// Where the kernel of `args` counts the bytes of routed rows and results it stores on other
+/// GPUs of the node (mk_op_counters).
+Value nvlinkBytes(OpBuilder &b, Location loc, Value args);
+
 /// A size_t as an index, and an index as a size_t, for the structure lowered before the
 /// conversion.
 Value toIndex(OpBuilder &b, Location loc, Value v);
