@@ -140,10 +140,11 @@ gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor
                   const mk_tensor_map *b1, int m0, int n0, int k_blocks, int a_group, int b_group);
 
 /// Producer: waits until `*flag` >= `target` (wrap-safe) before the loads that follow, which then
-/// see what was written before the signals it counts. Every producer thread that reaches it waits
-/// (lane 0 polls, the warp's barrier then orders the other lanes): besides thread 0's loads, each
-/// thread reads what the flag publishes (the row counts a grouped walk's trip counts come from).
-/// Whole warps call it, at the same point.
+/// see what was written before the signals it counts. Only thread 0 waits, the thread that loads.
+/// The producer's other threads pass through its loops without loading or waiting: a grouped
+/// walk's trip counts come from row counts they may read before the flag publishes them, which
+/// the walk bounds by the capacity and never reads past, so those threads' loops end (the whole
+/// warp waiting instead, at a warp barrier, ran the MoE op 8-11% slower: docs/notes/moe.md v5).
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &e, const mk_u32 *flag, mk_u32 target);
 

@@ -205,8 +205,8 @@ __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args 
   return &args.maps[index];
 }
 
-/// The engine producer's wait_arrivals: every thread that reaches it waits (as gemm_wait), and
-/// orders the loads after it. Whole warps call it.
+/// The engine producer's wait_arrivals: thread 0 waits (as gemm_wait), and orders its loads
+/// after it.
 template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
                                                    const mk_kernel_args &args, int64_t offset,
@@ -215,12 +215,11 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
     gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
     return;
   }
-  if (threadIdx.x % 32 == 0) {
-    wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
-    // TMA reads through the async proxy: order them after the acquire.
-    ptx::fence_proxy_async();
-  }
-  __syncwarp();
+  if (threadIdx.x != 0)
+    return;
+  wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  // TMA reads through the async proxy: order them after the acquire.
+  ptx::fence_proxy_async();
 }
 
 /// The engine consumers' signals and waits: an arrival on flag `offset` of this rank or of GPU

@@ -597,12 +597,8 @@ gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor
 
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *flag, mk_u32 target) {
-  // The rest of the warp waits at the warp's barrier, not spinning beside lane 0: lanes that
-  // spin can starve it of the warp's issue slots (lane 0 of warp 0 then never issues the loads
-  // that the flag waits for).
-  if (threadIdx.x % 32 == 0)
+  if (threadIdx.x == 0)
     detail::spin_until(flag, target);
-  __syncwarp();
 }
 
 /// Hands the pending flags to the senders: the stores before them have completed by now (a

@@ -118,10 +118,26 @@ private:
 
 } // namespace detail
 
+namespace detail {
+
+/// The bytes before route_rows' row movers: the experts' next slots and team_sum's word (or a
+/// census's counts and the first invalid copy).
+template <int kExperts> constexpr int kRouteHeaderBytes = (kExperts + 1) * 4;
+
+/// Where route_rows' row movers start in its shared memory `smem`: after the header, on the next
+/// 128-byte boundary of the shared window (bulk copies into slots only 16-byte aligned ran the
+/// dispatch slower: docs/notes/moe.md v5).
+template <int kExperts> __device__ __forceinline__ unsigned char *row_movers(void *smem) {
+  const mk_u32 at = ptx::smem_address(smem);
+  return static_cast<unsigned char *>(smem) + ((at + kRouteHeaderBytes<kExperts> + 127) & ~127u) -
+         at;
+}
+
+} // namespace detail
+
 template <int kExperts> __host__ __device__ constexpr int route_smem_bytes() {
-  // The experts' next slots (or a census's counts and the first invalid copy), then each warp's
-  // row mover.
-  return (kExperts + 1 + 3) / 4 * 16 + kTeamWarps * detail::RowMover::kWarpBytes;
+  // The header, up to 127 bytes to align the movers, then each warp's row mover.
+  return detail::kRouteHeaderBytes<kExperts> + 127 + kTeamWarps * detail::RowMover::kWarpBytes;
 }
 
 namespace detail {
@@ -296,8 +312,7 @@ route_rows(const T *rows, const int *experts, int tokens, int top_k, long long h
   const int warp = team_thread() / 32, lane = team_thread() % 32;
   const long long row_bytes = hidden * static_cast<long long>(sizeof(T));
   const bool bulk = row_bytes % 16 == 0 && reinterpret_cast<unsigned long long>(rows) % 16 == 0;
-  detail::RowMover mover(static_cast<unsigned char *>(smem) + (kExperts + 1 + 3) / 4 * 16 +
-                         warp * detail::RowMover::kWarpBytes);
+  detail::RowMover mover(detail::row_movers<kExperts>(smem) + warp * detail::RowMover::kWarpBytes);
   ptx::fence_mbarrier_init();
   team_sync();
   mk_u64 elsewhere = 0; // lane 0's rows to other GPUs
