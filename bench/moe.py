@@ -4,19 +4,22 @@ runtime, against PyTorch's grouped-GEMM path in the same run: a benchmark, not a
 
     python3 bench/moe.py [--repeat N] [--batch N] [--tokens 128,1024,...] [--models deepseek,...]
                          [--csv FILE] [--plot FILE] [--options NAME=VALUE;...]
+                         [--variants mkc,pytorch,grouped_mm,mkc_ffn]
 
 At 1x1, per model shape (per GPU: DeepSeek-V3's Hd 7168, I 2048, 16 experts, top-8; Mixtral's
 Hd 4096, I 14336, 8 experts, top-2) and tokens (128, 1024, 4096, 16384), bf16, uniform routing
 (distinct experts per token, softmax weights): mkc's op against PyTorch's path (tokens sorted by
-expert, one torch._grouped_mm for gate and up together (weights K-major), SwiGLU, torch._grouped_mm for down, the
-routing weights applied and summed per token in f32 by index_add_) and that path's grouped GEMMs
-alone; and mkc's expert FFN alone (bench/moe_expert_ffn.mlir: the op's two grids over the same
-rows, grouped by expert with per-expert counts) against those grouped GEMMs, per FLOP. Each is
-checked against PyTorch's path (the FFN against the grouped GEMMs) before it is timed; median of --repeat samples with CUDA
-events after warm-up, each the mean of --batch calls in a row, the tokens and routing rotating over
-3 sets (the weights, far larger than the L2, are read from HBM every call). TFLOP/s =
-6 tokens k Hd I / time; the ratios are mkc's rate over each baseline's, and its FFN's over the
-grouped GEMMs'.
+expert, one torch._grouped_mm for gate and up together (weights K-major), SwiGLU,
+torch._grouped_mm for down, the routing weights applied and summed per token in f32 by
+index_add_) and that path's grouped GEMMs alone; and mkc's expert FFN alone
+(bench/moe_expert_ffn.mlir: the op's two grids over the same rows, grouped by expert with
+per-expert counts) against those grouped GEMMs, per FLOP. --variants picks some of the four. mkc's
+op is checked against PyTorch's path, and its FFN against the grouped GEMMs, before they are
+timed; median of --repeat samples with CUDA events after warm-up, each the mean of --batch calls
+in a row, the tokens and routing rotating over 3 sets (the weights, far larger than the L2, are
+read from HBM every call). TFLOP/s = 6 tokens k Hd I / time; the ratios are mkc's rate over each
+baseline's, and its FFN's over the grouped GEMMs'. The symmetric heap is 12 GiB unless
+MKC_SYMMETRIC_BYTES says otherwise.
 
 Several GPUs (all_to_all_single + the same grouped GEMMs + all_to_all) are issue 29's runs; this
 script refuses a world of more than one rank until that comparison exists. Prints a table; --csv
@@ -47,6 +50,12 @@ MODELS = {  # per GPU: hidden, intermediate, local experts, top-k
 TOKENS = (128, 1024, 4096, 16384)
 SETS = 3
 EXPERT_FFN = os.path.join(REPO, "bench", "moe_expert_ffn.mlir")
+VARIANTS = ("mkc", "pytorch", "grouped_mm", "mkc_ffn")
+RATIOS = {  # column: (ours, baseline), the baseline's time over ours
+    "mkc_over_pytorch": ("mkc", "pytorch"),
+    "mkc_over_grouped_mm": ("mkc", "grouped_mm"),
+    "ffn_over_grouped_mm": ("mkc_ffn", "grouped_mm"),
+}
 
 
 def routing(T, E, top_k, g):
@@ -97,7 +106,7 @@ def k_major(w):
     return w.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def bench_shape(runtime, mkc, model, T, repeat, batch, options):
+def bench_shape(runtime, mkc, model, T, repeat, batch, options, chosen):
     Hd, I, E, top_k = MODELS[model]
     g = torch.Generator(device="cuda").manual_seed(T)
 
@@ -131,12 +140,15 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
                      "args": [place(0, x), place(1, experts), place(2, weights),
                               *weights_placed, y]})
     # The expert FFN alone, its capacity the most rows an expert gets in any set.
-    capacity = max(int(torch.diff(s["ends"], prepend=s["ends"].new_zeros(1)).max()) for s in sets)
-    ffn = runtime.compile(EXPERT_FFN, E=E, C=capacity, Hd=Hd, I=I, options=options)
-    for s in sets:
-        padded, counts = by_expert(s["rows"], s["ends"], capacity)
-        s["ffn_out"] = torch.empty_like(padded)
-        s["ffn_args"] = [padded, counts, w_gate, w_up, w_down, s["ffn_out"]]
+    ffn = None
+    if "mkc_ffn" in chosen:
+        capacity = max(int(torch.diff(s["ends"], prepend=s["ends"].new_zeros(1)).max())
+                       for s in sets)
+        ffn = runtime.compile(EXPERT_FFN, E=E, C=capacity, Hd=Hd, I=I, options=options)
+        for s in sets:
+            padded, counts = by_expert(s["rows"], s["ends"], capacity)
+            s["ffn_out"] = torch.empty_like(padded)
+            s["ffn_args"] = [padded, counts, w_gate, w_up, w_down, s["ffn_out"]]
 
     def ours(s):
         op(*s["args"])
@@ -163,30 +175,32 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options):
         raise SystemExit(f"mkc wrong at {model} T={T}: max error {error:.3g} of {scale:.3g}")
     if op.routing().dropped:
         raise SystemExit(f"mkc dropped copies at {model} T={T} with the default capacity")
-    first["ffn_out"].fill_(float("nan"))
-    ours_ffn(first)
-    torch.cuda.synchronize()
-    expected_ffn, counts = by_expert(grouped_mm(first).float(), first["ends"], capacity)
-    valid = torch.arange(capacity, device="cuda")[None, :] < counts[:, None]
-    ffn_error = ((first["ffn_out"].float() - expected_ffn).abs().nan_to_num(float("inf"))
-                 [valid].max().item())
-    if not ffn_error <= 0.02 * expected_ffn.abs().max().item():
-        raise SystemExit(f"mkc's expert FFN wrong at {model} T={T}: max error {ffn_error:.3g}")
+    if ffn:
+        first["ffn_out"].fill_(float("nan"))
+        ours_ffn(first)
+        torch.cuda.synchronize()
+        expected_ffn, counts = by_expert(grouped_mm(first).float(), first["ends"], capacity)
+        valid = torch.arange(capacity, device="cuda")[None, :] < counts[:, None]
+        ffn_error = ((first["ffn_out"].float() - expected_ffn).abs().nan_to_num(float("inf"))
+                     [valid].max().item())
+        if not ffn_error <= 0.02 * expected_ffn.abs().max().item():
+            raise SystemExit(f"mkc's expert FFN wrong at {model} T={T}: max error {ffn_error:.3g}")
 
     variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm, "mkc_ffn": ours_ffn}
-    ms = {name: time_ms(fn, [(s,) for s in sets], repeat, batch=batch)
-          for name, fn in variants.items()}
+    ms = {name: time_ms(variants[name], [(s,) for s in sets], repeat, batch=batch)
+          for name in chosen}
     op.close()
-    ffn.close()
+    if ffn:
+        ffn.close()
     flops = 6 * T * top_k * Hd * I
-    tflops = {name: flops / t / 1e9 for name, t in ms.items()}
-    return {"model": model, "T": T, "Hd": Hd, "I": I, "E": E, "top_k": top_k,
-            **{f"{n}_ms": round(t, 4) for n, t in ms.items()},
-            **{f"{n}_tflops": round(t, 1) for n, t in tflops.items()},
-            "mkc_over_pytorch": round(ms["pytorch"] / ms["mkc"], 3),
-            "mkc_over_grouped_mm": round(ms["grouped_mm"] / ms["mkc"], 3),
-            "ffn_over_grouped_mm": round(ms["grouped_mm"] / ms["mkc_ffn"], 3),
-            "max_error": round(error, 5)}
+    row = {"model": model, "T": T, "Hd": Hd, "I": I, "E": E, "top_k": top_k,
+           **{f"{n}_ms": round(t, 4) for n, t in ms.items()},
+           **{f"{n}_tflops": round(flops / t / 1e9, 1) for n, t in ms.items()},
+           "max_error": round(error, 5)}
+    for name, (ours_name, baseline) in RATIOS.items():
+        if ours_name in ms and baseline in ms:
+            row[name] = round(ms[baseline] / ms[ours_name], 3)
+    return row
 
 
 def main():
@@ -196,38 +210,48 @@ def main():
                         help="calls in a row per timed sample")
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="what to time, of " + ",".join(VARIANTS))
     parser.add_argument("--csv")
     parser.add_argument("--plot")
     parser.add_argument("--options", default="",
                         help="mkc's flags for the op, NAME=VALUE;... (gemm-stages=3)")
     args = parser.parse_args()
+    chosen = [v for v in VARIANTS if v in args.variants.split(",")]
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown or not chosen:
+        parser.error(f"--variants: {','.join(sorted(unknown)) or 'none'} not among "
+                     f"{','.join(VARIANTS)}")
     if not torch.cuda.is_available():
         print("SKIP: no GPU")
         return 77
     import mkc
 
-    runtime = mkc.Runtime()
+    # The largest shape (DeepSeek's at 16384 tokens) keeps 5.6 GB of routed rows and results in
+    # symmetric memory; the rest of the GPU's memory is PyTorch's and the ops' own buffers.
+    runtime = mkc.Runtime(symmetric_bytes=None if os.environ.get("MKC_SYMMETRIC_BYTES")
+                          else 12 << 30)
     if runtime.world_size > 1:
         raise SystemExit("bench/moe.py: the comparison on several GPUs (all_to_all_single) is "
                          "issue 29's and not written yet; run it as one process")
     torch.cuda.set_device(runtime.device)
     options = dict(item.split("=", 1) for item in args.options.split(";") if item) or None
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'model':>9} {'tokens':>6} {'mkc':>7} {'pytorch':>8} {'grouped_mm':>10} "
-          f"{'mkc_ffn':>8} {'mkc/pytorch':>11} {'mkc/grouped_mm':>14} {'ffn/grouped_mm':>14}"
-          f"   (TFLOP/s)")
+    columns = [*chosen, *(r for r, (a, b) in RATIOS.items() if a in chosen and b in chosen)]
+    header = [f"{'model':>9}", f"{'tokens':>6}", *(f"{c:>{max(len(c), 7)}}" for c in columns)]
+    print(" ".join(header) + "   (TFLOP/s; ratios of times)")
     rows = []
     for model in args.models.split(","):
         for T in (int(t) for t in args.tokens.split(",")):
-            row = bench_shape(runtime, mkc, model, T, args.repeat, args.batch, options)
+            row = bench_shape(runtime, mkc, model, T, args.repeat, args.batch, options, chosen)
             rows.append(row)
-            print(f"{model:>9} {T:>6} {row['mkc_tflops']:7.0f} {row['pytorch_tflops']:8.0f} "
-                  f"{row['grouped_mm_tflops']:10.0f} {row['mkc_ffn_tflops']:8.0f} "
-                  f"{row['mkc_over_pytorch']:11.3f} {row['mkc_over_grouped_mm']:14.3f} "
-                  f"{row['ffn_over_grouped_mm']:14.3f}", flush=True)
+            values = [f"{row[c + '_tflops']:>{max(len(c), 7)}.0f}" if c in chosen
+                      else f"{row[c]:>{max(len(c), 7)}.3f}" for c in columns]
+            print(" ".join([f"{model:>9}", f"{T:>6}", *values]), flush=True)
+            # The next shape's buffers, not this one's in PyTorch's cache.
+            torch.cuda.empty_cache()
     write_csv(rows, args.csv)
-    plot_tflops(rows, ("mkc", "pytorch", "grouped_mm", "mkc_ffn"), args.plot,
-                label=lambda r: f"{r['model']} {r['T']}")
+    plot_tflops(rows, chosen, args.plot, label=lambda r: f"{r['model']} {r['T']}")
     runtime.close()
     return 0
 
