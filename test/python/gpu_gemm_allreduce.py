@@ -19,6 +19,7 @@ failed.
 import os
 import subprocess
 import sys
+import time
 
 import support  # noqa: F401 (puts mkc on the path)
 
@@ -131,6 +132,26 @@ def finish(torch, runtime):
     torch.cuda.synchronize()
     runtime.close()
     return 1 if failures else 0
+
+
+def settle(torch, runtime, what):
+    """torch.cuda.synchronize() with a deadline (MKC_TEST_LAUNCH_TIMEOUT seconds, 120 unless
+    set): a launch that never finishes is a FAIL naming `what` and whatever the runtime knows
+    (a wait that gave up names its flag), and the rank exits at once instead of hanging its job."""
+    seconds = float(os.environ.get("MKC_TEST_LAUNCH_TIMEOUT", "120"))
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + seconds
+    while not done.query():
+        if time.monotonic() > deadline:
+            try:
+                runtime.check()
+                known = "no wait of mkc's gave up"
+            except Exception as error:  # mkc.Error, whose module the caller imported
+                known = str(error)
+            check(False, f"{what}: the GPU had not finished after {seconds:g} s ({known})")
+            os._exit(1)
+        time.sleep(0.001)
 
 
 def within_tolerance(result, reference, partials=()):

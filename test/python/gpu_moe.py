@@ -23,7 +23,8 @@ top-k 1, 2 and 8; odd extents beside them (7 and 150 tokens, Hd 256, 260 and 512
 
 Run it as is: it starts a job per topology, or prints "SKIP: <why>" and exits 77 without torch or
 a GPU. MKC_TEST_TOPOLOGIES (1x1,1x2,2x1,2x2) picks the topologies, MKC_TEST_PROBLEMS (0,1,...) the
-problems (all of them).
+problems (all of them). A launch that has not finished after MKC_TEST_LAUNCH_TIMEOUT seconds (120)
+fails its rank, naming the problem and the launch.
 """
 
 import os
@@ -204,7 +205,7 @@ def run_routings(bound, g):
         bound.runtime.barrier()
         before, stored = bound.runtime.network_statistics().bytes, op.routing().nvlink_bytes
         op(*inputs, handle)
-        torch.cuda.synchronize()
+        common.settle(torch, bound.runtime, f"{bound.label}: {mode}")
         # Every rank's results are back, so every proxy has carried its part.
         bound.runtime.barrier()
         sent = bound.runtime.network_statistics().bytes - before
@@ -238,7 +239,7 @@ def run_out_of_range(bound, g, mkc):
     y.fill_(float("nan"))
     torch.cuda.synchronize()
     op(*bound.inputs(bad, weights), handle)
-    torch.cuda.synchronize()
+    common.settle(torch, bound.runtime, f"{bound.label}: indices out of range")
     bound.expect(bad, weights, y, "indices out of range")
     if bound.rank == 0:
         try:
@@ -258,7 +259,7 @@ def run_out_of_range(bound, g, mkc):
     torch.cuda.synchronize()
     bound.runtime.barrier()
     op(*bound.inputs(experts, weights), handle)
-    torch.cuda.synchronize()
+    common.settle(torch, bound.runtime, f"{bound.label}: after indices out of range")
     bound.expect(experts, weights, y, "after indices out of range")
     op.routing()  # reported once: no error now
 
@@ -278,7 +279,7 @@ def run_back_to_back(bound, g):
     before = op.routing().launch
     for _, _, inputs, handle, _ in launches:
         op(*inputs, handle)
-    torch.cuda.synchronize()
+    common.settle(torch, bound.runtime, f"{bound.label}: {p.launches} launches in a row")
     for i, (experts, weights, _, _, y) in enumerate(launches):
         dropped = bound.expect(experts, weights, y, f"launch {i + 1} of {p.launches} in a row")
     report = op.routing()
