@@ -217,8 +217,9 @@ def main():
     parser.add_argument("--options", default="",
                         help="mkc's flags for the op, NAME=VALUE;... (gemm-stages=3)")
     args = parser.parse_args()
-    chosen = [v for v in VARIANTS if v in args.variants.split(",")]
-    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    asked = args.variants.split(",")
+    chosen = [v for v in VARIANTS if v in asked]
+    unknown = set(asked) - set(VARIANTS)
     if unknown or not chosen:
         parser.error(f"--variants: {','.join(sorted(unknown)) or 'none'} not among "
                      f"{','.join(VARIANTS)}")

@@ -117,10 +117,6 @@ private:
   int issued_ = 0, stored_ = 0;
 };
 
-} // namespace detail
-
-namespace detail {
-
 /// The bytes before route_rows' row movers: the experts' next slots and team_sum's word (or a
 /// census's counts and the first invalid copy).
 template <int kExperts> constexpr int kRouteHeaderBytes = (kExperts + 1) * 4;
