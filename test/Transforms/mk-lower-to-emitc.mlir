@@ -26,6 +26,8 @@
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
 // CHECK: if %[[PRODUCER]]
 // CHECK: call_opaque "mk::gemm_producer_begin"(%[[ENGINE]])
+// CHECK: %[[LOADER:.+]] = call_opaque "mk::gemm_loader"
+// CHECK: if %[[LOADER]]
 // CHECK: {{^ +}}for %
 // CHECK-NOT: call_opaque "mk::wait_arrivals"
 // CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]

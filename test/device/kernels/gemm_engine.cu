@@ -89,11 +89,12 @@ gemm(const mk_tensor_map &a, const mk_tensor_map &b, const mk_tensor_map &c, int
   mk::GemmEngine<Config> engine(mk_smem);
   if (mk::gemm_is_producer()) {
     mk::gemm_producer_begin(engine);
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int m0, n0;
-      origin(t, m0, n0);
-      mk::gemm_load(engine, &a, &b, m0, n0, k_blocks);
-    }
+    if (mk::gemm_loader())
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int m0, n0;
+        origin(t, m0, n0);
+        mk::gemm_load(engine, &a, &b, m0, n0, k_blocks);
+      }
   } else {
     mk::gemm_consumer_begin(engine);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {

@@ -233,14 +233,7 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
     if (!indexArithmetic(op) &&
         !op.walk([](emitc::CallOpaqueOp) { return WalkResult::interrupt(); }).wasInterrupted())
       op.erase();
-  OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
-  call(producerBegin, loc, {}, "mk::attention_producer_begin", {engine});
-  Value loader =
-      call(producerBegin, loc, producerBegin.getI1Type(), "mk::attention_loader", {}).getResult(0);
-  auto loads = scf::IfOp::create(producerBegin, loc, loader, /*withElseRegion=*/false);
-  for (Operation &op : llvm::make_early_inc_range(
-           llvm::make_range(std::next(loads->getIterator()), producer->without_terminator().end())))
-    op.moveBefore(loads.thenBlock()->getTerminator());
+  beginProducer(producer, engine, "mk::attention_producer_begin", "mk::attention_loader");
 
   // Consumers: the state from the query tile, each source's blocks in one call, the output.
   {

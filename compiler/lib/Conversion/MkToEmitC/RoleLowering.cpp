@@ -260,6 +260,18 @@ std::pair<Block *, Block *> StructureLowering::splitProducer(Block *role, Operat
   return {producer, consumer};
 }
 
+void StructureLowering::beginProducer(Block *producer, Value engine, StringRef begin,
+                                      StringRef loader) {
+  Location loc = engine.getLoc();
+  OpBuilder b = OpBuilder::atBlockBegin(producer);
+  call(b, loc, {}, begin, {engine});
+  Value loads = call(b, loc, b.getI1Type(), loader, {}).getResult(0);
+  auto branch = scf::IfOp::create(b, loc, loads, /*withElseRegion=*/false);
+  for (Operation &op : llvm::make_early_inc_range(llvm::make_range(
+           std::next(branch->getIterator()), producer->without_terminator().end())))
+    op.moveBefore(branch.thenBlock()->getTerminator());
+}
+
 LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAttr engineAttr) {
   Location loc = branch.getLoc();
   MLIRContext *context = branch.getContext();
@@ -342,8 +354,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
       after.setInsertionPointAfter(loop);
       call(after, loc, {}, "mk::gemm_flush_signals", {engine});
     }
-  OpBuilder producerBegin = OpBuilder::atBlockBegin(producer);
-  call(producerBegin, loc, {}, "mk::gemm_producer_begin", {engine});
+  beginProducer(producer, engine, "mk::gemm_producer_begin", "mk::gemm_loader");
   OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
   call(consumerBegin, loc, {}, "mk::gemm_consumer_begin", {engine});
   OpBuilder end(consumer->getTerminator());

@@ -18,7 +18,8 @@
 //   mk::GemmEngine<Config> engine(mk_smem);           // every thread of the CTA
 //   if (mk::gemm_is_producer()) {
 //     mk::gemm_producer_begin(engine);
-//     for (tile : tiles) mk::gemm_load(engine, &a_map, &b_map, m0, n0, k_blocks);
+//     if (mk::gemm_loader())
+//       for (tile : tiles) mk::gemm_load(engine, &a_map, &b_map, m0, n0, k_blocks);
 //   } else {
 //     mk::gemm_consumer_begin(engine);
 //     for (tile : tiles) {
@@ -113,8 +114,13 @@ __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e);
 template <typename Config>
 __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
 
-/// Producer: streams A[m0 .. m0+128, 0 .. 64 k_blocks) and the matching B panel of columns
-/// n0 .. n0+BN into the ring.
+/// The producer's thread that walks the tiles, waits and loads (thread 0). The producer's loops
+/// run in it alone: the rest of warp 0 has nothing to do there, and would read what the waits
+/// order (the row counts that bound a grouped walk) before a flag publishes it.
+__device__ __forceinline__ bool gemm_loader();
+
+/// Producer (its loading thread, as every producer call below): streams A[m0 .. m0+128,
+/// 0 .. 64 k_blocks) and the matching B panel of columns n0 .. n0+BN into the ring.
 template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
                                           const mk_tensor_map *b, int m0, int n0, int k_blocks);
@@ -140,11 +146,7 @@ gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor
                   const mk_tensor_map *b1, int m0, int n0, int k_blocks, int a_group, int b_group);
 
 /// Producer: waits until `*flag` >= `target` (wrap-safe) before the loads that follow, which then
-/// see what was written before the signals it counts. Only thread 0 waits, the thread that loads.
-/// The producer's other threads pass through its loops without loading or waiting: a grouped
-/// walk's trip counts come from row counts they may read before the flag publishes them, which
-/// the walk bounds by the capacity and never reads past, so those threads' loops end (the whole
-/// warp waiting instead, at a warp barrier, ran the MoE op 8-11% slower: docs/notes/moe.md v5).
+/// see what was written before the signals it counts.
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &e, const mk_u32 *flag, mk_u32 target);
 

@@ -205,7 +205,7 @@ __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args 
   return &args.maps[index];
 }
 
-/// The engine producer's wait_arrivals: thread 0 waits (as gemm_wait), and orders its loads
+/// The engine producer's wait_arrivals, in its loading thread (as gemm_wait), ordering its loads
 /// after it.
 template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
@@ -215,8 +215,6 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
     gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
     return;
   }
-  if (threadIdx.x != 0)
-    return;
   wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
   // TMA reads through the async proxy: order them after the acquire.
   ptx::fence_proxy_async();

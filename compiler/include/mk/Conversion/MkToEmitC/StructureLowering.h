@@ -35,6 +35,10 @@ private:
   /// copy of them the producer's (then), for the caller to prune. Returns the two blocks.
   static std::pair<Block *, Block *> splitProducer(Block *role, Operation *engine,
                                                    StringRef isProducer);
+  /// Starts an engine's producer block with `begin(engine)` and runs the rest of it in the one
+  /// thread `loader` (a device-library predicate) picks, which waits, walks the tiles and loads:
+  /// the producer's other threads would read what its waits order (row counts) too early.
+  static void beginProducer(Block *producer, Value engine, StringRef begin, StringRef loader);
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
   /// Splits a role's `ctas` CTAs into the attention engine's producer and consumers.

@@ -488,11 +488,12 @@ template <typename Config> __device__ __forceinline__ void serve_sends(GemmEngin
 
 __device__ __forceinline__ bool gemm_is_producer() { return threadIdx.x < 128; }
 
+__device__ __forceinline__ bool gemm_loader() { return threadIdx.x == 0; }
+
 template <typename Config>
 __device__ __forceinline__ void gemm_producer_begin(GemmEngine<Config> &e) {
   ptx::setmaxnreg_dec<Config::kProducerRegisters>();
-  // Warps 1-3 are the senders until gemm_finish; then, as the rest of warp 0, they pass through
-  // the producer's loop.
+  // Warps 1-3 are the senders until gemm_finish.
   if (threadIdx.x >= 32)
     detail::serve_sends(e);
 }
@@ -519,9 +520,7 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
   static_assert(kParts == 1 || Config::kCluster == 1 || !Config::kBKMajor,
                 "an [N x K] panel of parts is loaded by one CTA");
   static_assert(!kGrouped || Config::kCluster == 1, "a cluster's CTAs share one group's panel");
-  if (threadIdx.x != 0)
-    return;
-    // Rolled: unrolled for a short K known at compile time, it outgrows the producer's registers.
+  // Rolled: unrolled for a short K known at compile time, it outgrows the producer's registers.
 #pragma unroll 1
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = e.stage();
@@ -597,8 +596,7 @@ gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor
 
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *flag, mk_u32 target) {
-  if (threadIdx.x == 0)
-    detail::spin_until(flag, target);
+  detail::spin_until(flag, target);
 }
 
 /// Hands the pending flags to the senders: the stores before them have completed by now (a
