@@ -10,12 +10,24 @@
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=8192,Hd=4096,I=14336,E=64,TopK=2 -o %t.1x8.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=1024,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=1,Hd=4096,I=1024,E=8,TopK=1 --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=14,Hd=72,I=64,E=2,TopK=1 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x2 --shape T=28,Hd=200,I=136,E=8,TopK=4 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x2 --shape T=512,Hd=256,I=256,E=8,TopK=2,C=40 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 3x2 --shape T=6,Hd=64,I=64,E=12,TopK=2 | FileCheck %s --check-prefix=SIM
 // SIM: @moe_dispatch_gemm_combine on #mk.mesh<{{.*}}>: 3 launches x 8 interleavings (seeds 0-7), {{[0-9]+}} steps: no findings
 // CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+
+// The engine's producer: its loading thread alone waits for the row counts, walks the expert
+// grids and loads; before a down-projection tile, one wait on the 8 hidden tiles of its rows.
+// CUDA: if (mk::gemm_is_producer()) {
+// CUDA-NEXT: mk::gemm_producer_begin(
+// CUDA-NEXT: if (mk::gemm_loader()) {
+// CUDA: mk::gemm_wait_arrivals({{.*}}, 1);
+// CUDA: mk::GroupedWalk
+// CUDA: mk::gemm_wait_arrivals_span({{.*}}, 8, 1);
+// CUDA: } else {
+// CUDA-NEXT: mk::gemm_consumer_begin(
 
 // One node: a dispatch role counts each rank's copies into every GPU's census, fills its experts'
 // row counts once every rank's row is in, and sends each row to its expert's slot, signalling each

@@ -3,7 +3,8 @@
 // A signal raises a flag here, on a GPU of the node or, through the proxy, on another node; the
 // GEMM engine's consumers leave theirs to the engine's senders, and a TMA reduction's role to its
 // publisher, so that each follows the stores before it. A wait spins on its flag, on the
-// engine's producer (the attention engine's loading thread) or consumers as the plan says.
+// engine's producer (the attention engine's loading thread) or consumers as the plan says; the
+// GEMM engine producer's loop of waits over a panel's flags is one call.
 //
 //===----------------------------------------------------------------------===//
 
@@ -92,10 +93,48 @@ struct WaitLowering : LoweringPattern<WaitOp> {
   }
 };
 
+/// A loop of the GEMM engine producer's waits on every flag along the last dim of a flag array
+/// (InsertSignals' wait for the tiles of a panel that a tile reads): one call, whose loads are
+/// in flight together, where the loop's waits would each take a round trip ahead of the tile's
+/// loads (its SCF lowering's benefit is 1).
+struct ProducerWaitLoopLowering : LoweringPattern<scf::ForOp> {
+  ProducerWaitLoopLowering(const TypeConverter &converter, MLIRContext *context,
+                           KernelLayout &layout)
+      : LoweringPattern(converter, context, layout, /*benefit=*/2) {}
+  LogicalResult matchAndRewrite(scf::ForOp loop, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Block *body = loop.getBody();
+    auto wait = dyn_cast<WaitOp>(body->front());
+    if (!wait || loop.getNumResults() || !llvm::hasSingleElement(body->without_terminator()) ||
+        loweringOf(wait) != Lowering::producer || ofRole(layout.attentionEngines, wait))
+      return failure();
+    std::optional<int64_t> first = getConstantIntValue(loop.getLowerBound());
+    std::optional<int64_t> end = getConstantIntValue(loop.getUpperBound());
+    std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+    OperandRange indices = wait.getIndices();
+    Value flag = loop.getInductionVar();
+    if (!first || !end || step != 1 || *end <= *first || indices.empty() ||
+        indices.back() != flag || llvm::is_contained(indices.drop_back(), flag))
+      return failure();
+    Location loc = wait.getLoc();
+    Arith a(rewriter, loc);
+    SmallVector<Value> from;
+    for (Value index : indices.drop_back())
+      from.push_back(rewriter.getRemappedValue(index));
+    from.push_back(a.constant(*first));
+    call(rewriter, loc, {}, "mk::gemm_wait_arrivals_span",
+         {engineFor(wait), kernelArgs(wait), flagOffset(a, layout, wait.getFlags(), from),
+          std::to_string(*end - *first), std::to_string(wait.getCount())});
+    rewriter.eraseOp(loop);
+    return success();
+  }
+};
+
 } // namespace
 
 void mlir::mk::to_emitc::populateSyncOpToEmitCPatterns(const TypeConverter &converter,
                                                        RewritePatternSet &patterns,
                                                        KernelLayout &layout) {
-  patterns.add<SignalLowering, WaitLowering>(converter, patterns.getContext(), layout);
+  patterns.add<SignalLowering, WaitLowering, ProducerWaitLoopLowering>(
+      converter, patterns.getContext(), layout);
 }

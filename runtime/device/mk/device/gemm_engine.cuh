@@ -150,6 +150,13 @@ gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor
 template <typename Config>
 __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &e, const mk_u32 *flag, mk_u32 target);
 
+/// Producer: gemm_wait on each of flags[0 .. n) (the tiles of a panel that a tile reads): their
+/// loads in flight together and one acquire, where n waits in a row would take n round trips
+/// ahead of the tile's loads.
+template <typename Config>
+__device__ __forceinline__ void gemm_wait_all(GemmEngine<Config> &e, const mk_u32 *flags, int n,
+                                              mk_u32 target);
+
 /// Consumers: the product of the next tile's k_blocks slices (k_blocks >= 1).
 template <typename Config>
 __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks);

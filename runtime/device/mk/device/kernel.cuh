@@ -220,6 +220,22 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
   ptx::fence_proxy_async();
 }
 
+/// The engine producer's wait_arrivals on flags offset .. offset + n - 1, `count` arrivals each
+/// (a loop of waits on the tiles of a panel), as gemm_wait_all on one node.
+template <typename Config>
+__device__ __forceinline__ void gemm_wait_arrivals_span(GemmEngine<Config> &engine,
+                                                        const mk_kernel_args &args, int64_t offset,
+                                                        int64_t n, int64_t count) {
+  const mk_u32 target = *args.epoch * static_cast<mk_u32>(count);
+  if (args.nodes == 1) {
+    gemm_wait_all(engine, args.flags + offset, static_cast<int>(n), target);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    wait_arrivals_thread(args, offset + i, target);
+  ptx::fence_proxy_async();
+}
+
 /// The engine consumers' signals and waits: an arrival on flag `offset` of this rank or of GPU
 /// `gpu` of the node once the tile's stores complete (deferred, gemm_signal; gemm_stamp_* set it
 /// to the epoch); a wait that first raises what is deferred, so that no rank waits on a flag

@@ -73,8 +73,9 @@ protected:
 template <typename OpT>
 class LoweringPattern : public OpConversionPattern<OpT>, protected PatternBase {
 public:
-  LoweringPattern(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout)
-      : OpConversionPattern<OpT>(converter, context), PatternBase(layout) {}
+  LoweringPattern(const TypeConverter &converter, MLIRContext *context, KernelLayout &layout,
+                  PatternBenefit benefit = 1)
+      : OpConversionPattern<OpT>(converter, context, benefit), PatternBase(layout) {}
 };
 
 } // namespace mlir::mk::to_emitc

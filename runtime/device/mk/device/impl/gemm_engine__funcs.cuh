@@ -599,6 +599,24 @@ __device__ __forceinline__ void gemm_wait(GemmEngine<Config> &, const mk_u32 *fl
   detail::spin_until(flag, target);
 }
 
+template <typename Config>
+__device__ __forceinline__ void gemm_wait_all(GemmEngine<Config> &, const mk_u32 *flags, int n,
+                                              mk_u32 target) {
+  constexpr int kInFlight = 16; // 32 in flight spill the kernel at 168 registers
+  for (int first = 0; first < n; first += kInFlight) {
+    unsigned short_of_target = 0;
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k)
+      if (first + k < n && static_cast<int>(ptx::load_relaxed_sys(flags + first + k) - target) < 0)
+        short_of_target |= 1u << k;
+    for (; short_of_target; short_of_target &= short_of_target - 1)
+      detail::spin_until(flags + first + __ffs(short_of_target) - 1, target);
+  }
+  ptx::fence_acq_rel_sys();
+  // TMA reads and writes through the async proxy: order them after the acquire.
+  ptx::fence_proxy_async();
+}
+
 /// Hands the pending flags to the senders: the stores before them have completed by now (a
 /// tile's mainloop later), or are waited for here.
 template <typename Config>

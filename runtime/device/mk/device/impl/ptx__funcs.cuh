@@ -579,6 +579,18 @@ __device__ __forceinline__ mk_u32 load_acquire_sys(const mk_u32 *address) {
   return value;
 }
 
+/// A strong load without ordering: several in flight at once, then fence_acq_rel_sys, acquire
+/// what each saw (PTX's acquire pattern).
+__device__ __forceinline__ mk_u32 load_relaxed_sys(const mk_u32 *address) {
+  mk_u32 value;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;\n" ::: "memory");
+}
+
 /// Generic addressing: `address` may be host memory mapped into the device.
 __device__ __forceinline__ mk_u64 load_acquire_sys(const volatile mk_u64 *address) {
   mk_u64 value;
