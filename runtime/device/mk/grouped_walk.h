@@ -27,13 +27,27 @@ struct GroupedTile {
   int group, row, col;
 };
 
+/// Row count `*count`. On the GPU it is read from L2, past the SM's L1 (`ld.global.cg`): the
+/// CTAs read the counts the launch's dispatch has just written, after a flag's acquire, and a
+/// copy of them cached in L1 (a load of the launch before, or of the memory's earlier owner) has
+/// outlived that acquire on an H100, giving a producer a walk its consumers did not take
+/// (docs/notes/moe.md v6).
+MK_GROUPED_WALK_FN int load_count(const int *count) {
+#if defined(__CUDA_ARCH__)
+  return __ldcg(count);
+#else
+  return *count;
+#endif
+}
+
 struct GroupedWalk {
   const int *counts;
   int groups, capacity, tile_rows, col_tiles, band;
 
   /// The row tiles of group g: its rows, at most the capacity, in tiles of tile_rows.
   MK_GROUPED_WALK_FN int row_tiles(int g) const {
-    const int rows = counts[g] < capacity ? counts[g] : capacity;
+    const int count = load_count(counts + g);
+    const int rows = count < capacity ? count : capacity;
     return rows > 0 ? (rows + tile_rows - 1) / tile_rows : 0;
   }
 

@@ -327,7 +327,7 @@ __device__ __forceinline__ int64_t tile_col(const GroupedTile &tile) { return ti
 
 /// The rows of a tile of `rows` from row `first` that lie below the count at `count`.
 __device__ __forceinline__ int64_t rows_within(const int *count, int64_t first, int64_t rows) {
-  const int64_t below = *count - first;
+  const int64_t below = load_count(count) - first;
   return below < 0 ? 0 : below < rows ? below : rows;
 }
 
