@@ -28,10 +28,9 @@ struct GroupedTile {
 };
 
 /// Row count `*count`. On the GPU it is read from L2, past the SM's L1 (`ld.global.cg`): the
-/// CTAs read the counts the launch's dispatch has just written, after a flag's acquire, and a
-/// copy of them cached in L1 (a load of the launch before, or of the memory's earlier owner) has
-/// outlived that acquire on an H100, giving a producer a walk its consumers did not take
-/// (docs/notes/moe.md v6).
+/// CTAs read the counts the launch's dispatch has just written, after a flag's acquire, and on an
+/// H100 a producer read through L1 once walked counts older than that acquire, a walk its
+/// consumers did not take; read past L1, it did not (the evidence: docs/notes/moe.md v6).
 MK_GROUPED_WALK_FN int load_count(const int *count) {
 #if defined(__CUDA_ARCH__)
   return __ldcg(count);
