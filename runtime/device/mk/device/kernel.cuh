@@ -80,10 +80,10 @@ __device__ __forceinline__ void signal_gpu(const mk_kernel_args &args, int64_t g
 /// Sets flag `offset` of this rank, or of GPU `gpu` of this node, to the launch's epoch (a signal
 /// with `stamp`).
 __device__ __forceinline__ void stamp_local(const mk_kernel_args &args, int64_t offset) {
-  stamp(args.flags + offset, *args.epoch);
+  stamp(args.flags + offset, epoch(args));
 }
 __device__ __forceinline__ void stamp_gpu(const mk_kernel_args &args, int64_t gpu, int64_t offset) {
-  stamp(args.flags_peer[gpu] + offset, *args.epoch);
+  stamp(args.flags_peer[gpu] + offset, epoch(args));
 }
 
 /// The flag regions of the GPUs of this node, for an op that raises flags on several.
@@ -134,11 +134,11 @@ __device__ __forceinline__ void wait_arrivals_thread(const mk_kernel_args &args,
 __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,
                                               int64_t count) {
   if (args.nodes == 1) {
-    wait(args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+    wait(args.flags + offset, epoch(args) * static_cast<mk_u32>(count));
     return;
   }
   if (team_thread() == 0)
-    wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+    wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
   team_sync();
 }
 
@@ -212,10 +212,10 @@ __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
                                                    const mk_kernel_args &args, int64_t offset,
                                                    int64_t count) {
   if (args.nodes == 1) {
-    gemm_wait(engine, args.flags + offset, *args.epoch * static_cast<mk_u32>(count));
+    gemm_wait(engine, args.flags + offset, epoch(args) * static_cast<mk_u32>(count));
     return;
   }
-  wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
   // TMA reads through the async proxy: order them after the acquire.
   ptx::fence_proxy_async();
 }
@@ -226,7 +226,7 @@ template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals_span(GemmEngine<Config> &engine,
                                                         const mk_kernel_args &args, int64_t offset,
                                                         int64_t n, int64_t count) {
-  const mk_u32 target = *args.epoch * static_cast<mk_u32>(count);
+  const mk_u32 target = epoch(args) * static_cast<mk_u32>(count);
   if (args.nodes == 1) {
     gemm_wait_all(engine, args.flags + offset, static_cast<int>(n), target);
     return;
@@ -243,13 +243,13 @@ __device__ __forceinline__ void gemm_wait_arrivals_span(GemmEngine<Config> &engi
 template <typename Config>
 __device__ __forceinline__ void gemm_stamp_local(GemmEngine<Config> &engine,
                                                  const mk_kernel_args &args, int64_t offset) {
-  gemm_stamp(engine, args.flags + offset, *args.epoch);
+  gemm_stamp(engine, args.flags + offset, epoch(args));
 }
 template <typename Config>
 __device__ __forceinline__ void gemm_stamp_gpu(GemmEngine<Config> &engine,
                                                const mk_kernel_args &args, int64_t gpu,
                                                int64_t offset) {
-  gemm_stamp(engine, args.flags_peer[gpu] + offset, *args.epoch);
+  gemm_stamp(engine, args.flags_peer[gpu] + offset, epoch(args));
 }
 template <typename Config>
 __device__ __forceinline__ void gemm_signal_local(GemmEngine<Config> &engine,
@@ -275,7 +275,7 @@ template <typename Config>
 __device__ __forceinline__ void gemm_consumer_defer_arrivals(GemmEngine<Config> &engine,
                                                              const mk_kernel_args &args,
                                                              int64_t offset, int64_t count) {
-  const mk_u32 target = team_thread() == 0 ? *args.epoch * static_cast<mk_u32>(count) : 0;
+  const mk_u32 target = team_thread() == 0 ? epoch(args) * static_cast<mk_u32>(count) : 0;
   gemm_defer_wait(engine, args.flags + offset, target);
 }
 
@@ -283,7 +283,7 @@ __device__ __forceinline__ void gemm_consumer_defer_arrivals(GemmEngine<Config> 
 /// its TMA loads after the acquire.
 __device__ __forceinline__ void producer_wait_arrivals(const mk_kernel_args &args, int64_t offset,
                                                        int64_t count) {
-  wait_arrivals_thread(args, offset, *args.epoch * static_cast<mk_u32>(count));
+  wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
   ptx::fence_proxy_async();
 }
 
@@ -327,7 +327,7 @@ __device__ __forceinline__ int64_t tile_col(const GroupedTile &tile) { return ti
 
 /// The rows of a tile of `rows` from row `first` that lie below the count at `count`.
 __device__ __forceinline__ int64_t rows_within(const int *count, int64_t first, int64_t rows) {
-  const int64_t below = load_count(count) - first;
+  const int64_t below = *count - first;
   return below < 0 ? 0 : below < rows ? below : rows;
 }
 
