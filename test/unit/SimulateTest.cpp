@@ -7,6 +7,7 @@
 #include "Semantics.h"
 
 #include "mk/Pipeline.h"
+#include "mk/grouped_walk.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -15,10 +16,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::mk;
@@ -144,6 +148,38 @@ TEST_CASE("routing fills each expert's slots in token order, up to the capacity"
   CHECK(routing.placement[5] == -1); // token 2's copy to expert 1 is dropped
   CHECK(routing.placement[0] == 1 * 2 + 0);
   CHECK(routing.placement[7] == -1); // expert 0 is full by token 3
+}
+
+TEST_CASE("a grouped walk visits each tile of the rows there are once", "[simulate]") {
+  // Kernels and mk-sim walk row-bounded grids with this one definition: every tile of a group's
+  // rows (at most the capacity; a negative count is none), each once, whatever the band.
+  const std::vector<std::vector<int>> patterns = {{0, 0, 0, 1, 0, 0, 0, 0},
+                                                  {1, 0, 0, 0, 0, 0, 0, 0},
+                                                  {0, 0, 0, 0, 0, 0, 0, 1},
+                                                  {300, 0, 129, 7, -3, 0, 1000, 128},
+                                                  {0, 0, 0, 0}};
+  for (const std::vector<int> &counts : patterns)
+    for (int col_tiles : {1, 8, 16})
+      for (int band : {1, 4}) {
+        const ::mk::GroupedWalk walk{
+            counts.data(), static_cast<int>(counts.size()), 512, 128, col_tiles, band};
+        std::set<std::tuple<int, int, int>> seen;
+        for (long long p = 0; p < walk.positions(); ++p) {
+          const ::mk::GroupedTile tile = walk.at(p);
+          INFO("position " << p << " of " << walk.positions());
+          REQUIRE(tile.row < walk.row_tiles(tile.group));
+          REQUIRE(tile.col < col_tiles);
+          REQUIRE(seen.emplace(tile.group, tile.row, tile.col).second);
+        }
+        long long expected = 0;
+        for (int count : counts)
+          expected += (std::clamp(count, 0, 512) + 127) / 128 * col_tiles;
+        CHECK(walk.positions() == expected);
+        CHECK(static_cast<long long>(seen.size()) == expected);
+        // Past the end (a position no CTA should take) it still names a tile of the last group,
+        // dividing by no zero.
+        CHECK(walk.at(walk.positions() + 3).group == static_cast<int>(counts.size()) - 1);
+      }
 }
 
 TEST_CASE("the reference's GEMM + AllReduce is the global product on every rank", "[simulate]") {

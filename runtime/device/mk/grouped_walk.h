@@ -27,35 +27,23 @@ struct GroupedTile {
   int group, row, col;
 };
 
-/// Row count `*count`. On the GPU it is read from L2, past the SM's L1 (`ld.global.cg`): the
-/// CTAs read the counts the launch's dispatch has just written, after a flag's acquire, and on an
-/// H100 a producer read through L1 once walked counts older than that acquire, a walk its
-/// consumers did not take; read past L1, it did not (the evidence: docs/notes/moe.md v6).
-MK_GROUPED_WALK_FN int load_count(const int *count) {
-#if defined(__CUDA_ARCH__)
-  return __ldcg(count);
-#else
-  return *count;
-#endif
-}
-
 struct GroupedWalk {
   const int *counts;
   int groups, capacity, tile_rows, col_tiles, band;
 
   /// The row tiles of group g: its rows, at most the capacity, in tiles of tile_rows.
   MK_GROUPED_WALK_FN int row_tiles(int g) const {
-    const int count = load_count(counts + g);
-    const int rows = count < capacity ? count : capacity;
-    return rows > 0 ? (rows + tile_rows - 1) / tile_rows : 0;
+    const int count = counts[g];
+    const int rows = count < 0 ? 0 : count < capacity ? count : capacity;
+    return (rows + tile_rows - 1) / tile_rows;
   }
 
-  /// The number of tiles to walk.
+  /// The number of tiles to walk: the groups' row tiles, each a row of col_tiles.
   MK_GROUPED_WALK_FN long long positions() const {
-    long long tiles = 0;
+    long long rows = 0;
     for (int g = 0; g < groups; ++g)
-      tiles += static_cast<long long>(row_tiles(g)) * col_tiles;
-    return tiles;
+      rows += row_tiles(g);
+    return rows * col_tiles;
   }
 
   /// The tile at position p, 0 <= p < positions(). (Never reads past the counts, even for a p
@@ -71,7 +59,8 @@ struct GroupedWalk {
     const long long per_band = static_cast<long long>(band) * col_tiles;
     const int first = static_cast<int>(p / per_band) * band;
     const int in_band = static_cast<int>(p % per_band);
-    const int band_rows = rows - first < band ? rows - first : band;
+    // At least 1, so that a p past the end divides by no zero.
+    const int band_rows = rows - first < band ? (rows - first > 1 ? rows - first : 1) : band;
     return GroupedTile{g, first + in_band % band_rows, in_band / band_rows};
   }
 };
