@@ -176,9 +176,9 @@ TEST_CASE("a grouped walk visits each tile of the rows there are once", "[simula
           expected += (std::clamp(count, 0, 512) + 127) / 128 * col_tiles;
         CHECK(walk.positions() == expected);
         CHECK(static_cast<long long>(seen.size()) == expected);
-        // Past the end (a position no CTA should take) it still names a tile of the last group,
-        // dividing by no zero.
-        CHECK(walk.at(walk.positions() + 3).group == static_cast<int>(counts.size()) - 1);
+        // Past the end (a position no CTA should take) it names no tile, dividing by no zero.
+        CHECK(walk.at(walk.positions()).row == -1);
+        CHECK(walk.at(walk.positions() + 3).col == -1);
       }
 }
 

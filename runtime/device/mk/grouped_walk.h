@@ -46,8 +46,9 @@ struct GroupedWalk {
     return rows * col_tiles;
   }
 
-  /// The tile at position p, 0 <= p < positions(). (Never reads past the counts, even for a p
-  /// beyond them.)
+  /// The tile at position p, 0 <= p < positions(); past the end, no tile (row and col -1, the
+  /// last group), which the walk's loops skip (mk::tile_within): a CTA never waits for a tile that
+  /// no CTA makes, as a persistent scheduler's invalid work tile. (It reads only the counts.)
   MK_GROUPED_WALK_FN GroupedTile at(long long p) const {
     int g = 0;
     long long tiles = static_cast<long long>(row_tiles(0)) * col_tiles;
@@ -55,12 +56,13 @@ struct GroupedWalk {
       p -= tiles;
       tiles = static_cast<long long>(row_tiles(++g)) * col_tiles;
     }
+    if (p >= tiles)
+      return GroupedTile{g, -1, -1};
     const int rows = row_tiles(g);
     const long long per_band = static_cast<long long>(band) * col_tiles;
     const int first = static_cast<int>(p / per_band) * band;
     const int in_band = static_cast<int>(p % per_band);
-    // At least 1, so that a p past the end divides by no zero.
-    const int band_rows = rows - first < band ? (rows - first > 1 ? rows - first : 1) : band;
+    const int band_rows = rows - first < band ? rows - first : band;
     return GroupedTile{g, first + in_band % band_rows, in_band / band_rows};
   }
 };

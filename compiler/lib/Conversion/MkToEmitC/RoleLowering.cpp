@@ -272,6 +272,16 @@ void StructureLowering::beginProducer(Block *producer, Value engine, StringRef b
     op.moveBefore(branch.thenBlock()->getTerminator());
 }
 
+/// The block of a tile loop that holds its tile: the loop's body, or the branch that guards the
+/// tile where a position may name none (a grouped walk's end, a round-robin tile of another rank).
+static Block *tileBlock(scf::ForOp loop) {
+  Block *body = loop.getBody();
+  for (auto guard : body->getOps<scf::IfOp>())
+    if (!guard.thenBlock()->getOps<MatmulOp>().empty())
+      return guard.thenBlock();
+  return body;
+}
+
 LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAttr engineAttr) {
   Location loc = branch.getLoc();
   MLIRContext *context = branch.getContext();
@@ -307,8 +317,9 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
     auto loop = dyn_cast<scf::ForOp>(op);
     // The loop's engine pass, by its first matmul, which loads the others' B panels too.
     MatmulOp matmul;
-    if (loop)
-      for (MatmulOp candidate : loop.getBody()->getOps<MatmulOp>())
+    Block *body = loop ? tileBlock(loop) : nullptr;
+    if (body)
+      for (MatmulOp candidate : body->getOps<MatmulOp>())
         if (loweringOf(candidate) != Lowering::fused)
           matmul = candidate;
     // (What the kept loops use stays: the walk of a grid bounded by row counts reads them; so do
@@ -319,7 +330,6 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
         op->erase();
       continue;
     }
-    Block *body = loop.getBody();
     SmallVector<Operation *> after;
     for (Operation *op = matmul->getNextNode(); op != body->getTerminator(); op = op->getNextNode())
       if (loweringOf(op) != Lowering::fused)

@@ -56,6 +56,8 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
                    .getResult(0);
     for (StringRef coordinate : {"mk::tile_group", "mk::tile_row", "mk::tile_col"})
       tile.coords.push_back(toIndex(b, loc, call(b, loc, sizeT, coordinate, {at}).getResult(0)));
+    // A position past the walk's end names no tile: skipped, never waited on.
+    tile.visits = call(b, loc, b.getI1Type(), "mk::tile_within", {at}).getResult(0);
     if (bound.firstShard)
       tile.coords[0] =
           ops.add(tile.coords[0], ops.mul(*bound.firstShard, ops.c(walk->grouped()->groups)));

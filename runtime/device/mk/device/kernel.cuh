@@ -321,6 +321,8 @@ __device__ __forceinline__ int64_t grouped_positions(const GroupedWalk &walk) {
 __device__ __forceinline__ GroupedTile grouped_tile(const GroupedWalk &walk, int64_t position) {
   return walk.at(position);
 }
+/// Whether a position of the walk names a tile (it does, short of the end).
+__device__ __forceinline__ bool tile_within(const GroupedTile &tile) { return tile.row >= 0; }
 __device__ __forceinline__ int64_t tile_group(const GroupedTile &tile) { return tile.group; }
 __device__ __forceinline__ int64_t tile_row(const GroupedTile &tile) { return tile.row; }
 __device__ __forceinline__ int64_t tile_col(const GroupedTile &tile) { return tile.col; }
