@@ -48,25 +48,28 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
   auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ops.c(ctas));
   b.setInsertionPointToStart(loop.getBody());
   TileWalk::Tile<Value, Value> tile;
+  Value at;
   if (grouped) {
-    MLIRContext *context = grid.getContext();
-    auto sizeT = emitc::SizeTType::get(context);
-    Value at = call(b, loc, emitc::OpaqueType::get(context, "mk::GroupedTile"), "mk::grouped_tile",
-                    {grouped, toSizeT(b, loc, loop.getInductionVar())})
-                   .getResult(0);
-    for (StringRef coordinate : {"mk::tile_group", "mk::tile_row", "mk::tile_col"})
-      tile.coords.push_back(toIndex(b, loc, call(b, loc, sizeT, coordinate, {at}).getResult(0)));
+    at = call(b, loc, emitc::OpaqueType::get(grid.getContext(), "mk::GroupedTile"),
+              "mk::grouped_tile", {grouped, toSizeT(b, loc, loop.getInductionVar())})
+             .getResult(0);
     // A position past the walk's end names no tile: skipped, never waited on.
     tile.visits = call(b, loc, b.getI1Type(), "mk::tile_within", {at}).getResult(0);
-    if (bound.firstShard)
-      tile.coords[0] =
-          ops.add(tile.coords[0], ops.mul(*bound.firstShard, ops.c(walk->grouped()->groups)));
   } else {
     tile = walk->tileAt(ops, bound, loop.getInductionVar(), place);
   }
   if (tile.visits) {
     auto owned = scf::IfOp::create(b, loc, *tile.visits, /*withElseRegion=*/false);
     b.setInsertionPointToStart(owned.thenBlock());
+  }
+  if (grouped) {
+    // The tile's coordinates where it is one (kept out of the loop's live registers otherwise).
+    auto sizeT = emitc::SizeTType::get(grid.getContext());
+    for (StringRef coordinate : {"mk::tile_group", "mk::tile_row", "mk::tile_col"})
+      tile.coords.push_back(toIndex(b, loc, call(b, loc, sizeT, coordinate, {at}).getResult(0)));
+    if (bound.firstShard)
+      tile.coords[0] =
+          ops.add(tile.coords[0], ops.mul(*bound.firstShard, ops.c(walk->grouped()->groups)));
   }
 
   Block &body = grid.getBodyBlock();
