@@ -450,10 +450,10 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
 // MoE on one node (1 x 2), planned and lowered: each expert grid walks the tiles within the row
 // counts (mk::GroupedWalk over them), a position past the walk's end naming no tile; the producer
 // loads each expert's operands at its group, after waiting for the rows of every dispatch CTA on
-// every rank (2 x 26); the hidden tiles'
-// stamps go to the senders, which are flushed as each tile loop ends; rows go back to their tokens
-// through the senders; the tokens' sums wait for every compute CTA on every rank (2 x 106). The
-// dispatch role's census, counts and rows are one call each.
+// every rank (2 x 26); the hidden tiles' stamps go to the senders, which are flushed as each tile
+// loop ends; rows go back to their tokens through the senders; the tokens' sums wait for every
+// compute CTA on every rank (2 x 106). The dispatch role's census, counts and rows are one call
+// each.
 // CHECK-LABEL: emitc.func @moe_one_node
 // CHECK: call_opaque "mk::grouped_walk"({{.*}}) {args = [0 : index, #emitc.opaque<"2">, #emitc.opaque<"256">, #emitc.opaque<"128">, #emitc.opaque<"2">, #emitc.opaque<"2">]}
 // CHECK: call_opaque "mk::grouped_positions"

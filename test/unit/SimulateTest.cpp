@@ -1,7 +1,9 @@
 // Unit tests of mk-sim's meaning of programs, each against a computation written out here: the
 // reference's GEMM + AllReduce, GEMM + ReduceScatter and ring attention (causal and not) against
-// plain loops over the global tensors, expert routing, and bf16 rounding. The scheduled machine is
-// compared with this reference, so the reference itself must be right.
+// plain loops over the global tensors, expert routing, and bf16 rounding; and the grouped walk
+// (mk/grouped_walk.h) that generated kernels share with mk-sim, over one-expert, empty and uneven
+// counts. The scheduled machine is compared with this reference, so the reference itself must be
+// right.
 
 #include "Reference.h"
 #include "Semantics.h"
