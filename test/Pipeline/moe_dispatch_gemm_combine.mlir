@@ -10,6 +10,7 @@
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x8 --shape T=8192,Hd=4096,I=14336,E=64,TopK=2 -o %t.1x8.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=256,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x1.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=1024,Hd=512,I=384,E=8,TopK=4,C=128 -o %t.2x4.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x4 --shape T=4096,Hd=7168,I=2048,E=64,TopK=8 -o %t.2x4.deepseek.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x1 --shape T=1,Hd=4096,I=1024,E=8,TopK=1 --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x1 --shape T=14,Hd=72,I=64,E=2,TopK=1 | FileCheck %s --check-prefix=SIM
 // RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 2x2 --shape T=28,Hd=200,I=136,E=8,TopK=4 | FileCheck %s --check-prefix=SIM

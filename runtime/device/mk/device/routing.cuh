@@ -54,9 +54,11 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
 /// there, for every expert of the node. Rows a rail peer packed (route_pack) are routed as its
 /// own (rank me is then that peer), with `returns` ([tokens, top_k], else null): a copy's origin
 /// is then origin_first + its index among the copies to this node, written there. The bytes of
-/// rows stored on other GPUs are added to *nvlink_bytes.
+/// rows stored on other GPUs are added to *nvlink_bytes. Not inlined: across nodes a kernel calls
+/// it twice (its own rows, then those its rail peer packed), and two inlined copies spilled the
+/// kernel's registers at DeepSeek's shapes.
 template <int kExperts, typename T>
-__device__ __forceinline__ void
+__device__ __noinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,

@@ -247,7 +247,7 @@ __device__ __forceinline__ void route_counts(const int *census, int ranks, int m
 }
 
 template <int kExperts, typename T>
-__device__ __forceinline__ void
+__device__ __noinline__ void
 route_rows(const T *rows, const int *experts, int tokens, int top_k, long long hidden,
            const int *census, int me, int gpus, int expert_first, long long origin_first,
            int local_experts, int capacity, const mk_tensor_ref *routed,
