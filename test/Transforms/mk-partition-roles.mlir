@@ -1,5 +1,5 @@
 // RUN: mk-opt %s -split-input-file -mk-partition-roles | FileCheck %s
-// RUN: mk-opt %s -split-input-file -mk-partition-roles="sm-split=compute=100,intra_reduce=20,republish=30" | FileCheck %s --check-prefix=OVERRIDE
+// RUN: mk-opt %s -split-input-file -mk-partition-roles="sm-split=compute=100,intra_reduce=20,republish=30,dispatch=2" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: mk-opt %s -split-input-file -mk-partition-roles="explain=true" 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
 
 // mk-partition-roles splits the SMs between the roles from a cost model (compute from matmul
@@ -105,5 +105,65 @@ mk.program @unknown_tiles [M] mesh <1x2> (%a: !mk.tensor<[M, 4096], bf16, shard 
     mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[M, 8192], bf16, replicated> {
       %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !mk.tensor<[M, 4096], bf16, shard 1 over world>, !mk.tensor<[4096, 8192], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     }
+  }
+}
+
+// -----
+
+!X = !mk.tensor<[4096, 4096], bf16, shard 0 over world>
+!K = !mk.tensor<[4096, 2], i32, shard 0 over world>
+!W = !mk.tensor<[8, 4096, 14336], bf16, shard 0 over world>
+!Wd = !mk.tensor<[8, 14336, 4096], bf16, shard 0 over world>
+!Census = !mk.tensor<[1, 8], i32, symmetric>
+!Counts = !mk.tensor<[8], i32, shard 0 over world>
+!Routed = !mk.tensor<[8, 4096, 4096], bf16, shard 0 over world>
+!H = !mk.tensor<[8, 4096, 14336], bf16, shard 0 over world>
+
+// Mixtral's experts at 4096 tokens, top-2: one dispatch CTA would move the 134 MB of rows in
+// about as long as the compute takes (3.7 and 4.0 ms), but the compute's tiles of an expert wait
+// for its rows, which arrive expert by expert: with one CTA the first expert's take 0.47 ms, with
+// 4 0.12 ms, worth the 3 compute CTAs.
+// CHECK-LABEL: mk.program @pipelined
+// CHECK-SAME: grid 132
+// CHECK: mk.role compute ctas 128
+// CHECK: mk.role dispatch ctas 4
+// OVERRIDE-LABEL: mk.program @pipelined
+// OVERRIDE: mk.role compute ctas 100
+// OVERRIDE: mk.role dispatch ctas 2
+// EXPLAIN: compute 128 CTAs: {{.*}} ms for 2886.2 GFLOP
+// EXPLAIN-NEXT: dispatch 4 CTAs: {{.*}} ms, 134.2 MB through CTAs
+// EXPLAIN-NEXT: compute's last tile at {{.*}} ms: dispatch hands it 8 pieces in order
+mk.program @pipelined [] mesh <1x1> (%x: !X, %experts: !K, %wg: !W, %wu: !W, %wd: !Wd) {
+  %c0 = arith.constant 0 : index
+  mk.flags @arrived [8]
+  %census = mk.buffer : !Census
+  %counts = mk.buffer : !Counts
+  %routed = mk.buffer : !Routed
+  %origins = mk.buffer : !mk.tensor<[8, 4096], i32, shard 0 over world>
+  %placement = mk.buffer : !K
+  %h = mk.buffer : !H
+  mk.role compute {
+    mk.tile_grid (%e, %t, %n) over %h tiles [1, 128, 128] rows %counts masked : !H, !Counts {
+      mk.wait @arrived[%e] count 1 per_cta_of dispatch
+      %gate = mk.matmul %routed[%e, %t, :], %wg[%e, :, %n] {k_tile = 64} : !Routed, !W -> !mk.tile<[128, 128], f32>
+      %up = mk.matmul %routed[%e, %t, :], %wu[%e, :, %n] {k_tile = 64} : !Routed, !W -> !mk.tile<[128, 128], f32>
+      %act = mk.swiglu %gate, %up : !mk.tile<[128, 128], f32>
+      %act_bf16 = mk.convert %act : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+      mk.store %act_bf16, %h[%e, %t, %n] : !mk.tile<[128, 128], bf16>, !H
+    }
+    mk.tile_grid (%e, %t, %n) over %routed tiles [1, 128, 256] rows %counts masked : !Routed, !Counts {
+      %y = mk.matmul %h[%e, %t, :], %wd[%e, :, %n] {k_tile = 64} : !H, !Wd -> !mk.tile<[128, 256], f32>
+      %y_bf16 = mk.convert %y : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+      mk.store %y_bf16, %routed[%e, %t, %n] : !mk.tile<[128, 256], bf16>, !Routed
+    }
+  }
+  mk.role dispatch {
+    mk.single_cta {
+      mk.route_census %experts into %census : !K, !Census
+    }
+    mk.single_cta {
+      mk.route_counts %census into %counts capacity 4096 : !Census, !Counts
+    }
+    mk.route_rows %x, %experts, %census into %routed, %origins, %placement arrivals @arrived : !X, !K, !Census, !Routed, !mk.tensor<[8, 4096], i32, shard 0 over world>, !K
   }
 }

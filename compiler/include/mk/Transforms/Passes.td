@@ -181,8 +181,11 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
     last until the times balance, and the rest to compute. Compute keeps the fewest of them that
     walk its tiles in as many rounds (of the same parity, so that clusters still pair CTAs): more
     leave the CTA with the most tiles as many, and only contend for memory and power. Roles
-    slower than compute may take what it leaves. `sm-split` (or a `mk.sm_split` dictionary on the
-    program) overrides it. With `explain`, a remark on the program shows the estimate and the
+    slower than compute may take what it leaves. A role that hands compute its work in pieces, in
+    order (mk.route_rows signals each expert's rows), delays compute's start by its first piece,
+    so it takes CTAs from compute as long as compute's last tile comes sooner (a two-stage
+    pipeline: the later of the first piece plus all of compute, and all of the feed plus compute's
+    last piece). `sm-split` (or a `mk.sm_split` dictionary on the program) overrides it. With `explain`, a remark on the program shows the estimate and the
     split.
   }];
   let options = [
