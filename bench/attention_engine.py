@@ -207,25 +207,35 @@ def time_ms(fn, sets, repeat, warmup_s=0.3, batch=1):
     """Median of `repeat` timed calls (CUDA events), inputs rotating over `sets`, after warm-up;
     each sample times `batch` calls in a row and counts their mean, so that the host's cost of
     a launch overlaps the calls before it rather than adding to the time."""
+    return time_interleaved({"": fn}, sets, repeat, warmup_s, batch)[""]
+
+
+def time_interleaved(fns, sets, repeat, warmup_s=0.3, batch=1):
+    """time_ms of each of `fns` (name: function), their samples taken in turn, so that every
+    function meets the same clocks: a GPU kept busy for seconds slows down, and functions timed
+    one after the other would not share that (at MoE's shapes on an H100 the ratio to the
+    baseline moved 5% with a shape's place in the table)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     calls = 0
     while True:
-        fn(*sets[calls % len(sets)])
+        for fn in fns.values():
+            fn(*sets[calls % len(sets)])
         calls += 1
         end.record()
         end.synchronize()
-        if start.elapsed_time(end) > warmup_s * 1000:
+        if start.elapsed_time(end) > warmup_s * 1000 * len(fns):
             break
-    times = []
+    times = {name: [] for name in fns}
     for i in range(repeat):
-        start.record()
-        for j in range(batch):
-            fn(*sets[(i * batch + j) % len(sets)])
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / batch)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start.record()
+            for j in range(batch):
+                fn(*sets[(i * batch + j) % len(sets)])
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / batch)
+    return {name: statistics.median(samples) for name, samples in times.items()}
 
 
 def bench(engine, shapes, repeat, csv_path, plot_path):

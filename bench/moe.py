@@ -16,7 +16,7 @@ index_add_) and that path's grouped GEMMs alone; and mkc's expert FFN alone
 per-expert counts) against those grouped GEMMs, per FLOP. --variants picks some of the four. mkc's
 op is checked against PyTorch's path, and its FFN against the grouped GEMMs, before they are
 timed; median of --repeat samples with CUDA events after warm-up, each the mean of --batch calls
-in a row, the tokens and routing rotating over 3 sets (the weights, far larger than the L2, are
+in a row, the variants' samples taken in turn (the same clocks for each), the tokens and routing rotating over 3 sets (the weights, far larger than the L2, are
 read from HBM every call). TFLOP/s = 6 tokens k Hd I / time; the ratios are mkc's rate over each
 baseline's, and its FFN's over the grouped GEMMs'. The symmetric heap is 12 GiB unless
 MKC_SYMMETRIC_BYTES says otherwise.
@@ -41,7 +41,7 @@ except ImportError:
     print("SKIP: no torch")
     sys.exit(77)
 
-from attention_engine import plot_tflops, time_ms, write_csv  # noqa: E402
+from attention_engine import plot_tflops, time_interleaved, write_csv  # noqa: E402
 
 MODELS = {  # per GPU: hidden, intermediate, local experts, top-k
     "deepseek": (7168, 2048, 16, 8),
@@ -187,8 +187,8 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options, chosen):
             raise SystemExit(f"mkc's expert FFN wrong at {model} T={T}: max error {ffn_error:.3g}")
 
     variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm, "mkc_ffn": ours_ffn}
-    ms = {name: time_ms(variants[name], [(s,) for s in sets], repeat, batch=batch)
-          for name in chosen}
+    ms = time_interleaved({name: variants[name] for name in chosen}, [(s,) for s in sets], repeat,
+                          batch=batch)
     op.close()
     if ffn:
         ffn.close()
