@@ -19,6 +19,16 @@
 // Four nodes' reduce and send roles beside the matmul, which spilled while the roles' branches met
 // between roles.
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 4x2 --shape M=1000,N=7000,K=2880 -o %t.4x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
+// tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes
+// of 1, 7 and 300 rows, compiled at 8 GPUs and across nodes (where the node partials go as before).
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x8 --shape M=128,N=8192,K=8192 --one-shot-all-reduce -o %t.1x8.oneshot.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 2x4 --shape M=64,N=8192,K=8192 --one-shot-all-reduce -o %t.2x4.oneshot.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mk-sim %mkc_lib/gemm_allreduce.mlir --topology 1x4 --shape M=1,N=512,K=256 --one-shot-all-reduce --seeds 4 | FileCheck %s --check-prefix=ONESHOT
+// RUN: mk-sim %mkc_lib/gemm_allreduce.mlir --topology 1x4 --shape M=7,N=136,K=64 --one-shot-all-reduce --seeds 4 | FileCheck %s --check-prefix=ONESHOT
+// RUN: mk-sim %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=300,N=256,K=64 --one-shot-all-reduce --in-place-all-reduce=false --seeds 4 | FileCheck %s --check-prefix=ONESHOT
+// RUN: mk-sim %mkc_lib/gemm_allreduce.mlir --topology 2x2 --shape M=7,N=136,K=64 --one-shot-all-reduce --seeds 4 | FileCheck %s --check-prefix=ONESHOT
+// ONESHOT: @gemm_allreduce on #mk.mesh<{{.*}}>: 3 launches x 4 interleavings (seeds 0-3), {{[0-9]+}} steps: no findings
 
 // Scheduled level: three roles on 129 CTAs. Compute puts each partial tile into the slot of its
 // owner GPU (NVLink); the owner sums the node's 4 partials and sends the node partial to the same

@@ -1,6 +1,7 @@
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=in-place-all-reduce=false | FileCheck %s --check-prefix=ROLES
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=all-reduce-copy-engine=true | FileCheck %s --check-prefix=ENGINE
+// RUN: mk-opt %s -split-input-file -mk-expand-collectives=one-shot-all-reduce=true | FileCheck %s --check-prefix=ONESHOT
 
 // mk-expand-collectives turns collective intents into hierarchical transfers in roles: NVLink
 // within the node first, then rail-aligned RDMA between the same GPU index of each node, then
@@ -376,5 +377,43 @@ mk.program @moe_1x2 [] mesh <1x2> (%x: !X, %r: !R, %w: !W, %wg: !mk.tensor<[16, 
     %u = mk.matmul %xe[%e, %t, :], %wg[%e, :, %n] : !Xe, !mk.tensor<[16, 256, 128], bf16, shard 0 over world> -> !mk.tile<[128, 128], f32>
     %f = mk.convert %rows : !mk.tile<[128, 256], bf16> -> !mk.tile<[128, 256], f32>
     mk.combine %f from [%e, %t, %n] into %y routed %origin weighted %w : !mk.tile<[128, 256], f32>, !X, !O, !W
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[256, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[256, 1024], bf16, replicated>
+
+// Four GPUs: a partial goes to the tile's owner, which sums the 4 slots and puts the sum to
+// every GPU (two hops). In one shot, each partial goes to its slot on every GPU, and every GPU
+// sums every tile for itself: a reduce grid over all the tiles, the sum stored where it is made.
+// (Slots tile-major: tile t of the 8 at rows 128 t.)
+// CHECK-LABEL: mk.program @all_reduce_1x4
+// CHECK: mk.owner
+// CHECK: mk.put {{.*}} at gpu
+// CHECK: mk.role intra_reduce
+// CHECK: mk.tile_grid {{.*}} distribute gpus
+// CHECK: mk.accumulate sum
+// CHECK: scf.for
+// CHECK: mk.put {{.*}} at gpu
+// ONESHOT-LABEL: mk.program @all_reduce_1x4
+// ONESHOT: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 256], bf16, symmetric>
+// ONESHOT: mk.role compute
+// ONESHOT-NOT: mk.owner
+// ONESHOT: %{{.*}}, %[[GPU:.+]] = mk.place
+// ONESHOT: scf.for
+// ONESHOT: mk.put %{{.*}}, %[[STAGE]][%[[GPU]], %{{.*}}, %{{.*}}] at gpu
+// ONESHOT: mk.role intra_reduce
+// ONESHOT-NOT: distribute
+// ONESHOT: mk.accumulate sum %[[STAGE]][:
+// ONESHOT-NOT: mk.put
+// ONESHOT: mk.store
+mk.program @all_reduce_1x4 [] mesh <1x4> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
   }
 }

@@ -239,9 +239,9 @@ def rank_main():
     close_to(c_view, 2 * reference, f"rank {rank}: C = A (2 B), launched on another stream")
 
     # Not in place: the owner GPU of each tile sums the partials staged for it in an intra_reduce
-    # role and republishes the tile.
+    # role and republishes the tile (with one-shot-all-reduce, every GPU sums every tile).
     roles = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
-                            options={"in-place-all-reduce": False})
+                            options={**(compiler_options() or {}), "in-place-all-reduce": False})
     check("intra_reduce" in roles.sm_split, f"rank {rank}: not in place, split {roles.sm_split}")
     c_view.fill_(float("nan"))
     torch.cuda.synchronize()

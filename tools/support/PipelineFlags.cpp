@@ -37,6 +37,11 @@ cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
                                   cl::desc("In the in-place all-reduce, move the tiles between "
                                            "the GPUs with copy engines, not the SMs"),
                                   cl::cat(pipelineCategory));
+cl::opt<bool> oneShotAllReduce("one-shot-all-reduce",
+                               cl::desc("All-reduce within a node in one shot where it does not "
+                                        "run in place: every GPU gets every partial and sums "
+                                        "every tile"),
+                               cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmTileN("gemm-tile-n",
                            cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
                                     "(default: chosen per shape)"),
@@ -80,6 +85,7 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   options.allReduceCopyEngine = allReduceCopyEngine;
+  options.oneShotAllReduce = oneShotAllReduce;
   options.gemmStages = gemmStages;
   options.gemmCluster = gemmCluster;
   if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {

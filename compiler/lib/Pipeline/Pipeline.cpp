@@ -34,6 +34,7 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   MkExpandCollectivesOptions expand;
   expand.inPlaceAllReduce = options.inPlaceAllReduce && !options.smSplit.ctasOf("intra_reduce");
   expand.copyEngineAllReduce = options.allReduceCopyEngine;
+  expand.oneShotAllReduce = options.oneShotAllReduce;
   programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
   partition.smCount = options.smCount;

@@ -37,15 +37,18 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
       if (!parsed)
         return malformed("an integer");
       field = *parsed;
-    } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine") {
+    } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine" ||
+               name == "one-shot-all-reduce") {
       if (value != "0" && value != "1")
         return malformed("0 or 1");
-      (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
-          value == "1";
+      bool &field = name == "in-place-all-reduce"      ? options.inPlaceAllReduce
+                    : name == "all-reduce-copy-engine" ? options.allReduceCopyEngine
+                                                       : options.oneShotAllReduce;
+      field = value == "1";
     } else {
       return ("unknown compiler option '" + name +
               "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
-              "all-reduce-copy-engine)")
+              "all-reduce-copy-engine, one-shot-all-reduce)")
           .str();
     }
   }

@@ -62,10 +62,10 @@ struct Peer {
 
 class Expander {
 public:
-  Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines)
+  Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines, bool oneShot)
       : program(program), context(program.getContext()), mesh(program.getMesh()),
         numbering(TileNumbering::of(program)), nodes(mesh.getNodes()), gpus(mesh.getGpus()),
-        inPlaceAllReduce(inPlaceAllReduce), copyEngines(copyEngines) {}
+        inPlaceAllReduce(inPlaceAllReduce), copyEngines(copyEngines), oneShot(oneShot) {}
 
   LogicalResult run();
 
@@ -86,7 +86,9 @@ private:
   void returnPointToPoint(CombineOp op, TileGridOp grid);
 
   /// The reduction shared by all-reduce and reduce-scatter: partials of `value` go to the GPU of
-  /// this node that owns the tile, node partials to the same GPU of the nodes that keep it.
+  /// this node that owns the tile, node partials to the same GPU of the nodes that keep it. With
+  /// `oneShot`, an all-reduce within a node puts each partial to every GPU of the node, and each
+  /// of them sums every tile for itself (one hop of signals, not two).
   template <typename OpT> LogicalResult expandReduction(OpT op, MeshAxis axis);
   /// Whether `op` all-reduces in place (see expandAllReduceInPlace).
   bool allReducesInPlace(AllReduceOp op);
@@ -141,6 +143,7 @@ private:
   int64_t nodes, gpus;
   bool inPlaceAllReduce;
   bool copyEngines;
+  bool oneShot;
   int64_t flagCount = 0;
   RoleOp computeRole;
   DenseMap<int64_t, Value> constants;
@@ -296,6 +299,10 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
 
   bool intraStep = axis != MeshAxis::nodes && gpus > 1;
   bool interStep = axis != MeshAxis::gpus && nodes > 1;
+  // One shot: every GPU receives every partial and sums every tile, so that a tile's sum waits
+  // for one hop of puts instead of a reduce-scatter's and then an all-gather's (for outputs
+  // small enough that the hops' latency, not the bytes, is the cost: decode's).
+  bool shot = oneShot && !scatter && intraStep && !interStep;
 
   // Where a GPU's and a node's partials are staged. An all-reduce's partials of R x C tiles are
   // kept tile-major: a slot is a [tiles * R, C] matrix whose tile row t holds grid tile t
@@ -305,7 +312,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   // tensor. Still three dims: the TMA paths of stores and reductions stay those of the other
   // stages.
   int64_t tileCols = 0; // tile-major: tiles along the columns of dest
-  int64_t dealtOver = intraStep ? gpus : 1;
+  int64_t dealtOver = intraStep && !shot ? gpus : 1;
   SmallVector<int64_t> tileMajorShape;
   if (!scatter && destType.getRank() == 2 && dest.wholeDims.empty() && tile.getRank() == 2 &&
       destType.hasStaticShape()) {
@@ -364,7 +371,7 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
 
   // The final tile: stored where this rank keeps it, and for an all-reduce that spans the GPUs of
   // a node republished to each of them.
-  bool republish = !scatter && axis != MeshAxis::nodes && gpus > 1;
+  bool republish = !scatter && !shot && axis != MeshAxis::nodes && gpus > 1;
   auto finish = [&](OpBuilder &b, Location l, Value total, const Access &tileAt) {
     if (!republish) {
       StoreOp::create(b, l, total, tileAt.tensor, tileAt.indices, tileAt.wholeDims);
@@ -383,7 +390,14 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   // In the compute role: hand the tile to the next step.
   OpBuilder b(op);
   Value stage;
-  if (intraStep) {
+  if (shot) {
+    stage = stagingBuffer(gpus);
+    auto [node, gpu] = place(b, loc);
+    Access mySlot = stagedTile(b, loc, stage, dest, gpu);
+    forEachGpu(b, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
+      put(nb, loc, op.getValue(), mySlot, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+    });
+  } else if (intraStep) {
     stage = stagingBuffer(gpus);
     auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
                                  dest.indices, sizes);
@@ -396,14 +410,17 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
     finish(b, loc, op.getValue(), dest);
   }
 
-  // The owner GPU combines the node's partials.
+  // The owner GPU combines the node's partials (in one shot, every GPU all of them).
   bool masked = producer.getMasked();
   if (intraStep) {
     OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
+    std::optional<MeshAxis> distribute;
+    if (!shot)
+      distribute = MeshAxis::gpus;
     tileGrid(rb, loc, dest.tensor, sizes,
              Grid{.global = producer.getGlobal(),
                   .masked = masked,
-                  .distribute = MeshAxis::gpus,
+                  .distribute = distribute,
                   .order = producer.getOrderAttr()},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);
@@ -1159,7 +1176,8 @@ LogicalResult Expander::run() {
 struct ExpandCollectivesPass : mk::impl::MkExpandCollectivesBase<ExpandCollectivesPass> {
   using MkExpandCollectivesBase::MkExpandCollectivesBase;
   void runOnOperation() override {
-    if (failed(Expander(getOperation(), inPlaceAllReduce, copyEngineAllReduce).run()))
+    if (failed(Expander(getOperation(), inPlaceAllReduce, copyEngineAllReduce, oneShotAllReduce)
+                   .run()))
       signalPassFailure();
   }
 };

@@ -161,6 +161,14 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     owner's tile rows, by up to 8 tile columns); `mk.engine_copy` ops have copy engines move each
     finished band to the
     other GPU, which adds its tiles into its own copy and has the sums copied back.
+
+    With `one-shot-all-reduce`, an all-reduce within a node that does not run in place goes in one
+    shot: each GPU puts its partial of a tile to its slot on every GPU of the node, and every GPU
+    sums every tile for itself in its reduce role, in slot order (the same sum everywhere). A
+    tile's sum then waits for one hop of puts and signals, where the reduction to the tile's owner
+    and the owner's puts of the sum take two; each GPU receives and sums every partial, (gpus - 1)
+    tiles' bytes where the two hops move 2 (gpus - 1) / gpus: for outputs whose hops' latency, not
+    their bytes, is the cost. Across nodes the node partials go as before.
   }];
   let options = [
     Option<"inPlaceAllReduce", "in-place-all-reduce", "bool", /*default=*/"true",
@@ -168,6 +176,8 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     Option<"copyEngineAllReduce", "all-reduce-copy-engine", "bool", /*default=*/"false",
            "In the in-place all-reduce, move the bands of tiles between the GPUs with copy "
            "engines (mk.engine_copy) rather than the SMs">,
+    Option<"oneShotAllReduce", "one-shot-all-reduce", "bool", /*default=*/"false",
+           "All-reduce within a node in one shot (see the description)">,
   ];
 }
 
