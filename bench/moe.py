@@ -187,6 +187,7 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options, chosen):
             raise SystemExit(f"mkc's expert FFN wrong at {model} T={T}: max error {ffn_error:.3g}")
 
     variants = {"mkc": ours, "pytorch": pytorch, "grouped_mm": grouped_mm, "mkc_ffn": ours_ffn}
+    split = ",".join(f"{kind}={ctas}" for kind, ctas in op.sm_split.items())
     ms = time_interleaved({name: variants[name] for name in chosen}, [(s,) for s in sets], repeat,
                           batch=batch)
     op.close()
@@ -196,7 +197,7 @@ def bench_shape(runtime, mkc, model, T, repeat, batch, options, chosen):
     row = {"model": model, "T": T, "Hd": Hd, "I": I, "E": E, "top_k": top_k,
            **{f"{n}_ms": round(t, 4) for n, t in ms.items()},
            **{f"{n}_tflops": round(flops / t / 1e9, 1) for n, t in ms.items()},
-           "max_error": round(error, 5)}
+           "max_error": round(error, 5), "sm_split": split}
     for name, (ours_name, baseline) in RATIOS.items():
         if ours_name in ms and baseline in ms:
             row[name] = round(ms[baseline] / ms[ours_name], 3)
