@@ -16,8 +16,8 @@ index_add_) and that path's grouped GEMMs alone; and mkc's expert FFN alone
 per-expert counts) against those grouped GEMMs, per FLOP. --variants picks some of the four. mkc's
 op is checked against PyTorch's path, and its FFN against the grouped GEMMs, before they are
 timed; median of --repeat samples with CUDA events after warm-up, each the mean of --batch calls
-in a row, the variants' samples taken in turn (the same clocks for each), the tokens and routing rotating over 3 sets (the weights, far larger than the L2, are
-read from HBM every call). TFLOP/s = 6 tokens k Hd I / time; the ratios are mkc's rate over each
+in a row, the variants' samples taken in turn (the same clocks for each), the tokens and routing
+rotating over 3 sets (the weights, far larger than the L2, are read from HBM every call). TFLOP/s = 6 tokens k Hd I / time; the ratios are mkc's rate over each
 baseline's, and its FFN's over the grouped GEMMs'. The symmetric heap is 12 GiB unless
 MKC_SYMMETRIC_BYTES says otherwise.
 

@@ -390,20 +390,20 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   // In the compute role: hand the tile to the next step.
   OpBuilder b(op);
   Value stage;
-  if (shot) {
+  if (intraStep) {
     stage = stagingBuffer(gpus);
+    OwnerOp owner = shot ? OwnerOp()
+                         : OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
+                                           dest.indices, sizes);
     auto [node, gpu] = place(b, loc);
     Access mySlot = stagedTile(b, loc, stage, dest, gpu);
-    forEachGpu(b, loc, /*includeSelf=*/true, [&](OpBuilder &nb, Value peer) {
-      put(nb, loc, op.getValue(), mySlot, Peer{PeerScope::gpu, peer, Link::nvlink_store});
-    });
-  } else if (intraStep) {
-    stage = stagingBuffer(gpus);
-    auto owner = OwnerOp::create(b, loc, b.getIndexType(), b.getIndexType(), dest.tensor,
-                                 dest.indices, sizes);
-    auto [node, gpu] = place(b, loc);
-    put(b, loc, op.getValue(), stagedTile(b, loc, stage, dest, gpu),
-        Peer{PeerScope::gpu, owner.getGpu(), Link::nvlink_store});
+    auto putTo = [&](OpBuilder &pb, Value peer) {
+      put(pb, loc, op.getValue(), mySlot, Peer{PeerScope::gpu, peer, Link::nvlink_store});
+    };
+    if (shot)
+      forEachGpu(b, loc, /*includeSelf=*/true, putTo);
+    else
+      putTo(b, owner.getGpu());
   } else if (interStep) {
     sendNodePartial(b, loc, op.getValue(), dest);
   } else {
@@ -414,13 +414,10 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   bool masked = producer.getMasked();
   if (intraStep) {
     OpBuilder rb = OpBuilder::atBlockEnd(&role(loc, RoleKind::intra_reduce).getBody().front());
-    std::optional<MeshAxis> distribute;
-    if (!shot)
-      distribute = MeshAxis::gpus;
     tileGrid(rb, loc, dest.tensor, sizes,
              Grid{.global = producer.getGlobal(),
                   .masked = masked,
-                  .distribute = distribute,
+                  .distribute = shot ? std::nullopt : std::optional(MeshAxis::gpus),
                   .order = producer.getOrderAttr()},
              [&](OpBuilder &gb, ValueRange coords) {
                Access tileAt = Access::at(dest.tensor, dest.wholeDims, coords);

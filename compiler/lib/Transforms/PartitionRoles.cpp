@@ -501,8 +501,8 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
         os << llvm::formatv(", {0:F1} MB over the network", work.networkBytes / 1e6);
     }
     auto compute = llvm::find_if(works, [](const RoleWork &work) { return work.isCompute(); });
-    for (const RoleWork &work : works)
-      if (compute != works.end() && !work.isCompute() && work.handoffs > 1)
+    for (const RoleWork &work : compute == works.end() ? ArrayRef<RoleWork>() : works)
+      if (!work.isCompute() && work.handoffs > 1)
         os << llvm::formatv(
             "\n  compute's last tile at {0:F3} ms: {1} hands it {2} pieces in order",
             1e3 * model.pipelined(work, *compute), stringifyRoleKind(work.kind), work.handoffs);

@@ -195,8 +195,8 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
     order (mk.route_rows signals each expert's rows), delays compute's start by its first piece,
     so it takes CTAs from compute as long as compute's last tile comes sooner (a two-stage
     pipeline: the later of the first piece plus all of compute, and all of the feed plus compute's
-    last piece). `sm-split` (or a `mk.sm_split` dictionary on the program) overrides it. With `explain`, a remark on the program shows the estimate and the
-    split.
+    last piece). `sm-split` (or a `mk.sm_split` dictionary on the program) overrides it. With
+    `explain`, a remark on the program shows the estimate and the split.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", "132",
