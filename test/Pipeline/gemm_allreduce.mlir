@@ -61,6 +61,8 @@
 // CUDA level: one persistent kernel, role branches by CTA index, calls of the device library.
 // CUDA: #include "mk/device/kernel.cuh"
 // CUDA: extern "C" __global__ __launch_bounds__(MK_CTA_THREADS, 1) void gemm_allreduce(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
+// Every CTA takes the launch's epoch first; the last to take it moves it on for the next launch.
+// CUDA: mk::begin_launch([[ARGS]], true);
 // CUDA: size_t [[CTA:v[0-9]+]] = mk::cta();
 // CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
 // Compute on the GEMM engine: the producer loads, the consumers multiply and store each partial
@@ -104,6 +106,8 @@
 // `summed` (81-96) to `final` (113-128).
 // COPYSPLIT: compute 128 CTAs: {{.*}} MB through CTAs{{$}}
 // COPYSPLIT-NEXT: copy engines: 134.2 MB over NVLink, beside the kernel (not modelled)
+// The copy engines read the epoch after the kernel: the runtime moves it on after them.
+// COPIES: mk::begin_launch({{v[0-9]+}}, false);
 // COPIES: mk::gemm_store<mk::bf16>(
 // COPIES-NEXT: size_t [[READY:v[0-9]+]] = {{.*}} + 1;
 // COPIES-NEXT: mk::gemm_signal_gpu({{.*}}, [[READY]]);
@@ -117,6 +121,7 @@
 // COPIES: /* engine_copy_count */ 64,
 // COPIES: /* engine_copies */ {{[{][{]}}0, 1, 2, 1, 64, 33, 0ull, 4096ull, 1024ull, 16384ull}, {0, 1, 2, 2, 64, 34, 4096ull, 4096ull, 1024ull, 16384ull},
 // COPIES-SAME: {0, 1, 2, 96, 64, 128, 117452800ull, 4096ull, 1024ull, 16384ull}}};
+// COPIES-NEXT: extern "C" __global__ void gemm_allreduce_advance_epoch(mk_launch_count *launches) { mk::advance_epoch(launches); }
 
 // ROLES: mk.role compute ctas 119
 // ROLES: mk.role intra_reduce ctas 13

@@ -21,6 +21,7 @@
 // SINGLE-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
 // SINGLE: call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 1>>"()
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
+// CHECK-DAG: call_opaque "mk::begin_launch"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"true">]}
 // CHECK-DAG: call_opaque "mk::cta"()
 // CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"

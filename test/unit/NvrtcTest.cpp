@@ -12,7 +12,7 @@ TEST_CASE("NVRTC compiles a kernel against the embedded ABI header to an sm_90a 
   const char *source = R"(
 #include "mk/abi.h"
 extern "C" __global__ void __launch_bounds__(MK_CTA_THREADS, 1) probe(const mk_kernel_args args) {
-  if (threadIdx.x == 0) args.flags[blockIdx.x] = *args.epoch;
+  if (threadIdx.x == 0) args.flags[blockIdx.x] = args.launches->epoch;
 }
 )";
   nvrtc::Result result = nvrtc::compile(source, "probe.cu", nvrtc::Options{}, deviceHeaders());

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 12
+#define MK_ABI_VERSION 13
 
 typedef int mk_i32;
 
@@ -196,6 +196,18 @@ typedef struct mk_op_counters {
   mk_u64 nvlink_bytes;
 } mk_op_counters;
 
+/* An op's launches, counted in device memory. `epoch` is the launch's: 1 for the first, then +1
+ * per launch (flags are never reset). Every CTA takes it as it starts and counts itself in
+ * `readers`; the grid's last to do so advances it for the next launch and clears `readers`, so a
+ * launch is one kernel and a captured CUDA graph replays with fresh epochs. An op whose copy
+ * engines set flags to the epoch (mk_engine_copy) copies it while the kernel runs: its kernel
+ * leaves it alone and its module has <name>_advance_epoch, which the runtime runs after the
+ * copies. */
+typedef struct mk_launch_count {
+  mk_u32 epoch;
+  mk_u32 readers;
+} mk_launch_count;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
   mk_tensor_map maps[MK_MAX_TENSOR_MAPS]; /* first: their alignment is the struct's */
@@ -205,14 +217,11 @@ typedef struct mk_kernel_args {
   /* Arrivals over the network, [nodes][flag_words]: row n counts what node n signalled on each
    * flag (mk/queue.h). A flag's arrivals are flags[i] plus net_flags[n * flag_words + i] over n. */
   mk_u32 *net_flags;
-  mk_command_queue queue; /* to this rank's network proxy */
-  /* The launch's epoch, in device memory: 1 for the first launch, then +1 per launch (flags are
-   * never reset). Each generated module has a kernel <name>_advance_epoch that the runtime runs
-   * after every launch, so a captured CUDA graph replays with fresh epochs. */
-  const mk_u32 *epoch;
-  mk_op_report *report;     /* the op's, in mapped host memory */
-  mk_op_counters *counters; /* the op's, in device memory */
-  mk_u32 node;              /* this rank's node and GPU index */
+  mk_command_queue queue;    /* to this rank's network proxy */
+  mk_launch_count *launches; /* the op's, in device memory */
+  mk_op_report *report;      /* the op's, in mapped host memory */
+  mk_op_counters *counters;  /* the op's, in device memory */
+  mk_u32 node;               /* this rank's node and GPU index */
   mk_u32 gpu;
   mk_u32 nodes;
   mk_u32 flag_words;
@@ -240,6 +249,7 @@ static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
 static_assert(sizeof(mk_routing_report) == 24, "mk_routing_report layout");
 static_assert(sizeof(mk_op_report) == 24, "mk_op_report layout");
 static_assert(sizeof(mk_op_counters) == 8, "mk_op_counters layout");
+static_assert(sizeof(mk_launch_count) == 8, "mk_launch_count layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS + ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE +
                                                8 + 64 + 8 + 8 + 8 + 24 + 63) /

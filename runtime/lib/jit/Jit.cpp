@@ -408,9 +408,11 @@ LoadedKernel::LoadedKernel(const cuda::Driver &driver, const std::string &cubin,
     std::string bytes(size, '\0');
     MK_CU_CHECK(driver_, cuMemcpyDtoH(bytes.data(), address, size));
     launch_ = decodeManifest(kernel, bytes);
-    std::string advance = kernel + "_advance_epoch";
-    driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
-                  ("cuModuleGetFunction(" + advance + ")").c_str());
+    if (!launch_.engineCopies.empty()) {
+      std::string advance = kernel + "_advance_epoch";
+      driver_.check(driver_.cuModuleGetFunction(&advanceEpoch_, module_, advance.c_str()),
+                    ("cuModuleGetFunction(" + advance + ")").c_str());
+    }
 
     CUdevice device;
     int optin = 0, staticSmem = 0;

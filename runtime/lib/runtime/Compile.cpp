@@ -105,9 +105,10 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
     parameter.net_flags = static_cast<mk_u32 *>(netFlags.local);
     parameter.queue = runtime.proxy->queue().deviceView();
   }
-  MK_CU_CHECK(cu, cuMemAlloc(&op->epoch, sizeof(mk_u32)));
-  MK_CU_CHECK(cu, cuMemsetD32(op->epoch, 1, 1)); // the first launch's epoch
-  parameter.epoch = reinterpret_cast<const mk_u32 *>(op->epoch);
+  const mk_launch_count first{1, 0};
+  MK_CU_CHECK(cu, cuMemAlloc(&op->launches, sizeof first));
+  MK_CU_CHECK(cu, cuMemcpyHtoD(op->launches, &first, sizeof first));
+  parameter.launches = reinterpret_cast<mk_launch_count *>(op->launches);
   void *report = nullptr;
   MK_CU_CHECK(cu, cuMemHostAlloc(&report, sizeof(mk_op_report), CU_MEMHOSTALLOC_DEVICEMAP));
   op->report = static_cast<mk_op_report *>(report);

@@ -3,7 +3,7 @@
 // A launch checks its arguments (symmetric memory where peers write, else memory of this rank's
 // GPU within its allocation) unless they repeat the last launch's, builds the tensor maps over
 // them, and launches the persistent kernel cooperatively, with the copies of the GPU's copy
-// engines beside it and the epoch advanced after it.
+// engines beside it (and then the epoch advanced: other kernels advance it themselves).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 
 namespace mkc {
 
@@ -37,7 +38,7 @@ FusedOp::State::~State() {
     cuda::ContextScope scope(cu, runtime->context.context());
     for (CUdeviceptr buffer : privateBuffers)
       cu.cuMemFree(buffer);
-    for (CUdeviceptr buffer : {epoch, counters})
+    for (CUdeviceptr buffer : {launches, counters})
       if (buffer)
         cu.cuMemFree(buffer);
     if (report)
@@ -166,7 +167,8 @@ void enqueueEngineCopies(const FusedOp::State &op, const mk_kernel_args &paramet
     // A copy, not a stream write of a value, so that CUDA graph replays raise fresh epochs;
     // only to the other GPU, where it is a copy engine's (within a GPU, the SMs').
     MK_CU_CHECK(cu, cuMemcpyDtoDAsync(word(parameter.flags_peer[copy.to_gpu], copy.signal_flag),
-                                      op.epoch, sizeof(mk_u32), op.copyStream));
+                                      op.launches + offsetof(mk_launch_count, epoch),
+                                      sizeof(mk_u32), op.copyStream));
     ops.assign({cuda::writeValue(word(parameter.flags, copy.wait_flag), mk_u32(0))});
   }
   cuda::batchMemOps(cu, op.copyStream, ops);
@@ -236,11 +238,11 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
     enqueueEngineCopies(op, parameter);
     MK_CU_CHECK(cu, cuEventRecord(op.copiesDone, op.copyStream));
     MK_CU_CHECK(cu, cuStreamWaitEvent(stream, op.copiesDone, 0));
+    CUdeviceptr launches = op.launches;
+    void *advanceParameters[] = {&launches};
+    MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
+                                   advanceParameters, nullptr));
   }
-  CUdeviceptr epoch = op.epoch;
-  void *advanceParameters[] = {&epoch};
-  MK_CU_CHECK(cu, cuLaunchKernel(op.kernel->advanceEpoch(), 1, 1, 1, 1, 1, 1, 0, stream,
-                                 advanceParameters, nullptr));
   if (counted)
     op.runtime->recordLaunch(stream);
 }

@@ -134,8 +134,8 @@ struct FusedOp::State {
   std::vector<Argument> arguments;
   /// The launch's parameter with everything but the arguments filled in.
   mk_kernel_args parameter{};
-  /// The launch's epoch (mk_kernel_args::epoch), and buffers of this rank only.
-  CUdeviceptr epoch = 0;
+  /// The op's launch count (mk_kernel_args::launches), and buffers of this rank only.
+  CUdeviceptr launches = 0;
   std::vector<CUdeviceptr> privateBuffers;
   /// What the launches report (mk_kernel_args::report), in mapped host memory, and count
   /// (mk_kernel_args::counters), in device memory.

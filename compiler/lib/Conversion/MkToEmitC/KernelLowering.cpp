@@ -155,6 +155,8 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     copy.erase();
   }
 
+  // The epoch first; the copy engines read it after the kernel, which then leaves it alone.
+  call(eb, loc, {}, "mk::begin_launch", {args, layout.engineCopies.empty() ? "true" : "false"});
   Type sizeT = emitc::SizeTType::get(context);
   layout.cta = call(eb, loc, sizeT, "mk::cta", {}).getResult(0);
   layout.node = call(eb, loc, sizeT, "mk::node", {args}).getResult(0);

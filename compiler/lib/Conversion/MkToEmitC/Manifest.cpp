@@ -74,8 +74,9 @@ FailureOr<std::string> kernelManifest(Location loc, const KernelLayout &layout) 
         << "_manifest = {{\n"
         << fields << "},\n    /* engine_copies */ " << braced(layout.engineCopies) << "};\n";
   }
-  out << "extern \"C\" __global__ void " << name
-      << "_advance_epoch(mk_u32 *epoch) { mk::advance_epoch(epoch); }";
+  if (!layout.engineCopies.empty())
+    out << "extern \"C\" __global__ void " << name
+        << "_advance_epoch(mk_launch_count *launches) { mk::advance_epoch(launches); }";
   return manifest;
 }
 

@@ -58,9 +58,33 @@ __device__ __forceinline__ int64_t cta() { return blockIdx.x; }
 __device__ __forceinline__ int64_t node(const mk_kernel_args &args) { return args.node; }
 __device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args.gpu; }
 
+namespace detail {
+/// The launch's epoch as begin_launch took it: the count it points to moves on during the launch.
+__shared__ mk_u32 launch_epoch;
+} // namespace detail
+
+/// Every thread of the CTA, first thing: takes the launch's epoch (mk_launch_count). With
+/// `advance`, the grid's last CTA to take it advances it for the next launch, which the stream
+/// orders after this one.
+__device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool advance) {
+  if (threadIdx.x == 0) {
+    mk_launch_count *launches = args.launches;
+    const mk_u32 taken = *static_cast<volatile mk_u32 *>(&launches->epoch);
+    detail::launch_epoch = taken;
+    // The read before the count: the last CTA's advance must not reach an earlier read.
+    __threadfence();
+    if (advance && atomicAdd(&launches->readers, 1u) == gridDim.x - 1) {
+      __threadfence();
+      launches->readers = 0;
+      launches->epoch = taken + 1;
+    }
+  }
+  __syncthreads();
+}
+
 /// This launch's epoch, and where it reports and counts what the caller reads (mk/abi.h's
 /// mk_op_report and mk_op_counters).
-__device__ __forceinline__ mk_u32 epoch(const mk_kernel_args &args) { return *args.epoch; }
+__device__ __forceinline__ mk_u32 epoch(const mk_kernel_args &) { return detail::launch_epoch; }
 __device__ __forceinline__ mk_routing_report *routing_report(const mk_kernel_args &args) {
   return &args.report->routing;
 }
@@ -142,8 +166,9 @@ __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_
   team_sync();
 }
 
-/// The next launch's epoch; the runtime runs it with one thread after each launch.
-__device__ __forceinline__ void advance_epoch(mk_u32 *epoch) { *epoch += 1; }
+/// The next launch's epoch, for an op whose copy engines read it until after the kernel: the
+/// runtime runs it with one thread once they are done.
+__device__ __forceinline__ void advance_epoch(mk_launch_count *launches) { launches->epoch += 1; }
 
 /// Offset of `address` in this rank's symmetric heap block, which is the same buffer's offset on
 /// every rank: how commands name memory (mk/queue.h).

@@ -16,8 +16,9 @@
 
 namespace mlir::mk::to_emitc {
 
-/// The C++ of the kernel's manifest, and of `<kernel>_advance_epoch`, the kernel the runtime runs
-/// after each launch to move the epoch on. Fails, at `loc`, if it does not fit mk/abi.h's bounds.
+/// The C++ of the kernel's manifest and, for a kernel with copies for copy engines, of
+/// `<kernel>_advance_epoch`, which the runtime runs after them to move the epoch on
+/// (mk_launch_count). Fails, at `loc`, if it does not fit mk/abi.h's bounds.
 FailureOr<std::string> kernelManifest(Location loc, const KernelLayout &layout);
 
 } // namespace mlir::mk::to_emitc

@@ -23,7 +23,8 @@ static_assert(MK_TEAM_THREADS % 32 == 0, "whole warps");
 
 /// Shared memory one CTA can have on sm_90 (227 KiB), static and dynamic together.
 constexpr int kCtaSmemBytes = MK_CTA_SMEM_BYTES;
-/// What the device library declares __shared__ for a kernel's lifetime (BulkCopier's barriers).
+/// What the device library declares __shared__ for a kernel's lifetime (BulkCopier's barriers,
+/// the launch's epoch).
 constexpr int kStaticSmemBytes = 64;
 /// Dynamic shared memory a function may ask for: what leaves the static its room.
 constexpr int kMaxSmemBytes = kCtaSmemBytes - kStaticSmemBytes;

@@ -159,7 +159,8 @@ public:
   CUcontext context() const { return context_; }
   CUmodule module() const { return module_; }
   CUfunction function() const { return function_; }
-  /// `<kernel>_advance_epoch(mk_u32 *epoch)`, run with one thread after each launch.
+  /// `<kernel>_advance_epoch(mk_launch_count *)`, run with one thread after each launch's copies
+  /// for copy engines; null for a kernel without them, which moves its epoch on itself.
   CUfunction advanceEpoch() const { return advanceEpoch_; }
   const LaunchParameters &launch() const { return launch_; }
 
