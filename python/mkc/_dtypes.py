@@ -50,6 +50,18 @@ def torch_element(dtype):
     return _TORCH_DTYPES.get(str(dtype))
 
 
+_torch_elements = {}
+
+
+def torch_elements(dtype):
+    """The elements a torch tensor of `dtype` may be passed as (none or one), remembered per
+    dtype: a launch asks for each of its tensors."""
+    elements = _torch_elements.get(dtype)
+    if elements is None:
+        elements = _torch_elements[dtype] = frozenset({torch_element(dtype)} - {None})
+    return elements
+
+
 def typestr_holds(typestr, element):
     """Whether __cuda_array_interface__ elements of `typestr` can be passed as `element`."""
     return typestr in _ACCEPTED_TYPESTRS[element]

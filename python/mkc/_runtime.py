@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from . import _capi, _dtypes, _programs
 from ._errors import closed
-from ._tensors import Argument, SymmetricTensor, check_arguments, shape_of
+from ._tensors import Argument, ArgumentChecker, SymmetricTensor, shape_of
 
 _op_keys = itertools.count()
 
@@ -225,6 +225,10 @@ class FusedOp:
         count = ctypes.c_int()
         lib.mkc_op_num_arguments(handle, ctypes.byref(count))
         self.arguments = [self._argument(lib, index) for index in range(count.value)]
+        # What each call needs, made once: a launch's Python is most of its host time.
+        self._check = ArgumentChecker(self.name, self.arguments, runtime.device)
+        self._launch = lib.mkc_op_launch
+        self._addresses = ctypes.c_void_p * len(self.arguments)
         lib.mkc_op_num_roles(handle, ctypes.byref(count))
         self.roles = [self._role(lib, index) for index in range(count.value)]
         self.sm_split = {}
@@ -270,11 +274,9 @@ class FusedOp:
             raise closed("runtime")
         if self.closed:
             raise closed(f"fused op {self.name}")
-        device = self._runtime.device
-        addresses = check_arguments(self.name, self.arguments, device, tensors)
-        _capi.library().mkc_op_launch(self._handle, _stream_handle(stream, device),
-                                      (ctypes.c_void_p * len(addresses))(*addresses),
-                                      len(addresses))
+        addresses = self._check(tensors)
+        self._launch(self._handle, _stream_handle(stream, self._runtime.device),
+                     self._addresses(*addresses), len(addresses))
 
     def routing(self):
         """The RoutingReport of the latest launch to route tokens to experts (mk.dispatch), for
@@ -301,9 +303,14 @@ class FusedOp:
 def _stream_handle(stream, device):
     """`stream` (see FusedOp.__call__) as a CUstream handle, None for the legacy default."""
     if stream is None:
-        if "torch" in sys.modules:
-            return sys.modules["torch"].cuda.current_stream(device).cuda_stream or None
-        return None
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        # The handle alone, without the Stream object current_stream makes: a launch's largest
+        # cost in Python otherwise.
+        raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        handle = raw(device) if raw else torch.cuda.current_stream(device).cuda_stream
+        return handle or None
     handle = getattr(stream, "cuda_stream", stream)
     if not isinstance(handle, int) or isinstance(handle, bool) or handle < 0:
         raise TypeError(f"stream must be None, a CUstream handle (int) or an object with "

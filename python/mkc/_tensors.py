@@ -117,16 +117,14 @@ class _View(NamedTuple):
     elements: frozenset  # the Argument elements it may be passed as
     device: object  # ("cuda", index), another (type, index), or None: unknown
     contiguous: bool
-    description: str  # "float32 tensor of shape (2, 3)"
+    describe: object  # () -> "float32 tensor of shape (2, 3)": made only for an error
 
 
 def _torch_view(tensor):
-    element = _dtypes.torch_element(tensor.dtype)
-    shape = tuple(int(extent) for extent in tensor.shape)
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    return _View(tensor.data_ptr(), shape, frozenset({element} - {None}),
-                 (tensor.device.type, tensor.device.index), tensor.is_contiguous(),
-                 f"{dtype} tensor of shape {shape}")
+    dtype, shape, device = tensor.dtype, tuple(tensor.shape), tensor.device
+    return _View(tensor.data_ptr(), shape, _dtypes.torch_elements(dtype),
+                 (device.type, device.index), tensor.is_contiguous(),
+                 lambda: f"{str(dtype).removeprefix('torch.')} tensor of shape {shape}")
 
 
 def _interface_view(where, interface):
@@ -139,7 +137,7 @@ def _interface_view(where, interface):
     elements = frozenset(e for e in _dtypes.ELEMENTS if _dtypes.typestr_holds(typestr, e))
     contiguous = strides is None or _row_major(shape, strides, item_bytes)
     return _View(pointer, shape, elements, None, contiguous,
-                 f"{typestr!r} array of shape {shape}")
+                 lambda: f"{typestr!r} array of shape {shape}")
 
 
 def _row_major(shape, strides, item_bytes):
@@ -157,9 +155,8 @@ def _view(where, tensor):
     if isinstance(tensor, SymmetricTensor):
         return _View(tensor.data_ptr(), tensor.shape, frozenset({tensor.dtype}),
                      ("cuda", tensor.device), True,
-                     f"{tensor.dtype} symmetric tensor of shape {tensor.shape}")
-    if all(hasattr(tensor, name) for name in ("data_ptr", "dtype", "shape", "device",
-                                              "is_contiguous")):
+                     lambda: f"{tensor.dtype} symmetric tensor of shape {tensor.shape}")
+    if _is_torch(tensor):
         return _torch_view(tensor)
     interface = getattr(tensor, "__cuda_array_interface__", None)
     return None if interface is None else _interface_view(where, interface)
@@ -180,6 +177,45 @@ def check_arguments(op_name, arguments, device, tensors):
             for index, (argument, tensor) in enumerate(zip(arguments, tensors))]
 
 
+class ArgumentChecker:
+    """check_arguments for one op, remembering the last call's tensors that passed: a call whose
+    tensors repeat them (torch tensors or SymmetricTensors of the same type, address, shape and
+    dtype, still dense) passes without the full check, so that a decode step's launch costs a few
+    microseconds of Python. The address vouches for the device: CUDA gives host and device
+    memory distinct addresses. Anything else takes the full check."""
+
+    def __init__(self, op_name, arguments, device):
+        self._op_name, self._arguments, self._device = op_name, arguments, device
+        self._seen = ()  # per argument: (type, address, shape, dtype) of the last call, or None
+
+    def __call__(self, tensors):
+        seen = self._seen
+        if len(tensors) == len(seen) and all(map(_unchanged, tensors, seen)):
+            return [entry[1] for entry in seen]
+        addresses = check_arguments(self._op_name, self._arguments, self._device, tensors)
+        self._seen = tuple(map(_remembered, tensors, addresses))
+        return addresses
+
+
+def _remembered(tensor, address):
+    if isinstance(tensor, SymmetricTensor) or _is_torch(tensor):
+        return type(tensor), address, tensor.shape, tensor.dtype
+    return None
+
+
+def _unchanged(tensor, seen):
+    if seen is None:
+        return False
+    kind, address, shape, dtype = seen
+    return (type(tensor) is kind and tensor.data_ptr() == address and tensor.shape == shape
+            and tensor.dtype is dtype and (kind is SymmetricTensor or tensor.is_contiguous()))
+
+
+def _is_torch(tensor):
+    return all(hasattr(tensor, name)
+               for name in ("data_ptr", "dtype", "shape", "device", "is_contiguous"))
+
+
 def _address(where, argument, device, tensor):
     view = _view(where, tensor)
     if view is None:
@@ -189,10 +225,10 @@ def _address(where, argument, device, tensor):
     if view.device is not None and view.device != ("cuda", device):
         kind, index = view.device
         raise ValueError(f"{where}: expected a tensor on cuda:{device}, the runtime's GPU, got a "
-                         f"{view.description} on {kind if index is None else f'{kind}:{index}'}")
+                         f"{view.describe()} on {kind if index is None else f'{kind}:{index}'}")
     if argument.element not in view.elements or view.shape != argument.shape:
-        raise ValueError(f"{where}: expected {argument}, got {view.description}")
+        raise ValueError(f"{where}: expected {argument}, got {view.describe()}")
     if not view.contiguous:
         raise ValueError(f"{where}: expected a dense row-major {argument}, got a "
-                         f"{view.description} that is not contiguous")
+                         f"{view.describe()} that is not contiguous")
     return view.pointer

@@ -3,9 +3,9 @@ __cuda_array_interface__: on stand-in tensors, without a library or a GPU."""
 
 import unittest
 
-from support import FakeArray, FakeTorchTensor
+from support import FakeArray, FakeDtype, FakeTorchTensor
 from mkc import Argument, Error, SymmetricTensor
-from mkc._tensors import check_arguments, shape_of
+from mkc._tensors import ArgumentChecker, check_arguments, shape_of
 
 # gemm_allreduce on 2 ranks, as the library describes it.
 GEMM_ALLREDUCE = [Argument("bf16", (3000, 2500), 3000 * 2500 * 2, False),
@@ -156,6 +156,45 @@ class SymmetricTensors(unittest.TestCase):
             tensor.data_ptr()
         with self.assertRaisesRegex(Error, "runtime is closed"):
             tensor.__cuda_array_interface__
+
+
+class RepeatedCalls(unittest.TestCase):
+    """ArgumentChecker skips the full check only for tensors unchanged since a call that passed."""
+
+    def setUp(self):
+        self.checker = ArgumentChecker("gemm_allreduce", GEMM_ALLREDUCE, DEVICE)
+        self.tensors = CheckArguments.good(self)
+        self.assertEqual(self.checker(self.tensors), [0x1000, 0x2000, 0x3000])
+
+    def test_the_same_tensors_again(self):
+        for _ in range(3):
+            self.assertEqual(self.checker(self.tensors), [0x1000, 0x2000, 0x3000])
+
+    def test_new_memory_gives_its_address(self):
+        self.tensors[1]._pointer = 0x5000
+        self.assertEqual(self.checker(self.tensors), [0x1000, 0x5000, 0x3000])
+
+    def test_a_changed_tensor_is_checked_again(self):
+        self.tensors[0].shape = (3000, 2501)
+        with self.assertRaisesRegex(ValueError, r"argument 0: expected bf16\[3000,2500\]"):
+            self.checker(self.tensors)
+        self.tensors[0].shape = (3000, 2500)
+        self.tensors[0]._contiguous = False
+        with self.assertRaisesRegex(ValueError, "argument 0: expected a dense row-major"):
+            self.checker(self.tensors)
+        self.tensors[0]._contiguous = True
+        self.tensors[1].dtype = FakeDtype("float16")
+        with self.assertRaisesRegex(ValueError, "argument 1: expected bf16"):
+            self.checker(self.tensors)
+
+    def test_another_tensor_at_the_same_address(self):
+        self.tensors[2] = torch_tensor("bfloat16", (3000, 5000), pointer=0x3000)
+        self.assertEqual(self.checker(self.tensors), [0x1000, 0x2000, 0x3000])
+
+    def test_a_refused_call_is_not_remembered(self):
+        with self.assertRaisesRegex(TypeError, "takes 3 arguments"):
+            self.checker(self.tensors[:2])
+        self.assertEqual(self.checker(self.tensors), [0x1000, 0x2000, 0x3000])
 
 
 class Shapes(unittest.TestCase):
