@@ -11,11 +11,13 @@ not a multiple of the tile, a local K that is not a multiple of 16 (2880 over 8 
 Each rank holds its torch.tensor_split shards of random bf16 inputs every rank draws alike;
 outputs are poisoned with NaN, the op runs 3 times back to back, and each rank's part is checked
 against PyTorch's f32 product (within a tolerance that grows with the bf16 roundings of the ranks'
-partials). Prints a table: op, topology, M, N, K, the largest error over the ranks, ok.
+partials); then, poisoned again, a CUDA graph of 10 launches (a decode step's worth), captured
+once, replays and is checked the same way. Prints a table: op, topology, M, N, K, the largest
+error over the ranks, ok.
 
 Run it as is: it starts the ranks of each topology under torch.distributed.run, or prints
-"SKIP: <why>" and exits 77 without torch or a GPU. MKC_TEST_TOPOLOGIES (comma-separated) runs
-fewer topologies.
+"SKIP: <why>" and exits 77 without torch or a GPU. MKC_TEST_TOPOLOGIES and MKC_TEST_ROWS
+(comma-separated) run other topologies and values of M (decode's: 1,7,64,128,256).
 """
 
 import json
@@ -34,6 +36,7 @@ SEED = 97
 LAUNCHES = 3
 OPS = ["allgather_gemm", "gemm_reducescatter", "gemm_allreduce"]
 ROWS = [1, 128, 1000, 8192]
+GRAPH_STEPS = 10
 COLUMNS_AND_DEPTHS = [(7000, 2880), (4096, 4096)]
 TOPOLOGIES = ["1x1", "1x2", "2x1", "3x1", "2x2", "1x4"]
 NETWORK = {"MKC_NET": "fabric", "MKC_NET_PROVIDER": "tcp", "MKC_NET_ADDRESS": "127.0.0.1"}
@@ -95,9 +98,26 @@ def run_op(runtime, torch, mkc, name, M, N, K):
         op(*tensors)
     torch.cuda.synchronize()
     ok, error, _ = common.within_tolerance(out_view, reference, partials)
+    # The same launches captured in a graph: each replayed launch takes a fresh epoch too.
+    runtime.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_STEPS):
+            op(*tensors)
+    out_view.fill_(float("nan"))
+    torch.cuda.synchronize()
+    runtime.barrier()
+    graph.replay()
+    torch.cuda.synchronize()
+    replay_ok, replay_error, _ = common.within_tolerance(out_view, reference, partials)
+    ok, error = ok and replay_ok, max(error, replay_error)
     runtime.barrier()  # every rank is done with the peers' memory before the op goes
     op.close()
     return ok, error
+
+
+def rows_to_run():
+    return [int(m) for m in os.environ.get("MKC_TEST_ROWS", ",".join(map(str, ROWS))).split(",")]
 
 
 def rank_main():
@@ -110,7 +130,7 @@ def rank_main():
     topology = os.environ["MKC_TEST_TOPOLOGY"]
     rows = []
     for name in OPS:
-        for M in ROWS:
+        for M in rows_to_run():
             for N, K in COLUMNS_AND_DEPTHS:
                 try:
                     ok, error = run_op(runtime, torch, mkc, name, M, N, K)
@@ -166,7 +186,7 @@ def main():
     print(f"\n{'op':20} {'topology':8} {'M':>5} {'N':>5} {'K':>5} {'max error':>10}  ok")
     for topology in topologies:
         for name in OPS:
-            for M in ROWS:
+            for M in rows_to_run():
                 for N, K in COLUMNS_AND_DEPTHS:
                     error, ok = table.get((name, topology, M, N, K), (float("nan"), False))
                     print(f"{name:20} {topology:8} {M:5} {N:5} {K:5} {error:10.3g}  "
