@@ -165,10 +165,11 @@ int run(const Options &options) {
   // Eager and replayed, the same launches: GPU time per op.
   std::vector<double> eager, replayed, graphHost;
   for (int r = 0; r < 20; ++r)
-    eager.push_back(gpuMs(stream, [&] {
-                      for (int s = 0; s < options.graphSteps; ++s)
-                        launch();
-                    }) *
+    eager.push_back(gpuMs(stream,
+                          [&] {
+                            for (int s = 0; s < options.graphSteps; ++s)
+                              launch();
+                          }) *
                     1e3 / options.graphSteps);
   CUgraph graph;
   CUgraphExec exec;
@@ -181,11 +182,13 @@ int run(const Options &options) {
     CU(cuGraphLaunch(exec, stream));
   CU(cuStreamSynchronize(stream));
   for (int r = 0; r < options.replays; ++r) {
-    replayed.push_back(gpuMs(stream, [&] {
-                         auto begin = std::chrono::steady_clock::now();
-                         CU(cuGraphLaunch(exec, stream));
-                         graphHost.push_back(microseconds(std::chrono::steady_clock::now() - begin));
-                       }) *
+    replayed.push_back(gpuMs(stream,
+                             [&] {
+                               auto begin = std::chrono::steady_clock::now();
+                               CU(cuGraphLaunch(exec, stream));
+                               graphHost.push_back(
+                                   microseconds(std::chrono::steady_clock::now() - begin));
+                             }) *
                        1e3 / options.graphSteps);
   }
   CU(cuStreamSynchronize(stream));
