@@ -2,6 +2,7 @@
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=in-place-all-reduce=false | FileCheck %s --check-prefix=ROLES
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=all-reduce-copy-engine=true | FileCheck %s --check-prefix=ENGINE
 // RUN: mk-opt %s -split-input-file -mk-expand-collectives=one-shot-all-reduce=true | FileCheck %s --check-prefix=ONESHOT
+// RUN: mk-opt %s -split-input-file -mk-expand-collectives=one-shot-all-reduce=false | FileCheck %s --check-prefix=TWOHOPS
 
 // mk-expand-collectives turns collective intents into hierarchical transfers in roles: NVLink
 // within the node first, then rail-aligned RDMA between the same GPU index of each node, then
@@ -389,15 +390,22 @@ mk.program @moe_1x2 [] mesh <1x2> (%x: !X, %r: !R, %w: !W, %wg: !mk.tensor<[16, 
 // Four GPUs: a partial goes to the tile's owner, which sums the 4 slots and puts the sum to
 // every GPU (two hops). In one shot, each partial goes to its slot on every GPU, and every GPU
 // sums every tile for itself: a reduce grid over all the tiles, the sum stored where it is made.
-// (Slots tile-major: tile t of the 8 at rows 128 t.)
+// (Slots tile-major: tile t of the 8 at rows 128 t.) By default the cost model chooses: 512 KB
+// of output is one shot (one 3 us hop against 1.5 x 512 KB more of each GPU's sends at
+// 370 GB/s, 2.1 us).
 // CHECK-LABEL: mk.program @all_reduce_1x4
-// CHECK: mk.owner
-// CHECK: mk.put {{.*}} at gpu
+// CHECK-NOT: mk.owner
 // CHECK: mk.role intra_reduce
-// CHECK: mk.tile_grid {{.*}} distribute gpus
+// CHECK-NOT: distribute
 // CHECK: mk.accumulate sum
-// CHECK: scf.for
-// CHECK: mk.put {{.*}} at gpu
+// TWOHOPS-LABEL: mk.program @all_reduce_1x4
+// TWOHOPS: mk.owner
+// TWOHOPS: mk.put {{.*}} at gpu
+// TWOHOPS: mk.role intra_reduce
+// TWOHOPS: mk.tile_grid {{.*}} distribute gpus
+// TWOHOPS: mk.accumulate sum
+// TWOHOPS: scf.for
+// TWOHOPS: mk.put {{.*}} at gpu
 // ONESHOT-LABEL: mk.program @all_reduce_1x4
 // ONESHOT: %[[STAGE:.+]] = mk.buffer : !mk.tensor<[4, 1024, 256], bf16, symmetric>
 // ONESHOT: mk.role compute
@@ -411,6 +419,24 @@ mk.program @moe_1x2 [] mesh <1x2> (%x: !X, %r: !R, %w: !W, %wg: !mk.tensor<[16, 
 // ONESHOT-NOT: mk.put
 // ONESHOT: mk.store
 mk.program @all_reduce_1x4 [] mesh <1x4> (%a: !A, %b: !B, %c: !C) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
+    %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !C
+  }
+}
+
+// -----
+
+!A = !mk.tensor<[2048, 1024], bf16, shard 1 over world>
+!B = !mk.tensor<[1024, 1024], bf16, shard 0 over world>
+!C = !mk.tensor<[2048, 1024], bf16, replicated>
+
+// 4 MB of output: the bytes outweigh a hop (17 us more of sends against 3 us), two hops.
+// CHECK-LABEL: mk.program @all_reduce_1x4_large
+// CHECK: mk.owner
+// CHECK: mk.tile_grid {{.*}} distribute gpus
+mk.program @all_reduce_1x4_large [] mesh <1x4> (%a: !A, %b: !B, %c: !C) {
   mk.tile_grid (%m, %n) over %c tiles [128, 256] : !C {
     %acc = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64} : !A, !B -> !mk.tile<[128, 256], f32>
     %t = mk.convert %acc : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>

@@ -73,21 +73,39 @@ mk.program @kept [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) {
 // -----
 
 // The GEMM engine's tiles take the width that takes the least time over the grid's 132 CTAs,
-// rounds of tiles times a tile's time (a 128 x 128 tile takes 0.54 of a 128 x 256): 1024 x 1024
-// in 128 x 256 tiles is 32 tiles, one round; in 128 x 128 tiles, 64, one round of shorter tiles.
-// The grid's tile sizes and its tile values change together.
+// rounds of tiles times a tile's time (a 128 x 128 tile takes 0.54 of a 128 x 256, a 128 x 64
+// 0.30): 1024 x 2048 in 128 x 256 tiles is 64 tiles, one round; in 128 x 128 tiles, 128, one
+// round of shorter tiles; in 128 x 64 tiles, 256, two rounds. The grid's tile sizes and its tile
+// values change together.
 // CHECK-LABEL: mk.program @narrow
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 8> :
 // CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 128], f32>
 // CHECK: mk.convert {{.*}} : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
 // CHECK: mk.all_reduce sum {{.*}} : !mk.tile<[128, 128], bf16>
 mk.program @narrow [] mesh <1x2> (%a: !mk.tensor<[1024, 1024], bf16, shard 1 over world>,
-                                  %b: !mk.tensor<[1024, 1024], bf16, shard 0 over world>,
-                                  %c: !mk.tensor<[1024, 1024], bf16, replicated>) {
-  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[1024, 1024], bf16, replicated> {
-    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 1024], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+                                  %b: !mk.tensor<[1024, 2048], bf16, shard 0 over world>,
+                                  %c: !mk.tensor<[1024, 2048], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[1024, 2048], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[1024, 1024], bf16, shard 1 over world>, !mk.tensor<[1024, 2048], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
-    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 1024], bf16, replicated>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1024, 2048], bf16, replicated>
+  }
+}
+
+// -----
+
+// Decode's GEMM, one token: 1 x 4096 is 16 tiles of 128 x 256, 32 of 128 x 128 or 64 of
+// 128 x 64, all one round: the narrowest puts the most SMs on streaming B.
+// CHECK-LABEL: mk.program @decode
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> masked :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 64], f32>
+mk.program @decode [] mesh <1x2> (%a: !mk.tensor<[1, 8192], bf16, shard 1 over world>,
+                                  %b: !mk.tensor<[8192, 4096], bf16, shard 0 over world>,
+                                  %c: !mk.tensor<[1, 4096], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] masked : !mk.tensor<[1, 4096], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[1, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 4096], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1, 4096], bf16, replicated>
   }
 }
 
@@ -157,10 +175,10 @@ mk.program @pinned [] mesh <1x2> (%a: !mk.tensor<[128, 512], bf16, shard 1 over 
 // -----
 
 // Tensors the program only reads pin no width: the other grid reads B, the GEMM's operand, in
-// 256-column tiles, and the GEMM still narrows to 128.
+// 256-column tiles, and the GEMM still narrows (to 64: 16 tiles of 128 x 64).
 // CHECK-LABEL: mk.program @read_only
-// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 1> :
-// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 128], f32>
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 64], f32>
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <row_major> :
 mk.program @read_only [] mesh <1x1> (%a: !mk.tensor<[128, 128], bf16, replicated>,
                                      %b: !mk.tensor<[128, 1024], bf16, replicated>,

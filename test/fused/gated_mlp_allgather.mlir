@@ -10,13 +10,14 @@
 // RUN: mk-sim %s --topology 2x1 --shape M=256,N=256,K=128 --seeds 2 | FileCheck %s --check-prefix=SIM
 // RUN: mkc %s --topology 2x1 --shape M=1024,N=1024,K=512 --emit=cuda | FileCheck %s --check-prefix=ENGINE
 // CUBIN: mkc: gated_mlp_allgather: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// One engine pass: both B panels into one 256-column stage, SwiGLU on the consumers' registers.
-// ENGINE: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256,
+// One engine pass: both B panels into one stage, SwiGLU on the consumers' registers. The rank's
+// 512 columns in 64-column tiles: 64 tiles, one round (128-column ones would leave SMs idle).
+// ENGINE: mk::GemmEngine<mk::GemmConfig<mk::bf16, 128,
 // ENGINE: mk::gemm_load([[E:v[0-9]+]], [[A:v[0-9]+]], [[WG:v[0-9]+]], [[WU:v[0-9]+]],
 // ENGINE: = mk::gemm_mma(
-// ENGINE-NEXT: mk::GemmTile<128> [[GATE:v[0-9]+]] = mk::gemm_columns<0, 128>(
-// ENGINE-NEXT: mk::GemmTile<128> [[UP:v[0-9]+]] = mk::gemm_columns<128, 128>(
-// ENGINE-NEXT: mk::GemmTile<128> [[H:v[0-9]+]] = mk::swiglu([[GATE]], [[UP]]);
+// ENGINE-NEXT: mk::GemmTile<64> [[GATE:v[0-9]+]] = mk::gemm_columns<0, 64>(
+// ENGINE-NEXT: mk::GemmTile<64> [[UP:v[0-9]+]] = mk::gemm_columns<64, 64>(
+// ENGINE-NEXT: mk::GemmTile<64> [[H:v[0-9]+]] = mk::swiglu([[GATE]], [[UP]]);
 // ENGINE: mk::gemm_store<mk::bf16>({{v[0-9]+}}, [[H]],
 // Where the producer also waits for the gathered rows, its 40 registers spill 20 bytes.
 // CUBIN-GATHER: mkc: gated_mlp_allgather: {{[0-9]+}} registers

@@ -25,7 +25,7 @@
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-cluster=4 --emit=cuda 2>&1 | FileCheck %s --check-prefix=CLUSTER
 // CLUSTER: mkc: error: --gemm-cluster=4: the GEMM engine runs in clusters of 1 or 2 CTAs
 // RUN: not mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=1024,N=1024,K=1024 --gemm-tile-n=96 --emit=cuda 2>&1 | FileCheck %s --check-prefix=WIDTH
-// WIDTH: error: gemm-tile-n=96: the GEMM engine's tiles are 128 or 256 columns wide
+// WIDTH: error: gemm-tile-n=96: the GEMM engine's tiles are 64, 128 or 256 columns wide
 
 // A rank that does not exist: -1 given (leaving --rank out compiles for any rank), or past the
 // topology's.

@@ -37,13 +37,14 @@ cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
                                   cl::desc("In the in-place all-reduce, move the tiles between "
                                            "the GPUs with copy engines, not the SMs"),
                                   cl::cat(pipelineCategory));
-cl::opt<bool> oneShotAllReduce("one-shot-all-reduce",
-                               cl::desc("All-reduce within a node in one shot where it does not "
-                                        "run in place: every GPU gets every partial and sums "
-                                        "every tile"),
-                               cl::cat(pipelineCategory));
+cl::opt<cl::boolOrDefault>
+    oneShotAllReduce("one-shot-all-reduce",
+                     cl::desc("All-reduce within a node in one shot where it does not run in "
+                              "place: every GPU gets every partial and sums every tile (default: "
+                              "where the cost model finds it faster; =false: never)"),
+                     cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmTileN("gemm-tile-n",
-                           cl::desc("Columns of the GEMM engine's matmul tiles, 128 or 256 "
+                           cl::desc("Columns of the GEMM engine's matmul tiles, 64, 128 or 256 "
                                     "(default: chosen per shape)"),
                            cl::init(0), cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmStages("gemm-stages",
@@ -85,7 +86,10 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   options.allReduceCopyEngine = allReduceCopyEngine;
-  options.oneShotAllReduce = oneShotAllReduce;
+  using mlir::mk::OneShotAllReduce;
+  options.oneShotAllReduce = oneShotAllReduce == cl::BOU_TRUE    ? OneShotAllReduce::always
+                             : oneShotAllReduce == cl::BOU_FALSE ? OneShotAllReduce::never
+                                                                 : OneShotAllReduce::costModel;
   options.gemmStages = gemmStages;
   options.gemmCluster = gemmCluster;
   if (std::optional<std::string> error = mlir::mk::checkPipelineOptions(options)) {

@@ -41,10 +41,12 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
                name == "one-shot-all-reduce") {
       if (value != "0" && value != "1")
         return malformed("0 or 1");
-      bool &field = name == "in-place-all-reduce"      ? options.inPlaceAllReduce
-                    : name == "all-reduce-copy-engine" ? options.allReduceCopyEngine
-                                                       : options.oneShotAllReduce;
-      field = value == "1";
+      if (name == "one-shot-all-reduce")
+        options.oneShotAllReduce =
+            value == "1" ? OneShotAllReduce::always : OneShotAllReduce::never;
+      else
+        (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
+            value == "1";
     } else {
       return ("unknown compiler option '" + name +
               "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "

@@ -60,9 +60,42 @@ struct Peer {
   std::optional<Link> link;
 };
 
+/// Whether an all-reduce within a node that does not run in place goes in one shot: as forced,
+/// or where the cost model finds it faster. One shot: one hop of latency, and each GPU sends
+/// its partial of every tile to the other gpus - 1; two hops: the partials to the tiles' owners
+/// and their sums back, 2 (gpus - 1) / gpus of the output's bytes.
+struct OneShotCost {
+  OneShotAllReduce choice;
+  double hopSeconds, nvlinkBytesPerSecond;
+
+  /// For an output of `bytes` on each of `gpus` GPUs (unknown: not specialised, two hops).
+  bool chooses(int64_t gpus, std::optional<int64_t> bytes) const {
+    if (choice != OneShotAllReduce::costModel)
+      return choice == OneShotAllReduce::always;
+    if (!bytes)
+      return false;
+    double g = static_cast<double>(gpus), sent = static_cast<double>(*bytes);
+    double oneShot = hopSeconds + (g - 1) * sent / nvlinkBytesPerSecond;
+    double twoHops = 2 * hopSeconds + 2 * (g - 1) / g * sent / nvlinkBytesPerSecond;
+    return oneShot < twoHops;
+  }
+};
+
+/// The bytes of this rank's part of `type`, if its shape is known.
+std::optional<int64_t> localBytes(DistTensorType type, MeshAttr mesh) {
+  int64_t bytes = llvm::divideCeil(type.getElementType().getIntOrFloatBitWidth(), 8);
+  for (int64_t d = 0; d < type.getRank(); ++d) {
+    int64_t extent = type.getLocalExtent(d, mesh);
+    if (ShapedType::isDynamic(extent))
+      return std::nullopt;
+    bytes *= extent;
+  }
+  return bytes;
+}
+
 class Expander {
 public:
-  Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines, bool oneShot)
+  Expander(ProgramOp program, bool inPlaceAllReduce, bool copyEngines, OneShotCost oneShot)
       : program(program), context(program.getContext()), mesh(program.getMesh()),
         numbering(TileNumbering::of(program)), nodes(mesh.getNodes()), gpus(mesh.getGpus()),
         inPlaceAllReduce(inPlaceAllReduce), copyEngines(copyEngines), oneShot(oneShot) {}
@@ -143,7 +176,7 @@ private:
   int64_t nodes, gpus;
   bool inPlaceAllReduce;
   bool copyEngines;
-  bool oneShot;
+  OneShotCost oneShot;
   int64_t flagCount = 0;
   RoleOp computeRole;
   DenseMap<int64_t, Value> constants;
@@ -302,7 +335,8 @@ template <typename OpT> LogicalResult Expander::expandReduction(OpT op, MeshAxis
   // One shot: every GPU receives every partial and sums every tile, so that a tile's sum waits
   // for one hop of puts instead of a reduce-scatter's and then an all-gather's (for outputs
   // small enough that the hops' latency, not the bytes, is the cost: decode's).
-  bool shot = oneShot && !scatter && intraStep && !interStep;
+  bool shot =
+      !scatter && intraStep && !interStep && oneShot.chooses(gpus, localBytes(destType, mesh));
 
   // Where a GPU's and a node's partials are staged. An all-reduce's partials of R x C tiles are
   // kept tile-major: a slot is a [tiles * R, C] matrix whose tile row t holds grid tile t
@@ -1173,8 +1207,8 @@ LogicalResult Expander::run() {
 struct ExpandCollectivesPass : mk::impl::MkExpandCollectivesBase<ExpandCollectivesPass> {
   using MkExpandCollectivesBase::MkExpandCollectivesBase;
   void runOnOperation() override {
-    if (failed(Expander(getOperation(), inPlaceAllReduce, copyEngineAllReduce, oneShotAllReduce)
-                   .run()))
+    OneShotCost oneShot{oneShotAllReduce, hopLatencyUs * 1e-6, nvlinkGBps * 1e9};
+    if (failed(Expander(getOperation(), inPlaceAllReduce, copyEngineAllReduce, oneShot).run()))
       signalPassFailure();
   }
 };

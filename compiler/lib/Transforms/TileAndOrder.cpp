@@ -22,13 +22,16 @@ constexpr int64_t kSwizzleGroup = 8;
 constexpr int64_t kMinKTile = 32;
 /// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
 /// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
-/// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded).
+/// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded); 64
+/// columns, which put twice the CTAs on a grid of few tile rows (decode's M), 0.30
+/// (docs/notes/decode.md).
 constexpr int64_t kEngineTileRows = 128;
 struct EngineTileWidth {
   int64_t columns, time;
 };
-constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}};
-constexpr int64_t kNarrowestEngineTile = 128;
+constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}, {64, 30}};
+/// The width the tile library multiplies where TMA cannot address the engine's tiles.
+constexpr int64_t kTileLibraryWidth = 128;
 
 bool isEngineTileWidth(int64_t columns) {
   return llvm::any_of(kEngineTileWidths,
@@ -218,7 +221,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
     int64_t forced = gemmTileN;
     if (forced != 0 && !isEngineTileWidth(forced)) {
       program.emitError() << "gemm-tile-n=" << forced
-                          << ": the GEMM engine's tiles are 128 or 256 columns wide";
+                          << ": the GEMM engine's tiles are 64, 128 or 256 columns wide";
       return signalPassFailure();
     }
     WalkResult widths = program.walk([&](TileGridOp grid) {
@@ -238,7 +241,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
         ProgramAccesses accesses(program);
         const auto allowed = [&](int64_t columns) {
           return columns <= *width && agreesWithOthers(grid, *width, columns, accesses) &&
-                 (columns == kNarrowestEngineTile || engineAddresses(grid, columns, numbering));
+                 (columns == kTileLibraryWidth || engineAddresses(grid, columns, numbering));
         };
         // Where no width agrees, the program's own stands, for mk-insert-signals to report.
         if (llvm::any_of(kEngineTileWidths, [&](EngineTileWidth w) { return allowed(w.columns); }))

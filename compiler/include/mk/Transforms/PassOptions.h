@@ -45,6 +45,11 @@ constexpr int64_t kMaxGemmStages = 8;
 /// anything; 0 lets the planner choose either.
 std::optional<std::string> checkGemmOptions(int64_t stages, int64_t cluster);
 
+/// How mk-expand-collectives sends an all-reduce within a node that does not run in place: in
+/// one shot (every GPU gets every partial) or in two hops (to the tile's owner, then from it),
+/// chosen per all-reduce by its cost model of latency and bytes, or forced.
+enum class OneShotAllReduce { costModel, always, never };
+
 /// The CTAs each role of a persistent grid takes, in the order given.
 struct SmSplit {
   struct Role {

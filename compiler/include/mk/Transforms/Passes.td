@@ -89,10 +89,11 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     ```
 
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
-    tile shape gets the tile width of the GEMM engine, 256 or 128 columns and at most the
+    tile shape gets the tile width of the GEMM engine, 256, 128 or 64 columns and at most the
     program's, that takes the least time over `sm-count` CTAs: the rounds of tiles the busiest
-    CTA walks times a tile's measured time (a 128-column tile takes 0.54 of a 256-column one),
-    the wider on a tie. So 128 where 256-wide tiles would leave SMs idle. Only a width that the
+    CTA walks times a tile's measured time (128 columns take 0.54 of 256, 64 columns 0.30), the
+    wider on a tie. So 128 where 256-wide tiles would leave SMs idle, and 64 where even 128-wide
+    ones would (decode's few rows: 1 x 4096 has 32 tiles of 128 for 132 SMs). Only a width that the
     other grids' accesses to each tensor the program writes agree with, tile for tile along the
     grid's columns (mk-insert-signals orders them tile by tile), is a candidate: a grid whose
     output another grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile
@@ -102,7 +103,7 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
            "CTAs of the persistent grid (1 to 1024), which the tile width keeps busy">,
     Option<"gemmTileN", "gemm-tile-n", "int64_t", /*default=*/"0",
-           "Columns of the GEMM engine's matmul tiles, 128 or 256 (0: chosen per shape)">,
+           "Columns of the GEMM engine's matmul tiles, 64, 128 or 256 (0: chosen per shape)">,
   ];
 }
 
@@ -168,7 +169,12 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     tile's sum then waits for one hop of puts and signals, where the reduction to the tile's owner
     and the owner's puts of the sum take two; each GPU receives and sums every partial, (gpus - 1)
     tiles' bytes where the two hops move 2 (gpus - 1) / gpus: for outputs whose hops' latency, not
-    their bytes, is the cost. Across nodes the node partials go as before.
+    their bytes, is the cost. Across nodes the node partials go as before. By default the cost
+    model decides per all-reduce: one shot where a hop's latency (`hop-latency-us`) outweighs the
+    (gpus - 1) (gpus - 2) / gpus output bytes more that each GPU sends at `nvlink-gbps`: below
+    about 740 KB of output on 4 GPUs and 210 KB on 8 (vLLM's custom all-reduce switches at 512 KB
+    and 256 KB), always on 2, where the bytes are the same. `one-shot-all-reduce=true|false`
+    forces it.
   }];
   let options = [
     Option<"inPlaceAllReduce", "in-place-all-reduce", "bool", /*default=*/"true",
@@ -176,8 +182,18 @@ def MkExpandCollectives : Pass<"mk-expand-collectives", "::mlir::mk::ProgramOp">
     Option<"copyEngineAllReduce", "all-reduce-copy-engine", "bool", /*default=*/"false",
            "In the in-place all-reduce, move the bands of tiles between the GPUs with copy "
            "engines (mk.engine_copy) rather than the SMs">,
-    Option<"oneShotAllReduce", "one-shot-all-reduce", "bool", /*default=*/"false",
-           "All-reduce within a node in one shot (see the description)">,
+    Option<"oneShotAllReduce", "one-shot-all-reduce", "::mlir::mk::OneShotAllReduce",
+           /*default=*/"::mlir::mk::OneShotAllReduce::costModel",
+           "All-reduce within a node in one shot (see the description)",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::mk::OneShotAllReduce::costModel, "auto",
+                        "where the cost model finds it faster (the default)"),
+             clEnumValN(::mlir::mk::OneShotAllReduce::always, "true", "always"),
+             clEnumValN(::mlir::mk::OneShotAllReduce::never, "false", "never"))}]>,
+    Option<"hopLatencyUs", "hop-latency-us", "double", /*default=*/"3.0",
+           "Microseconds from a put and its signal on one GPU to a wait's end on another">,
+    Option<"nvlinkGBps", "nvlink-gbps", "double", /*default=*/"370.0",
+           "NVLink bandwidth per GPU, GB/s">,
   ];
 }
 
