@@ -23,8 +23,8 @@ constexpr int64_t kMinKTile = 32;
 /// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
 /// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
 /// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded); 64
-/// columns, which put twice the CTAs on a grid of few tile rows (decode's M), 0.30
-/// (docs/notes/decode.md).
+/// columns, which put twice the CTAs on a grid of few tile rows (decode's M), 0.30 (estimated:
+/// a quarter of the work, half the bytes; docs/notes/decode.md has what they gain at M = 128).
 constexpr int64_t kEngineTileRows = 128;
 struct EngineTileWidth {
   int64_t columns, time;

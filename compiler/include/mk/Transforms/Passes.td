@@ -91,7 +91,7 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
     tile shape gets the tile width of the GEMM engine, 256, 128 or 64 columns and at most the
     program's, that takes the least time over `sm-count` CTAs: the rounds of tiles the busiest
-    CTA walks times a tile's measured time (128 columns take 0.54 of 256, 64 columns 0.30), the
+    CTA walks times a tile's time (128 columns take 0.54 of 256, measured; 64 columns 0.30), the
     wider on a tie. So 128 where 256-wide tiles would leave SMs idle, and 64 where even 128-wide
     ones would (decode's few rows: 1 x 4096 has 32 tiles of 128 for 132 SMs). Only a width that the
     other grids' accesses to each tensor the program writes agree with, tile for tile along the
