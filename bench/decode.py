@@ -155,15 +155,19 @@ def problem(op, M, N, K, world, rank, seed):
         return (randn(M, K), randn(K, N)), (M, N), baseline
     if op == "gemm_reducescatter":
         rows = shards(M, world)
-        padded = max(rows) * world  # NCCL scatters equal parts
+        part = max(rows)  # NCCL scatters equal parts: rank r's rows go to part r, padded
 
         def baseline(a, b):
-            c = torch.zeros(padded, N, device="cuda", dtype=torch.bfloat16)
-            torch.matmul(a, b, out=c[:M])
-            out = torch.empty(padded // world, N, device="cuda", dtype=torch.bfloat16)
+            c = torch.matmul(a, b)
+            if M % world:
+                starts = [sum(rows[:r]) for r in range(world)]
+                spread = torch.zeros(world, part, N, device="cuda", dtype=torch.bfloat16)
+                for r in range(world):
+                    spread[r, :rows[r]] = c[starts[r]:starts[r] + rows[r]]
+                c = spread.view(world * part, N)
+            out = torch.empty(part, N, device="cuda", dtype=torch.bfloat16)
             dist.reduce_scatter_tensor(out, c)
             return out[:rows[rank]]
-        # NCCL's equal parts are not mkc's shards where M % world != 0: compare rows by owner.
         return (randn(M, K), randn(K, N)), (rows[rank], N), baseline
     rows = shards(M, world)
 
