@@ -231,7 +231,7 @@ def bench_shape(runtime, mkc, ranks, op, M, N, K, repeat, options):
     replayed = {name: ms / CALLS for name, ms in
                 time_interleaved(graphs, sets, repeat).items()}
     times = {name: ranks.slowest(ms) for name, ms in {**eager, **replayed}.items()}
-    flops = 2 * M * N * K * (world if op != "allgather_gemm" else 1)
+    flops = 2 * M * N * K * world  # K over the ranks (GEMM+AR, GEMM+RS) or N (AG+GEMM)
     row = {"op": op, "M": M, "N": N, "K": K, "ranks": world}
     for name, ms in times.items():
         row[f"{name}_us"] = ms * 1e3

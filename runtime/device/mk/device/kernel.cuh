@@ -71,12 +71,14 @@ __device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool ad
     mk_launch_count *launches = args.launches;
     const mk_u32 taken = *static_cast<volatile mk_u32 *>(&launches->epoch);
     detail::launch_epoch = taken;
-    // The read before the count: the last CTA's advance must not reach an earlier read.
-    __threadfence();
-    if (advance && atomicAdd(&launches->readers, 1u) == gridDim.x - 1) {
+    if (advance) {
+      // The read before the count: the last CTA's advance must not reach an earlier read.
       __threadfence();
-      launches->readers = 0;
-      launches->epoch = taken + 1;
+      if (atomicAdd(&launches->readers, 1u) == gridDim.x - 1) {
+        __threadfence();
+        launches->readers = 0;
+        launches->epoch = taken + 1;
+      }
     }
   }
   __syncthreads();
