@@ -30,7 +30,7 @@
 
 // CUDA: void allgather_gemm(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
 // The GEMM engine: the producer waits for each tile's rows of A before loading them.
-// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 2>(), false, 2, 1>>(mk_smem);
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 2, 128>(), false, 2, 1, 128>>(mk_smem);
 // CUDA: if (mk::gemm_is_producer()) {
 // CUDA: mk::gemm_wait_arrivals([[ENGINE]], [[ARGS]],
 // CUDA: mk::gemm_load([[ENGINE]],

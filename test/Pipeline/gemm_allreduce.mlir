@@ -67,7 +67,7 @@
 // CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
 // Compute on the GEMM engine: the producer loads, the consumers multiply and store each partial
 // to its owner through TMA.
-// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 1>>(mk_smem);
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 1, 128>>(mk_smem);
 // CUDA: if (mk::gemm_is_producer()) {
 // CUDA: mk::gemm_load([[ENGINE]],
 // CUDA: mk::gemm_consumer_begin([[ENGINE]]);

@@ -44,7 +44,7 @@
 // SCHED: mk.store {{.*}} : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, shard 0 over world>
 
 // CUDA: void gemm_reducescatter(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
-// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 1>>(mk_smem);
+// CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 1, 128>>(mk_smem);
 // CUDA: mk::gemm_load([[ENGINE]],
 // CUDA: mk::gemm_mma([[ENGINE]], 16);
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],

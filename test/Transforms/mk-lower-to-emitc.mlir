@@ -19,11 +19,11 @@
 // CHECK-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1) __cluster_dims__(2, 1, 1)"]
 // SINGLE-LABEL: emitc.func @gemm_allreduce
 // SINGLE-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
-// SINGLE: call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 1>>"()
+// SINGLE: call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 1, 128>>"()
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
 // CHECK-DAG: call_opaque "mk::begin_launch"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"true">]}
 // CHECK-DAG: call_opaque "mk::cta"()
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"() {args = [#emitc.opaque<"mk_smem">]}
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 2, 128>>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
 // CHECK: if %[[PRODUCER]]
 // CHECK: call_opaque "mk::gemm_producer_begin"(%[[ENGINE]])
@@ -37,7 +37,7 @@
 // CHECK: call_opaque "mk::signal_gpu"
 // CHECK: {{^ +}}for %
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]]) {args = [0 : index, #emitc.opaque<"8">]}
-// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>">
+// CHECK-SAME: -> !emitc.opaque<"mk::GemmAccumulator<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 2, 128>>">
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]
 // CHECK: %[[MAP:.+]] = call_opaque "mk::tensor_map"
 // CHECK: call_opaque "mk::gemm_store"(%[[ENGINE]], %[[ACC]], %[[MAP]]
@@ -78,7 +78,7 @@
 // The manifest, one mk_kernel_manifest (mk/abi.h) for the runtime.
 // CHECK: emitc.verbatim "extern \22C\22 __device__ const mk_kernel_manifest gemm_allreduce_manifest = {\0A    /* abi_version */ MK_ABI_VERSION,
 // CHECK-SAME: /* grid */ 132,
-// CHECK-SAME: /* dynamic_smem_bytes */ mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes),
+// CHECK-SAME: /* dynamic_smem_bytes */ mk::max_bytes(mk::max_bytes(0, mk::gemm_smem_bytes<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 2, 128>>()), mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>::kBytes),
 // CHECK-SAME: /* flag_words */ 65,
 // CHECK-SAME: /* arguments */ 3,
 // CHECK-SAME: /* tensors */ 4,
@@ -97,7 +97,7 @@
 // CHECK-SAME: /* tensor_maps */ {{[{][{]}}0, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {512ull, 1024ull}, {64, 128}, 128}, {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {1024ull, 512ull}, {64, 64}, 128}, {3, 0, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, 1, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {3, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 3, {1024ull, 1024ull, 2ull}, {64, 128, 1}, 128}, {2, 0, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {1024ull, 1024ull}, {64, 128}, 128}}};
 // CHECK-NOT: mk.
 // The ring depth, overridden.
-// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4, 2>>
+// STAGES: mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, 3, false, 4, 2, 128>>
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
@@ -360,7 +360,7 @@ mk.program @network [] mesh <3x1> (%x: !mk.tensor<[256, 256], bf16, replicated>)
 // and signals: the senders wait, in order, while the consumers go on; after the loop, the
 // consumers themselves wait for every tile of the output.
 // CHECK-LABEL: emitc.func @gemm_allreduce
-// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4>(), false, 4, 2>>"()
+// CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 2, 128>>"()
 // CHECK: call_opaque "mk::gemm_load"(%[[ENGINE]]
 // CHECK: %[[ACC:.+]] = call_opaque "mk::gemm_mma"(%[[ENGINE]])
 // CHECK: call_opaque "mk::gemm_consumer_defer_arrivals"(%[[ENGINE]]

@@ -6,7 +6,7 @@
 // signal that only engine stores follow are left to its senders. The reduce role's reduction is
 // only stored: through TMA, and its puts then its signals are split into two loops.
 // CHECK-LABEL: mk.program @gemm_allreduce
-// CHECK: mk.role compute ctas 104 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 4, cluster = 2>}
+// CHECK: mk.role compute ctas 104 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 4, cluster = 2, a_rows = 128>}
 // CHECK: mk.matmul {{.*}}mk.lowering = #mk.lowering<mma>
 // CHECK: mk.convert {{.*}}{mk.lowering = #mk.lowering<elide>}
 // CHECK: mk.wait @launched{{.*}}{mk.lowering = #mk.lowering<deferred>}
@@ -26,7 +26,7 @@
 // CHECK-NEXT: mk.signal @arrived1
 // The options: a ring of 3, no clusters.
 // OPTIONS-LABEL: mk.program @gemm_allreduce
-// OPTIONS: #mk.gemm_engine<element = bf16, tile_n = 256, stages = 3, b_k_major = false, staging_buffers = 4, cluster = 1>
+// OPTIONS: #mk.gemm_engine<element = bf16, tile_n = 256, stages = 3, b_k_major = false, staging_buffers = 4, cluster = 1, a_rows = 128>
 mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk.tensor<[1024, 1024], bf16, shard 1 over world>, %arg1: !mk.tensor<[1024, 1024], bf16, shard 0 over world>, %arg2: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
@@ -227,6 +227,36 @@ mk.program @bias_in_registers [] mesh <1x1> (%a: !mk.tensor<[512, 256], bf16, re
 
 // -----
 
+// Decode's M: A has 7 rows, so the engine loads 8 (one swizzle atom) for each tile, and 72 rows
+// take 72 (both consumer warpgroups multiply).
+// CHECK-LABEL: mk.program @decode_rows
+// CHECK: mk.role compute ctas 8 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 128, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 1, a_rows = 8>}
+mk.program @decode_rows [] mesh <1x1> (%a: !mk.tensor<[7, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 1024], bf16, replicated>, %c: !mk.tensor<[7, 1024], bf16, replicated>) grid 8 {
+    mk.role compute ctas 8 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] masked : !mk.tensor<[7, 1024], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[7, 4096], bf16, replicated>, !mk.tensor<[4096, 1024], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.convert %1 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[7, 1024], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
+// CHECK-LABEL: mk.program @decode_rows_two_warpgroups
+// CHECK: #mk.gemm_engine<{{.*}}cluster = 1, a_rows = 72>
+mk.program @decode_rows_two_warpgroups [] mesh <1x1> (%a: !mk.tensor<[72, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 1024], bf16, replicated>, %c: !mk.tensor<[72, 1024], bf16, replicated>) grid 8 {
+    mk.role compute ctas 8 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] masked : !mk.tensor<[72, 1024], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[72, 4096], bf16, replicated>, !mk.tensor<[4096, 1024], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.convert %1 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[72, 1024], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
 // The row is a tensor the kernel writes (after the matmuls, here): the consumers would read it
 // without waiting with the producer. The matmul stays on the tile library.
 // CHECK-LABEL: mk.program @bias_written_in_kernel
@@ -280,7 +310,7 @@ mk.program @bias_used_beside [] mesh <1x1> (%a: !mk.tensor<[512, 256], bf16, rep
 // for every tile of the hidden row panel it loads; the consumers' waits before the rows go back, and
 // the signals after the grids, are theirs and the senders'.
 // CHECK-LABEL: mk.program @moe_one_node
-// CHECK: mk.role compute ctas 106 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 1>}
+// CHECK: mk.role compute ctas 106 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 1, a_rows = 128>}
 // CHECK: mk.wait @routing_counted[%{{.*}}] count 1 {mk.lowering = #mk.lowering<producer>}
 // CHECK-NEXT: mk.wait @routing_counted[%{{.*}}] count 1 {mk.lowering = #mk.lowering<consumer>}
 // CHECK: mk.wait @routing_arrived[%{{.*}}] count 2 per_cta_of dispatch {mk.lowering = #mk.lowering<producer>}

@@ -36,13 +36,13 @@ class GenerateCuda(unittest.TestCase):
 
     def test_compiler_options(self):
         default = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES)
-        self.assertIn("mk::GemmConfig<mk::bf16, 128, mk::gemm_max_stages<mk::bf16, 128, 2>(), "
-                      "false, 2, 2>", default)
+        self.assertIn("mk::GemmConfig<mk::bf16, 128, mk::gemm_max_stages<mk::bf16, 128, 2, 128>(), "
+                      "false, 2, 2, 128>", default)
         self.assertIn("__cluster_dims__(2, 1, 1)", default)
         chosen = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                    options={"gemm-tile-n": 256, "gemm-stages": 3,
                                             "gemm-cluster": 1})
-        self.assertIn("mk::GemmConfig<mk::bf16, 256, 3, false, 4, 1>", chosen)
+        self.assertIn("mk::GemmConfig<mk::bf16, 256, 3, false, 4, 1, 128>", chosen)
         self.assertNotIn("__cluster_dims__", chosen)
         # A reduce role of 16 CTAs instead of the all-reduce in place, whose 128 tiles (128 x 128)
         # take one round on 128 CTAs.

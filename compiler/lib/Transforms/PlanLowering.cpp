@@ -371,7 +371,25 @@ private:
     MLIRContext *context = leader.getContext();
     return GemmEngineAttr::get(context, element, pass->tileColumns(), gemmStages,
                                BoolAttr::get(context, bKMajor(leader)),
-                               toPeer && out.getShape()[1] == 256 ? 4 : 2, /*cluster=*/0);
+                               toPeer && out.getShape()[1] == 256 ? 4 : 2, /*cluster=*/0,
+                               /*a_rows=*/0);
+  }
+
+  /// The rows of A the engine loads for a tile: 128, or, in one CTA (not a cluster) where every
+  /// matrix A of `passes` has fewer rows, their most rounded up to a whole 8-row swizzle atom.
+  int64_t engineARows(ArrayRef<EnginePass> passes, int64_t cluster) {
+    int64_t rows = 8;
+    for (const EnginePass &pass : passes) {
+      MatmulOp leader = pass.matmuls.front();
+      DistTensorType lhs = leader.getLhs().getType();
+      if (cluster != 1 || groupedMatmul(leader))
+        return 128;
+      int64_t extent = lhs.getLocalExtent(lhs.getRank() - 2, mesh);
+      if (ShapedType::isDynamic(extent) || extent >= 128)
+        return 128;
+      rows = std::max<int64_t>(rows, llvm::alignTo(extent, 8));
+    }
+    return rows;
   }
 
   /// The CTAs per cluster of the engine that runs `matmuls` in `role`: 2 where asked or by
@@ -512,10 +530,10 @@ private:
     FailureOr<int64_t> cluster = engineCluster(role, passes);
     if (failed(cluster))
       return failure();
-    setGemmEngine(role,
-                  GemmEngineAttr::get(role.getContext(), engine.getElement(), engine.getTileN(),
-                                      engine.getStages(), engine.getBKMajor(),
-                                      engine.getStagingBuffers(), *cluster));
+    setGemmEngine(role, GemmEngineAttr::get(role.getContext(), engine.getElement(),
+                                            engine.getTileN(), engine.getStages(),
+                                            engine.getBKMajor(), engine.getStagingBuffers(),
+                                            *cluster, engineARows(passes, *cluster)));
     splitEngineRole(role, passes);
     return success();
   }

@@ -35,10 +35,11 @@ constexpr int64_t kMaxSmCount = 1024;
 /// What is wrong with sm-count=`smCount` (mk-tile-and-order, mk-partition-roles), if anything.
 std::optional<std::string> checkSmCount(int64_t smCount);
 
-/// The deepest ring of the GEMM engine: 8 stages of 64-deep K slices fit a CTA's 227 KiB of
-/// shared memory beside the epilogue only with the narrowest tile, 128 x 64 (gemm_max_stages in
-/// runtime/device/mk/device/impl/gemm_engine__funcs.cuh; 128 x 256 fits 4). Whether a ring fits
-/// a wider tile is left to the engine's static_assert.
+/// The deepest ring of the GEMM engine a user asks for: 8 stages of 64-deep K slices fit a CTA's
+/// 227 KiB of shared memory beside the epilogue only with the narrowest tile, 128 x 64
+/// (gemm_max_stages in runtime/device/mk/device/impl/gemm_engine__funcs.cuh; 128 x 256 fits 4;
+/// the engine's own choice goes to 12 where A's rows fit one warpgroup). Whether a ring fits a
+/// wider tile is left to the engine's static_assert.
 constexpr int64_t kMaxGemmStages = 8;
 
 /// What is wrong with gemm-stages=`stages` and gemm-cluster=`cluster` (mk-plan-lowering), if

@@ -133,9 +133,9 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
           pass.push_back(matmul);
         }
       if (*engine == Lowering::mma) {
-        auto accumulator = emitc::OpaqueType::get(rewriter.getContext(),
-                                                  "mk::GemmAccumulator<mk::GemmConfig<" +
-                                                      layout.engineConfigs.lookup(e) + ">>");
+        auto accumulator = emitc::OpaqueType::get(
+            rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" +
+                                       gemmConfigArguments(layout.engineConfigs.lookup(e)) + ">>");
         Value product =
             call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks})->getResult(0);
         if (pass.size() == 1) {
@@ -150,11 +150,12 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
                                           {std::to_string(i * tn), columns}));
         return success();
       }
-      // The producer's loads: A in 128-row boxes, B in 64 x 64 blocks ([K x N]) or tn-row boxes
-      // ([N x K]), 64 deep in K; each matmul of the pass its B panel. Groups of matrices are
-      // loaded a group (one box deep in the outer dim) at a time.
+      // The producer's loads: A in boxes of the engine's rows, B in 64 x 64 blocks ([K x N]) or
+      // tn-row boxes ([N x K]), 64 deep in K; each matmul of the pass its B panel. Groups of
+      // matrices are loaded a group (one box deep in the outer dim) at a time.
       bool grouped = groupedMatmul(op);
-      SmallVector<int64_t> aBox = {64, tm}, bBox = {64, bTransposed ? tn : 64};
+      SmallVector<int64_t> aBox = {64, layout.engineConfigs.lookup(e).getARows()},
+                           bBox = {64, bTransposed ? tn : 64};
       if (grouped) {
         aBox.push_back(1);
         bBox.push_back(1);

@@ -1,6 +1,7 @@
-//===- KernelLayout.cpp - the TMA tensor maps a kernel takes --------------===//
+//===- KernelLayout.cpp - the tensor maps and engines a kernel takes ------===//
 
 #include "mk/Conversion/MkToEmitC/KernelLayout.h"
+#include "mk/Conversion/MkToEmitC/TypeConverter.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -21,6 +22,19 @@ static StringRef mapElement(Type element) {
          : bits == 16 ? "MK_MAP_ELEMENT_U16"
          : bits == 32 ? "MK_MAP_ELEMENT_U32"
                       : "MK_MAP_ELEMENT_U64";
+}
+
+std::string gemmConfigArguments(GemmEngineAttr engine) {
+  std::string element = elementName(engine.getElement());
+  std::string bn = std::to_string(engine.getTileN());
+  std::string buffers = std::to_string(engine.getStagingBuffers());
+  std::string aRows = std::to_string(engine.getARows());
+  std::string depth = engine.getStages() > 0 ? std::to_string(engine.getStages())
+                                             : "mk::gemm_max_stages<" + element + ", " + bn + ", " +
+                                                   buffers + ", " + aRows + ">()";
+  return element + ", " + bn + ", " + depth + ", " +
+         (engine.getBKMajor().getValue() ? "true" : "false") + ", " + buffers + ", " +
+         std::to_string(engine.getCluster()) + ", " + aRows;
 }
 
 int64_t KernelLayout::tensorMap(DistTensorType type, int64_t index, std::optional<int64_t> gpu,

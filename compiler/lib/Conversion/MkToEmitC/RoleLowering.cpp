@@ -25,20 +25,6 @@ using namespace mlir::mk::to_emitc;
 
 namespace {
 
-/// mk::GemmConfig's arguments for `engine`: element, tile columns, ring depth, B's layout,
-/// staging buffers, cluster.
-std::string gemmConfigArguments(GemmEngineAttr engine) {
-  std::string element = elementName(engine.getElement());
-  std::string bn = std::to_string(engine.getTileN());
-  std::string buffers = std::to_string(engine.getStagingBuffers());
-  std::string depth = engine.getStages() > 0
-                          ? std::to_string(engine.getStages())
-                          : "mk::gemm_max_stages<" + element + ", " + bn + ", " + buffers + ">()";
-  return element + ", " + bn + ", " + depth + ", " +
-         (engine.getBKMajor().getValue() ? "true" : "false") + ", " + buffers + ", " +
-         std::to_string(engine.getCluster());
-}
-
 /// The mk::TmaReduce arguments for `accumulate` (marked Lowering::tma): slots, source and result
 /// elements, tile shape.
 std::string tmaReduceConfig(AccumulateOp accumulate) {
@@ -302,7 +288,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
       call(b, loc, emitc::OpaqueType::get(context, engineType), engineType, engineArgs);
   Value engine = engineOp->getResult(0);
   layout.engines.push_back(engine);
-  layout.engineConfigs[engine] = config;
+  layout.engineConfigs[engine] = engineAttr;
   layout.smemNeeds.push_back("mk::gemm_smem_bytes<mk::GemmConfig<" + config + ">>()");
 
   // The role's body becomes the consumers' branch; the producer's is a copy of it pruned to the

@@ -114,16 +114,19 @@ def Mk_GemmEngineAttr : Mk_Attr<"GemmEngine", "gemm_engine"> {
     matmul runs on the GEMM engine (runtime/device/mk/device/gemm_engine.cuh) with one
     configuration: its 16-bit `element` type, tiles of 128 x `tile_n`, a ring of `stages` K slices
     (0: the deepest that fits), B given as [N x K] (`b_k_major`) or [K x N], `staging_buffers`
-    halves of the epilogue's staging area, and `cluster` CTAs sharing B through TMA multicast.
+    halves of the epilogue's staging area, `cluster` CTAs sharing B through TMA multicast, and
+    the `a_rows` of A it loads for a tile (128; fewer where every A has fewer rows, whole 8-row
+    swizzle atoms: decode's M, whose product rows past them are never stored).
 
     ```mlir
     mk.role compute ctas 128 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16,
-        tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 2>} { ... }
+        tile_n = 256, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 2,
+        a_rows = 128>} { ... }
     ```
   }];
   let parameters = (ins "::mlir::Type":$element, "int64_t":$tile_n, "int64_t":$stages,
                         "::mlir::BoolAttr":$b_k_major, "int64_t":$staging_buffers,
-                        "int64_t":$cluster);
+                        "int64_t":$cluster, "int64_t":$a_rows);
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

@@ -56,8 +56,13 @@ namespace mk {
 /// cluster walk tiles in step: the same number of tiles, each pair with the same n0 and k_blocks
 /// (rows m0 of their own), so the grid's tile count is even; a tile beyond M still runs (TMA
 /// loads zeros and stores nothing). With [N x K] B, B's map has box {64, BN / 2}.
+///
+/// Where A has at most 128 rows (decode's M), the producer loads only its first kARows (M rounded
+/// up to 8: A's map has box {64, kARows}) and, at kARows <= 64, only the first consumer
+/// warpgroup multiplies: the product's rows past them are never stored, and TMA would spend each
+/// k slice filling them with zeros.
 template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2,
-          int kCluster = 1>
+          int kCluster = 1, int kARows = 128>
 struct GemmConfig;
 
 /// Dynamic shared memory the engine of Config needs (the ring, the epilogue's staging, the
@@ -65,7 +70,7 @@ struct GemmConfig;
 template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes();
 
 /// The deepest ring of 64-element K slices that fits a CTA's shared memory next to the epilogue.
-template <typename T, int BN, int kEpilogueBuffers = 2>
+template <typename T, int BN, int kEpilogueBuffers = 2, int kARows = 128>
 __host__ __device__ constexpr int gemm_max_stages();
 
 /// Where the consumers hold a 128 x C f32 tile (wgmma's accumulators): consumer warp w (threads

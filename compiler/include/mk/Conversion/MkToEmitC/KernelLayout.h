@@ -64,12 +64,12 @@ struct KernelLayout {
   /// and how many.
   DenseMap<Operation *, std::pair<int64_t, int64_t>> roleCtas;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
-  /// mk::GemmConfig arguments, the TMA reduction of each role that has one (mk::TmaReduce), and
+  /// configuration, the TMA reduction of each role that has one (mk::TmaReduce), and
   /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).
   SmallVector<Value> engines, reducers, bulkCopiers;
   /// The attention engine of each role that runs one (an mk::AttentionEngine).
   SmallVector<Value> attentionEngines;
-  DenseMap<Value, std::string> engineConfigs;
+  DenseMap<Value, GemmEngineAttr> engineConfigs;
   /// The kernel's CTAs per cluster: the largest of its engines'.
   int64_t cluster = 1;
   /// The kernel's name, CTAs and their split into roles.
@@ -91,6 +91,10 @@ struct KernelLayout {
   /// consecutive: the map of GPU g is that index + g.
   int64_t tensorMapsOfNode(DistTensorType type, int64_t index, ArrayRef<int64_t> box);
 };
+
+/// mk::GemmConfig's arguments for `engine`: element, tile columns, ring depth, B's layout,
+/// staging buffers, cluster, A's rows.
+std::string gemmConfigArguments(GemmEngineAttr engine);
 
 } // namespace mlir::mk::to_emitc
 

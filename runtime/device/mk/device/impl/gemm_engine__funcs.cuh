@@ -10,30 +10,39 @@
 
 namespace mk {
 
-template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_, int kCluster_>
+template <typename T_, int BN_, int kStages_, bool kBKMajor_, int kEpilogueBuffers_, int kCluster_,
+          int kARows_>
 struct GemmConfig {
   using T = T_;
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = kStages_;
   static constexpr bool kBKMajor = kBKMajor_;
   static constexpr int kEpilogueBuffers = kEpilogueBuffers_;
   static constexpr int kCluster = kCluster_;
+  static constexpr int kARows = kARows_;
   static_assert(kEpilogueBuffers == 2 || kEpilogueBuffers == 4,
                 "the epilogue stages chunks in 2 or 4 buffers");
   static_assert(sizeof(T) == 2, "16-bit operands (bf16, f16)");
   static_assert(BN == 64 || BN == 128 || BN == 256, "BN: a wgmma N of 64, 128 or 256");
   static_assert(kStages >= 2, "a ring of at least two stages");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kARows % 8 == 0 && kARows >= 8 && kARows <= BM,
+                "A's rows: whole 8-row swizzle atoms of the 128-row tile");
+  static_assert(kARows == BM || kCluster == 1, "a cluster's CTAs load A's 128 rows each");
   // Each CTA of a cluster loads its share of the B panel for all: whole 64-column blocks
   // ([K x N]) or BN / kCluster rows ([N x K]).
   static_assert(kBKMajor || BN / 64 % kCluster == 0,
                 "a [K x N] B panel splits in 64-column blocks");
   static constexpr int kBShare = kBKMajor ? BN / kCluster : BN / 64 / kCluster;
 
-  // A stage: A as 128 rows of 64 K (128 bytes, swizzled), then B as BN rows of 64 K (K-major)
-  // or BN / 64 blocks of 64 K rows by 64 N (MN-major). Every piece starts on 1 KiB.
-  static constexpr int kABytes = BM * BK * 2;
+  // A stage: A as 128 rows of 64 K (128 bytes, swizzled), or 64 where one warpgroup multiplies
+  // (its wgmma reads 64), then B as BN rows of 64 K (K-major) or BN / 64 blocks of 64 K rows by
+  // 64 N (MN-major). Every piece starts on 1 KiB.
+  static constexpr int kABytes = (kARows > 64 ? BM : 64) * BK * 2;
   static constexpr int kBBytes = BN * BK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
+  // What lands in a stage: A's first kARows rows (the rest of its space is never loaded: those
+  // rows of the product are past M and never stored), and B.
+  static constexpr int kStageLoadBytes = kARows * BK * 2 + kBBytes;
   // The epilogue stages 64-column chunks of the tile (128 rows of 128 bytes) in turn through its
   // buffers: two, or four, which hold a 256-column tile whole, so that slow stores (to a peer)
   // hold up the next tile rather than the chunks of this one.
@@ -64,8 +73,12 @@ struct GemmConfig {
   // wgmma reads 16 K (32 bytes of a K-major row, or 16 rows of an MN-major block) at a time.
   static constexpr int kMmaPerStage = BK / 16;
   static constexpr int kConsumerWarps = 8;
-  // Every consumer warp of the cluster releases a stage: each CTA's producer overwrites it in all.
-  static constexpr int kReleases = kConsumerWarps * kCluster;
+  // The consumer warpgroups that multiply: those with loaded rows of A (64 each). A second with
+  // none (M <= 64) skips the mainloop, its product's rows past M.
+  static constexpr int kMmaWarpgroups = kARows > 64 ? 2 : 1;
+  // Every multiplying warp of the cluster releases a stage: each CTA's producer overwrites it in
+  // all.
+  static constexpr int kReleases = 4 * kMmaWarpgroups * kCluster;
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 };
 
@@ -73,13 +86,14 @@ template <typename Config> __host__ __device__ constexpr int gemm_smem_bytes() {
   return Config::kBytes;
 }
 
-template <typename T, int BN, int kEpilogueBuffers>
+template <typename T, int BN, int kEpilogueBuffers, int kARows>
 __host__ __device__ constexpr int gemm_max_stages() {
-  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1>;
-  // Each stage takes its slice of A and B and two barriers.
+  using Two = GemmConfig<T, BN, 2, false, kEpilogueBuffers, 1, kARows>;
+  // Each stage takes its slice of A and B and two barriers. Small stages (A's half, 64 columns)
+  // fit 12: the more in flight, the closer one SM streams B at the memory's latency.
   const int stages =
       (kMaxSmemBytes - (Two::kBytes - 2 * Two::kStageBytes - 2 * 16)) / (Two::kStageBytes + 16);
-  return stages < 8 ? stages : 8;
+  return stages < 16 ? stages : 16;
 }
 
 template <int C> struct GemmLayout {
@@ -527,7 +541,7 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
     // A fresh barrier counts as having completed the phase before its first: the first pass
     // over the ring does not wait.
     ptx::mbarrier_wait(e.empty(s), e.phase() ^ 1);
-    ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageBytes);
+    ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageLoadBytes);
     const int k0 = kb * Config::BK;
     if constexpr (kGrouped)
       ptx::tma_load(e.a(s), a, k0, m0, a_group, e.full(s));
@@ -771,6 +785,15 @@ template <typename Config>
 __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks) {
   GemmAccumulator<Config> acc;
   const int wg = threadIdx.x / 128 - 1;
+  if (wg >= Config::kMmaWarpgroups) {
+    // Rows past A's loaded ones: only the ring's position moves on, in step with the others.
+#pragma unroll
+    for (int p = 0; p < GemmLayout<Config::BN>::kPairs; ++p)
+      acc.pairs[p] = make_float2(0.0f, 0.0f);
+    for (int kb = 0; kb < k_blocks; ++kb)
+      e.advance();
+    return acc;
+  }
   int previous = 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = e.stage();
