@@ -25,6 +25,17 @@ int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute 
   return value;
 }
 
+int contextSmCount(const cuda::Driver &cu, CUdevice device) {
+  int sms = deviceAttribute(cu, device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  CUexecAffinityParam affinity{};
+  CUresult result = cu.cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+  if (result == CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY || result == CUDA_ERROR_NOT_SUPPORTED)
+    return sms;
+  cu.check(result, "cuCtxGetExecAffinity(CU_EXEC_AFFINITY_TYPE_SM_COUNT)");
+  const int limit = static_cast<int>(affinity.param.smCount.val);
+  return limit > 0 && limit < sms ? limit : sms;
+}
+
 const cuda::Driver &availableDriver() {
   const cuda::Driver &cu = cuda::Driver::get();
   if (!cu.available())

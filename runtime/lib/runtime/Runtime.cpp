@@ -16,8 +16,7 @@ namespace mkc {
 
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
-      context(driver, device),
-      smCount(deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
+      context(driver, device), smCount(contextSmCount(driver, context.device())),
       nvrtcOptions(options.nvrtcOptions), jit(options.cacheDirectory) {
   int major =
       deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);

@@ -49,6 +49,10 @@ const cuda::Driver &availableDriver();
 /// The launcher's job, once the driver is known to work.
 LaunchEnvironment detectWithDriver();
 int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute attribute);
+/// The SMs the current context may use: fewer than the device's under MPS with
+/// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (its execution affinity), where a persistent grid of every
+/// SM would never be resident at once.
+int contextSmCount(const cuda::Driver &cu, CUdevice device);
 /// The CUDA device of a rank: the one it chose, else its local rank's; with `share` (ranks taking
 /// turns on fewer GPUs) either modulo the GPUs this process sees.
 int rankDevice(const cuda::Driver &cu, const ProcessGroup &group, std::optional<int> chosen,

@@ -51,6 +51,7 @@ namespace mkc::cuda {
   X(cuCtxPushCurrent, 4000)                                                                        \
   X(cuCtxPopCurrent, 4000)                                                                         \
   X(cuCtxGetId, 12000)                                                                             \
+  X(cuCtxGetExecAffinity, 11040)                                                                   \
   X(cuCtxEnablePeerAccess, 4000)                                                                   \
   X(cuModuleLoadData, 2000)                                                                        \
   X(cuModuleUnload, 2000)                                                                          \
