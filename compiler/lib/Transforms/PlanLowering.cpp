@@ -376,17 +376,30 @@ private:
   }
 
   /// The rows of A the engine loads for a tile: 128, or, in one CTA (not a cluster) where every
-  /// matrix A of `passes` has fewer rows, their most rounded up to a whole 8-row swizzle atom.
+  /// matrix A of `passes` has fewer rows, their most rounded up to a whole 8-row swizzle atom. The
+  /// product's rows past them are left unset: every tensor a tile is stored to must have no more
+  /// rows than its A.
   int64_t engineARows(ArrayRef<EnginePass> passes, int64_t cluster) {
+    auto rowsOf = [&](DistTensorType type) {
+      return type.getLocalExtent(type.getRank() - 2, mesh);
+    };
     int64_t rows = 8;
     for (const EnginePass &pass : passes) {
       MatmulOp leader = pass.matmuls.front();
-      DistTensorType lhs = leader.getLhs().getType();
       if (cluster != 1 || groupedMatmul(leader))
         return 128;
-      int64_t extent = lhs.getLocalExtent(lhs.getRank() - 2, mesh);
+      int64_t extent = rowsOf(leader.getLhs().getType());
       if (ShapedType::isDynamic(extent) || extent >= 128)
         return 128;
+      for (Operation *user : pass.convert->getUsers()) {
+        DistTensorType dest;
+        if (auto store = dyn_cast<StoreOp>(user))
+          dest = store.getDest().getType();
+        else if (auto put = dyn_cast<PutOp>(user))
+          dest = put.getDest().getType();
+        if (!dest || ShapedType::isDynamic(rowsOf(dest)) || rowsOf(dest) > extent)
+          return 128;
+      }
       rows = std::max<int64_t>(rows, llvm::alignTo(extent, 8));
     }
     return rows;
