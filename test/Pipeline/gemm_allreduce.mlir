@@ -19,6 +19,12 @@
 // Four nodes' reduce and send roles beside the matmul, which spilled while the roles' branches met
 // between roles.
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 4x2 --shape M=1000,N=7000,K=2880 -o %t.4x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// Decode's M on the engine: A's rows only (M = 7: 8 rows, one consumer warpgroup multiplying;
+// M = 100: 104, both), stored in place on 1x2; compiled without spills.
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 -o %t.1x2.m7.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE104
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
 // tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes
 // of 1, 7 and 300 rows, compiled at 8 GPUs and across nodes (where the node partials go as before).
@@ -89,6 +95,9 @@
 // CUDA-NEXT: /* abi_version */ MK_ABI_VERSION,
 // CUDA-NEXT: /* grid */ 129,
 
+// DECODE: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 8>(), false, 2, 1, 8>
+// DECODE: {64, 8}
+// DECODE104: mk::GemmConfig<mk::bf16, {{[0-9]+}}, mk::gemm_max_stages<mk::bf16, {{[0-9]+}}, 2, 104>(), false, 2, 1, 104>
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // On one node of two GPUs the all-reduce is in place: every CTA computes, and a rank hands
