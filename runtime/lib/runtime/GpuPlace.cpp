@@ -26,12 +26,11 @@ int deviceAttribute(const cuda::Driver &cu, CUdevice device, CUdevice_attribute 
 }
 
 int contextSmCount(const cuda::Driver &cu, CUdevice device) {
-  int sms = deviceAttribute(cu, device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  const int sms = deviceAttribute(cu, device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  // A context without a limit it can tell (no affinity support) may use them all.
   CUexecAffinityParam affinity{};
-  CUresult result = cu.cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
-  if (result == CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY || result == CUDA_ERROR_NOT_SUPPORTED)
+  if (cu.cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS)
     return sms;
-  cu.check(result, "cuCtxGetExecAffinity(CU_EXEC_AFFINITY_TYPE_SM_COUNT)");
   const int limit = static_cast<int>(affinity.param.smCount.val);
   return limit > 0 && limit < sms ? limit : sms;
 }
