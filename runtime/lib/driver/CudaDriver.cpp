@@ -101,12 +101,18 @@ PrimaryContext::~PrimaryContext() {
 }
 
 ContextScope::ContextScope(const Driver &driver, CUcontext context) : driver_(driver) {
+  CUcontext current = nullptr;
+  MK_CU_CHECK(driver_, cuCtxGetCurrent(&current));
+  if (current == context)
+    return;
   MK_CU_CHECK(driver_, cuCtxPushCurrent(context));
+  pushed_ = true;
 }
 
 ContextScope::~ContextScope() {
   CUcontext popped;
-  driver_.cuCtxPopCurrent(&popped);
+  if (pushed_)
+    driver_.cuCtxPopCurrent(&popped);
 }
 
 RelaxedCaptureScope::RelaxedCaptureScope(const Driver &driver) : driver_(driver) {

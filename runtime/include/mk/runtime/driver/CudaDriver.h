@@ -177,7 +177,9 @@ private:
 };
 
 /// Makes `context` current on this thread for the scope's life, whatever the thread had current:
-/// entry points of an embedded runtime run on the caller's threads.
+/// entry points of an embedded runtime run on the caller's threads. Where it is current already
+/// (the caller's own, as PyTorch's primary context is) the scope pushes nothing: a launch's host
+/// time is a few microseconds, of which a push and a pop would take a share.
 class ContextScope {
 public:
   ContextScope(const Driver &driver, CUcontext context);
@@ -187,6 +189,7 @@ public:
 
 private:
   const Driver &driver_;
+  bool pushed_ = false;
 };
 
 /// Lets this thread make the calls that another thread's graph capture in global mode (PyTorch's
