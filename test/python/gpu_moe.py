@@ -36,7 +36,12 @@ import gpu_gemm_allreduce as common  # check, close_to, topologies_main; also pu
 
 
 def rand(torch, g, *shape, scale=1.0):
-    return ((torch.rand(*shape, generator=g, device="cuda") * 2 - 1) * scale).to(torch.bfloat16)
+    """Uniform in [-scale, scale), bf16, drawn in slices: ranks sharing one GPU hold no f32 copy
+    of 64 experts' weights (3.5 GiB each) at once."""
+    out = torch.empty(*shape, dtype=torch.bfloat16, device="cuda")
+    for part in out.view(-1).split(1 << 24):
+        part.copy_((torch.rand(part.numel(), generator=g, device="cuda") * 2 - 1) * scale)
+    return out
 
 
 def routed_in_token_order(torch, experts, E, C):
@@ -337,6 +342,9 @@ def rank_main():
         if runtime.rank == 0:
             print(f"{runtime.nodes}x{runtime.local_world_size}: moe {problem.shapes} checked in "
                   f"{time.monotonic() - start:.1f} s", flush=True)
+        # The next problem's weights take this one's place, not a place beside it.
+        del problem, bound
+        torch.cuda.empty_cache()
     return common.finish(torch, runtime)
 
 
