@@ -20,11 +20,15 @@
 // between roles.
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 4x2 --shape M=1000,N=7000,K=2880 -o %t.4x2.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's M on the engine: A's rows only (M = 7: 8 rows, one consumer warpgroup multiplying;
-// M = 100: 104, both), stored in place on 1x2; compiled without spills.
+// M = 100 in 128-row tiles: 104, both), stored in place on 1x2; M = 100 in the 64 x 64 tiles
+// mk-tile-and-order chooses (two tile rows of one warpgroup's, twice the CTAs streaming B), its
+// stores 64 rows a box; compiled without spills.
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 -o %t.1x2.m7.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE104
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 --emit=cuda | FileCheck %s --check-prefix=DECODE104
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE64
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=128,N=4096,K=4096 -o %t.1x2.m128.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
 // tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes
 // of 1, 7 and 300 rows, compiled at 8 GPUs and across nodes (where the node partials go as before).
@@ -98,6 +102,8 @@
 // DECODE: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 8>(), false, 2, 1, 8>
 // DECODE: {64, 8}
 // DECODE104: mk::GemmConfig<mk::bf16, {{[0-9]+}}, mk::gemm_max_stages<mk::bf16, {{[0-9]+}}, 2, 104>(), false, 2, 1, 104>
+// DECODE64: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 64>(), false, 2, 1, 64>
+// DECODE64: {2, 0, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // On one node of two GPUs the all-reduce is in place: every CTA computes, and a rank hands

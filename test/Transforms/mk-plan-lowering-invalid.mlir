@@ -31,6 +31,20 @@ mk.program @odd_roles [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<
 
 // -----
 
+// Clusters of 2 asked for, on 64-row tiles: a cluster's CTAs each multiply 128 rows of A.
+mk.program @rows_64 [] mesh <1x1> (%a: !mk.tensor<[128, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 1024], bf16, replicated>, %c: !mk.tensor<[128, 1024], bf16, replicated>) grid 32 {
+  // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: its tiles are 64 rows, one MMA warpgroup's, and a cluster's CTAs multiply 128}}
+  mk.role compute ctas 32 {
+    mk.tile_grid (%m, %n) over %c tiles [64, 128] order <swizzle 2> : !mk.tensor<[128, 1024], bf16, replicated> {
+      %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[128, 4096], bf16, replicated>, !mk.tensor<[4096, 1024], bf16, replicated> -> !mk.tile<[64, 128], f32>
+      %2 = mk.convert %1 : !mk.tile<[64, 128], f32> -> !mk.tile<[64, 128], bf16>
+      mk.store %2, %c[%m, %n] : !mk.tile<[64, 128], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+    }
+  }
+}
+
+// -----
+
 // Clusters of 2 asked for, but bands of odd rows put CTAs 2c and 2c + 1 in different columns.
 mk.program @odd_band [M = 1024, N = 1024, K = 1024] mesh <1x1> (%a: !mk.tensor<[1024, 1024], bf16, replicated>, %b: !mk.tensor<[1024, 1024], bf16, replicated>, %c: !mk.tensor<[1024, 1024], bf16, replicated>) grid 132 {
   // expected-error @+1 {{the GEMM engine cannot run in clusters of 2 CTAs: the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles}}

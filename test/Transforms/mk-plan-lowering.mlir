@@ -257,6 +257,33 @@ mk.program @decode_rows_two_warpgroups [] mesh <1x1> (%a: !mk.tensor<[72, 4096],
 
 // -----
 
+// 64-row tiles (mk-tile-and-order's at 128 x 1024): one MMA warpgroup's, so the engine loads A's
+// 64 rows of each tile (and 8 where A has 7); cluster 1.
+// CHECK-LABEL: mk.program @rows_64
+// CHECK: #mk.gemm_engine<element = bf16, tile_n = 64, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 1, a_rows = 64>
+// CHECK-LABEL: mk.program @rows_64_of_7
+// CHECK: #mk.gemm_engine<{{.*}}cluster = 1, a_rows = 8>
+mk.program @rows_64 [] mesh <1x1> (%a: !mk.tensor<[128, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 1024], bf16, replicated>, %c: !mk.tensor<[128, 1024], bf16, replicated>) grid 32 {
+    mk.role compute ctas 32 {
+      mk.tile_grid (%m, %n) over %c tiles [64, 64] order <swizzle 2> : !mk.tensor<[128, 1024], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[128, 4096], bf16, replicated>, !mk.tensor<[4096, 1024], bf16, replicated> -> !mk.tile<[64, 64], f32>
+        %2 = mk.convert %1 : !mk.tile<[64, 64], f32> -> !mk.tile<[64, 64], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[64, 64], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+      }
+    }
+}
+mk.program @rows_64_of_7 [] mesh <1x1> (%a: !mk.tensor<[7, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 1024], bf16, replicated>, %c: !mk.tensor<[7, 1024], bf16, replicated>) grid 16 {
+    mk.role compute ctas 16 {
+      mk.tile_grid (%m, %n) over %c tiles [64, 64] masked : !mk.tensor<[7, 1024], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_tile = 64 : i64} : !mk.tensor<[7, 4096], bf16, replicated>, !mk.tensor<[4096, 1024], bf16, replicated> -> !mk.tile<[64, 64], f32>
+        %2 = mk.convert %1 : !mk.tile<[64, 64], f32> -> !mk.tile<[64, 64], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[64, 64], bf16>, !mk.tensor<[7, 1024], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
 // The row is a tensor the kernel writes (after the matmuls, here): the consumers would read it
 // without waiting with the producer. The matmul stays on the tile library.
 // CHECK-LABEL: mk.program @bias_written_in_kernel

@@ -1,6 +1,7 @@
 // RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-tile-and-order="gemm-tile-n=256"
 // RUN: not mk-opt %s -split-input-file -mk-tile-and-order="sm-count=0" 2>&1 | FileCheck %s --check-prefix=SM-COUNT
 // RUN: not mk-opt %s -split-input-file -mk-tile-and-order="sm-count=1025" 2>&1 | FileCheck %s --check-prefix=SM-COUNT-HIGH
+// RUN: not mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-m=96" 2>&1 | FileCheck %s --check-prefix=TILE-M
 
 // What mk-tile-and-order rejects.
 
@@ -18,7 +19,9 @@ mk.program @unbound [K] mesh <?x?> (%a: !mk.tensor<[128, K], bf16, shard 1 over 
 
 // -----
 
-// gemm-tile-n=256 on a grid of 128-wide tiles: wider tiles than the program masks for.
+// gemm-tile-n=256 on a grid of 128-wide tiles: wider tiles than the program masks for. A
+// gemm-tile-m the engine has no tiles of.
+// TILE-M: mk-tile-and-order-invalid.mlir:[[# @LINE + 1]]:1: error: gemm-tile-m=96: the GEMM engine's tiles are 64 or 128 rows
 mk.program @widen [] mesh <1x1> (%a: !mk.tensor<[128, 64], bf16, replicated>, %b: !mk.tensor<[64, 128], bf16, replicated>, %c: !mk.tensor<[128, 128], bf16, replicated>) {
   // expected-error @+1 {{'mk.tile_grid' op has tiles 128 columns wide; gemm-tile-n=256 would widen them past what the program masks}}
   mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[128, 128], bf16, replicated> {

@@ -1,5 +1,6 @@
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-n=128" | FileCheck %s --check-prefix=NARROW
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-m=128" | FileCheck %s --check-prefix=ROWS128
 
 // mk-tile-and-order picks the main-loop depth of matmuls, the chunks of all-gathers and the
 // order of tile grids that do not have one.
@@ -43,10 +44,11 @@ mk.program @small [] mesh <1x2> (%a: !mk.tensor<[256, 64], f32, replicated>,
 // -----
 
 // A grid reading what an all-gather brings in produces its local rows first; the gather is
-// tracked in chunks of the consumer's tile rows by the whole contracted dim.
+// tracked in chunks of the consumer's tile rows (64: 2048 x 256 a rank is 16 tiles of 128 x 256,
+// 64 of 128 x 64, all one round, and 128 of 64 x 64) by the whole contracted dim.
 // CHECK-LABEL: mk.program @gathered
-// CHECK: mk.all_gather %{{.*}} {chunk = array<i64: 128, 1024>}
-// CHECK: mk.tile_grid {{.*}} order <swizzle 8, local_first> :
+// CHECK: mk.all_gather %{{.*}} {chunk = array<i64: 64, 1024>}
+// CHECK: mk.tile_grid {{.*}} tiles [64, 64] order <swizzle 8, local_first> :
 mk.program @gathered [] mesh <1x2> (%a: !mk.tensor<[2048, 1024], bf16, shard 0 over world>,
                                     %b: !mk.tensor<[1024, 512], bf16, shard 1 over world>,
                                     %c: !mk.tensor<[2048, 512], bf16, shard 1 over world>) {
@@ -95,7 +97,8 @@ mk.program @narrow [] mesh <1x2> (%a: !mk.tensor<[1024, 1024], bf16, shard 1 ove
 // -----
 
 // Decode's GEMM, one token: 1 x 4096 is 16 tiles of 128 x 256, 32 of 128 x 128 or 64 of
-// 128 x 64, all one round: the narrowest puts the most SMs on streaming B.
+// 128 x 64, all one round: the narrowest puts the most SMs on streaming B. 64-row tiles would
+// be as many: the engine loads only A's rows of a 128-row tile.
 // CHECK-LABEL: mk.program @decode
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> masked :
 // CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 64], f32>
@@ -106,6 +109,27 @@ mk.program @decode [] mesh <1x2> (%a: !mk.tensor<[1, 8192], bf16, shard 1 over w
     %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[1, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 4096], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
     mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[1, 4096], bf16, replicated>
+  }
+}
+
+// -----
+
+// Decode's GEMM at 128 tokens: 128 x 4096 is 64 tiles of 128 x 64, one round of half the SMs,
+// or 128 of 64 x 64, one round of one MMA warpgroup's rows: two thirds of the bytes a CTA loads.
+// gemm-tile-m=128 keeps 128 rows.
+// CHECK-LABEL: mk.program @decode_rows
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [64, 64] order <swizzle 2> masked :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[64, 64], f32>
+// CHECK: mk.convert {{.*}} -> !mk.tile<[64, 64], bf16>
+// ROWS128-LABEL: mk.program @decode_rows
+// ROWS128: tiles [128, 64]
+mk.program @decode_rows [] mesh <1x2> (%a: !mk.tensor<[128, 8192], bf16, shard 1 over world>,
+                                       %b: !mk.tensor<[8192, 4096], bf16, shard 0 over world>,
+                                       %c: !mk.tensor<[128, 4096], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] masked : !mk.tensor<[128, 4096], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 8192], bf16, shard 1 over world>, !mk.tensor<[8192, 4096], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.all_reduce sum %t into %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 4096], bf16, replicated>
   }
 }
 
@@ -174,11 +198,11 @@ mk.program @pinned [] mesh <1x2> (%a: !mk.tensor<[128, 512], bf16, shard 1 over 
 
 // -----
 
-// Tensors the program only reads pin no width: the other grid reads B, the GEMM's operand, in
-// 256-column tiles, and the GEMM still narrows (to 64: 16 tiles of 128 x 64).
+// Tensors the program only reads pin no shape: the other grid reads B, the GEMM's operand, in
+// 256-column tiles, and the GEMM still narrows (to 32 tiles of 64 x 64).
 // CHECK-LABEL: mk.program @read_only
-// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> :
-// CHECK: mk.matmul {{.*}} -> !mk.tile<[128, 64], f32>
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [64, 64] order <swizzle 2> :
+// CHECK: mk.matmul {{.*}} -> !mk.tile<[64, 64], f32>
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <row_major> :
 mk.program @read_only [] mesh <1x1> (%a: !mk.tensor<[128, 128], bf16, replicated>,
                                      %b: !mk.tensor<[128, 1024], bf16, replicated>,

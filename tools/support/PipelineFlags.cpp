@@ -47,6 +47,10 @@ cl::opt<int64_t> gemmTileN("gemm-tile-n",
                            cl::desc("Columns of the GEMM engine's matmul tiles, 64, 128 or 256 "
                                     "(default: chosen per shape)"),
                            cl::init(0), cl::cat(pipelineCategory));
+cl::opt<int64_t> gemmTileM("gemm-tile-m",
+                           cl::desc("Rows of the GEMM engine's matmul tiles, 64 or 128 (default: "
+                                    "chosen per shape)"),
+                           cl::init(0), cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
                                      "(default: the deepest that fits the tile)"),
@@ -83,6 +87,7 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   }
   options.smCount = smCount;
   options.gemmTileN = gemmTileN;
+  options.gemmTileM = gemmTileM;
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   options.allReduceCopyEngine = allReduceCopyEngine;

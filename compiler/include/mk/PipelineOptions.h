@@ -37,6 +37,8 @@ struct PipelineOptions {
   int64_t smCount = 132;
   /// Columns of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
   int64_t gemmTileN = 0;
+  /// Rows of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
+  int64_t gemmTileM = 0;
   /// Report the SM split as a remark.
   bool explainSplit = false;
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an
@@ -58,10 +60,10 @@ struct PipelineOptions {
 std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
 
 /// Sets the options `text` names: `;`-separated NAME=VALUE, the names and values of mkc's flags
-/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce=0|1,
-/// all-reduce-copy-engine=0|1, one-shot-all-reduce=0|1 (absent: the cost model's choice)),
-/// which is how the runtime's callers override the compiler's choices. Returns what is wrong,
-/// naming the option, if anything (checkPipelineOptions included).
+/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster,
+/// in-place-all-reduce=0|1, all-reduce-copy-engine=0|1, one-shot-all-reduce=0|1 (absent: the cost
+/// model's choice)), which is how the runtime's callers override the compiler's choices. Returns
+/// what is wrong, naming the option, if anything (checkPipelineOptions included).
 std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineOptions &options);
 
 } // namespace mlir::mk

@@ -21,6 +21,7 @@ static void addTiling(OpPassManager &programs, const PipelineOptions &options) {
   MkTileAndOrderOptions tiling;
   tiling.smCount = options.smCount;
   tiling.gemmTileN = options.gemmTileN;
+  tiling.gemmTileM = options.gemmTileM;
   programs.addPass(createMkTileAndOrder(tiling));
 }
 

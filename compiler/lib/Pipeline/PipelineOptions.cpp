@@ -29,8 +29,10 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
     if (name == "sm-split") {
       if (std::optional<std::string> error = SmSplit::parse(value, options.smSplit))
         return ("sm-split=" + value + ": " + *error).str();
-    } else if (name == "gemm-tile-n" || name == "gemm-stages" || name == "gemm-cluster") {
+    } else if (name == "gemm-tile-n" || name == "gemm-tile-m" || name == "gemm-stages" ||
+               name == "gemm-cluster") {
       int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
+                       : name == "gemm-tile-m" ? options.gemmTileM
                        : name == "gemm-stages" ? options.gemmStages
                                                : options.gemmCluster;
       const std::optional<int64_t> parsed = mkc::parseBoundedInt(value, INT64_MIN, INT64_MAX);
@@ -49,7 +51,8 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
             value == "1";
     } else {
       return ("unknown compiler option '" + name +
-              "' (known: sm-split, gemm-tile-n, gemm-stages, gemm-cluster, in-place-all-reduce, "
+              "' (known: sm-split, gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster, "
+              "in-place-all-reduce, "
               "all-reduce-copy-engine, one-shot-all-reduce)")
           .str();
     }

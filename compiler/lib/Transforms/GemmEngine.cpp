@@ -92,7 +92,8 @@ std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
   // Matrices, or groups of them (the outer dim indexed): A row-major, its K innermost.
   int64_t rank = lhs.getRank();
   if (!(element.isBF16() || element.isF16()) || rhs.getElementType() != element ||
-      (rank != 2 && rank != 3) || rhs.getRank() != rank || tile.getShape()[0] != 128 ||
+      (rank != 2 && rank != 3) || rhs.getRank() != rank ||
+      !llvm::is_contained({64, 128}, tile.getShape()[0]) ||
       !llvm::is_contained({64, 128, 256}, tile.getShape()[1]) ||
       leader.getLhsWholeDims()[0] != rank - 1 || leader.getRhsWholeDims()[0] < rank - 2)
     return std::nullopt;
@@ -100,13 +101,13 @@ std::optional<EnginePass> mlir::mk::gemmEnginePass(MatmulOp leader) {
   for (Operation *op = leader->getPrevNode(); op; op = op->getPrevNode())
     if (auto before = dyn_cast<MatmulOp>(op); before && sharesA(before, leader))
       return std::nullopt;
-  // A panel: its 128 or BN tile rows by the whole of K.
+  // A panel: its tile rows (A's) or BN (B's) by the whole of K.
   auto program = leader->getParentOfType<ProgramOp>();
   TileNumbering numbering = TileNumbering::of(program);
-  int64_t bn = tile.getShape()[1];
+  int64_t bm = tile.getShape()[0], bn = tile.getShape()[1];
   SmallVector<int64_t> rhsTile =
       bKMajor(leader) ? SmallVector<int64_t>{bn, 1} : SmallVector<int64_t>{1, bn};
-  if (!tmaAddresses(lhs, {128, 1}, program.getMesh(), numbering) ||
+  if (!tmaAddresses(lhs, {bm, 1}, program.getMesh(), numbering) ||
       !tmaAddresses(rhs, rhsTile, program.getMesh(), numbering))
     return std::nullopt;
 

@@ -375,22 +375,22 @@ private:
                                /*a_rows=*/0);
   }
 
-  /// The rows of A the engine loads for a tile: 128, or, in one CTA (not a cluster) where every
-  /// matrix A of `passes` has fewer rows, their most rounded up to a whole 8-row swizzle atom. The
-  /// product's rows past them are left unset: every tensor a tile is stored to must have no more
-  /// rows than its A.
+  /// The rows of A the engine loads for a tile: its tile's rows (128, or 64 for one MMA
+  /// warpgroup), or, in one CTA (not a cluster) where a matrix A has fewer, its rows rounded up to
+  /// a whole 8-row swizzle atom; the most over `passes`. The product's rows past them are left
+  /// unset: every tensor a tile is stored to must then have no more rows than its A.
   int64_t engineARows(ArrayRef<EnginePass> passes, int64_t cluster) {
     auto rowsOf = [&](DistTensorType type) {
       return type.getLocalExtent(type.getRank() - 2, mesh);
     };
-    int64_t rows = 8;
-    for (const EnginePass &pass : passes) {
+    const auto passRows = [&](const EnginePass &pass) -> int64_t {
       MatmulOp leader = pass.matmuls.front();
+      int64_t tileRows = leader.getResult().getType().getShape()[0];
+      int64_t extent = rowsOf(leader.getLhs().getType());
       if (cluster != 1 || groupedMatmul(leader))
         return 128;
-      int64_t extent = rowsOf(leader.getLhs().getType());
-      if (ShapedType::isDynamic(extent) || extent >= 128)
-        return 128;
+      if (ShapedType::isDynamic(extent) || extent >= tileRows)
+        return tileRows;
       for (Operation *user : pass.convert->getUsers()) {
         DistTensorType dest;
         if (auto store = dyn_cast<StoreOp>(user))
@@ -398,16 +398,19 @@ private:
         else if (auto put = dyn_cast<PutOp>(user))
           dest = put.getDest().getType();
         if (!dest || ShapedType::isDynamic(rowsOf(dest)) || rowsOf(dest) > extent)
-          return 128;
+          return tileRows;
       }
-      rows = std::max<int64_t>(rows, llvm::alignTo(extent, 8));
-    }
+      return llvm::alignTo(extent, 8);
+    };
+    int64_t rows = 8;
+    for (const EnginePass &pass : passes)
+      rows = std::max(rows, passRows(pass));
     return rows;
   }
 
   /// The CTAs per cluster of the engine that runs `matmuls` in `role`: 2 where asked or by
-  /// default, if the roles and the tile grids pair CTAs up and B is [K x N] in whole 128-column
-  /// panels; else 1, or an error if 2 was asked.
+  /// default, if the roles and the tile grids pair CTAs up, the tiles are 128 rows and B is
+  /// [K x N] in whole 128-column panels; else 1, or an error if 2 was asked.
   FailureOr<int64_t> engineCluster(RoleOp role, ArrayRef<EnginePass> passes) {
     if (gemmCluster == 1)
       return 1;
@@ -422,7 +425,9 @@ private:
           TileWalk::get(cast<TileGridOp>(leader->getParentOp()), mesh, numbering);
       if (failed(walk))
         return failure();
-      if (!walk->pairsRows(*role.getCtas()))
+      if (leader.getResult().getType().getShape()[0] != 128)
+        why = "its tiles are 64 rows, one MMA warpgroup's, and a cluster's CTAs multiply 128";
+      else if (!walk->pairsRows(*role.getCtas()))
         why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
       else if (bKMajor(leader) || pass.tileColumns() % 128)
         why = "B is not [K x N] in panels of 128 columns or more";

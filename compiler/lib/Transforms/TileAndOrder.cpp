@@ -20,22 +20,26 @@ constexpr int64_t kSwizzleGroup = 8;
 /// Smallest main-loop depth taken where it divides the contracted extent: the tile library's
 /// copies take slices of 32 of every tile (of 16, not of 64-row ones).
 constexpr int64_t kMinKTile = 32;
-/// Rows of the GEMM engine's tiles, and the widths it runs them at, widest first, with the time
-/// a tile of each takes, in hundredths of a 256-column tile's: measured on an H200
-/// (docs/notes/compiler.md), 128 columns take 0.53-0.54 of 256 (less work per byte loaded); 64
-/// columns, which put twice the CTAs on a grid of few tile rows (decode's M), 0.30 (estimated:
-/// a quarter of the work, half the bytes; docs/notes/decode.md has what they gain at M = 128).
-constexpr int64_t kEngineTileRows = 128;
-struct EngineTileWidth {
-  int64_t columns, time;
+/// The GEMM engine's tile shapes, largest first, with the time a tile of each takes, in
+/// hundredths of a 128 x 256 tile's: measured on an H200 (docs/notes/compiler.md), 128 columns
+/// take 0.53-0.54 of 256 (less work per byte loaded); 64 columns, which put twice the CTAs on a
+/// grid of few tile rows (decode's M), 0.30 (estimated: a quarter of the work, half the bytes);
+/// 64 x 64, one MMA warpgroup's rows, which put twice the CTAs again on a grid of two tile rows
+/// of 64 (M = 65 to 128), 0.20 (estimated: two thirds of 128 x 64's bytes, which bound it there;
+/// docs/notes/decode.md has what they gain at M = 128).
+struct EngineTileShape {
+  int64_t rows, columns, time;
 };
-constexpr EngineTileWidth kEngineTileWidths[] = {{256, 100}, {128, 54}, {64, 30}};
+constexpr EngineTileShape kEngineTileShapes[] = {
+    {128, 256, 100}, {128, 128, 54}, {128, 64, 30}, {64, 64, 20}};
+/// The rows of the engine's tiles, and of one MMA warpgroup's.
+constexpr int64_t kEngineTileRows = 128, kWarpgroupRows = 64;
 /// The width the tile library multiplies where TMA cannot address the engine's tiles.
 constexpr int64_t kTileLibraryWidth = 128;
 
 bool isEngineTileWidth(int64_t columns) {
-  return llvm::any_of(kEngineTileWidths,
-                      [&](EngineTileWidth width) { return width.columns == columns; });
+  return llvm::any_of(kEngineTileShapes,
+                      [&](EngineTileShape shape) { return shape.columns == columns; });
 }
 
 /// The main-loop depth whose rows are 128 bytes, halved (down to kMinKTile) until it divides
@@ -58,6 +62,17 @@ int64_t coveredExtent(TileGridOp grid, int64_t d, MeshAttr mesh) {
 /// Whether `grid`'s tiles run matmuls.
 bool computesMatmuls(TileGridOp grid) {
   return grid.getBody().walk([](MatmulOp) { return WalkResult::interrupt(); }).wasInterrupted();
+}
+
+/// Whether every matmul of `grid` multiplies 16-bit operands, as the GEMM engine does.
+bool engineOperands(TileGridOp grid) {
+  return !grid.getBody()
+              .walk([](MatmulOp matmul) {
+                Type element = matmul.getLhs().getType().getElementType();
+                return element.isBF16() || element.isF16() ? WalkResult::advance()
+                                                           : WalkResult::interrupt();
+              })
+              .wasInterrupted();
 }
 
 /// Every value defined inside `grid`'s body: the results of its ops and the arguments of their
@@ -88,19 +103,18 @@ std::optional<int64_t> engineTileWidth(TileGridOp grid) {
   return sizes[1];
 }
 
-/// Whether TMA addresses the tiles of `grid` `width` columns wide, with its matmuls' panels, as
-/// the GEMM engine needs. Where it does not, the tile library multiplies: its accumulator of a
+/// Whether TMA addresses the tiles of `grid` `rows` x `width`, with its matmuls' panels, as the
+/// GEMM engine needs. Where it does not, the tile library multiplies: its accumulator of a
 /// 256-column tile does not fit in registers beside the rest of a kernel.
-bool engineAddresses(TileGridOp grid, int64_t width, const TileNumbering &numbering) {
+bool engineAddresses(TileGridOp grid, int64_t rows, int64_t width, const TileNumbering &numbering) {
   MeshAttr mesh = grid->getParentOfType<ProgramOp>().getMesh();
-  if (!tmaAddresses(grid.getTargetType(), {kEngineTileRows, width}, mesh, numbering))
+  if (!tmaAddresses(grid.getTargetType(), {rows, width}, mesh, numbering))
     return false;
   return !grid.getBody()
               .walk([&](MatmulOp matmul) {
                 SmallVector<int64_t> panel = bKMajor(matmul) ? SmallVector<int64_t>{width, 1}
                                                              : SmallVector<int64_t>{1, width};
-                return tmaAddresses(matmul.getLhs().getType(), {kEngineTileRows, 1}, mesh,
-                                    numbering) &&
+                return tmaAddresses(matmul.getLhs().getType(), {rows, 1}, mesh, numbering) &&
                                tmaAddresses(matmul.getRhs().getType(), panel, mesh, numbering)
                            ? WalkResult::advance()
                            : WalkResult::interrupt();
@@ -108,19 +122,21 @@ bool engineAddresses(TileGridOp grid, int64_t width, const TileNumbering &number
               .wasInterrupted();
 }
 
-/// Of the engine's tile widths that `allowed` admits (at least one), the one that takes the
-/// least time for `rows` x `cols` on `ctas` CTAs: the rounds of tiles the busiest CTA walks times
-/// a tile's time; the wider on a tie.
-int64_t fastestTileWidth(int64_t rows, int64_t cols, int64_t ctas,
-                         function_ref<bool(int64_t)> allowed) {
-  int64_t best = 0, bestCost = std::numeric_limits<int64_t>::max();
-  for (EngineTileWidth width : kEngineTileWidths) {
-    if (!allowed(width.columns))
+/// Of the engine's tile shapes that `allowed` admits (at least one), the one that takes the least
+/// time for `rows` x `cols` on `ctas` CTAs: the rounds of tiles the busiest CTA walks times a
+/// tile's time; the larger on a tie. 64-row tiles only where there are more rows: on fewer, the
+/// engine loads only A's rows of a 128-row tile (mk-plan-lowering's a_rows), the same work.
+EngineTileShape fastestTileShape(int64_t rows, int64_t cols, int64_t ctas,
+                                 function_ref<bool(EngineTileShape)> allowed) {
+  EngineTileShape best = {0, 0, 0};
+  int64_t bestCost = std::numeric_limits<int64_t>::max();
+  for (EngineTileShape shape : kEngineTileShapes) {
+    if (!allowed(shape) || (shape.rows < kEngineTileRows && rows <= shape.rows))
       continue;
-    int64_t tiles = llvm::divideCeil(rows, kEngineTileRows) * llvm::divideCeil(cols, width.columns);
-    int64_t cost = llvm::divideCeil(tiles, ctas) * width.time;
+    int64_t tiles = llvm::divideCeil(rows, shape.rows) * llvm::divideCeil(cols, shape.columns);
+    int64_t cost = llvm::divideCeil(tiles, ctas) * shape.time;
     if (cost < bestCost) {
-      best = width.columns;
+      best = shape;
       bestCost = cost;
     }
   }
@@ -143,11 +159,11 @@ struct ProgramAccesses {
   llvm::SmallDenseSet<Value> written;
 };
 
-/// Whether `grid`, with tiles `current` columns wide, may take tiles `width` wide and agree with
-/// the accesses outside it to every tensor the program writes, which mk-insert-signals orders tile
-/// by tile: where `grid` takes `current` along a dim of such a tensor (its tiles' columns: the
-/// engine's rows are narrower than any width it narrows from), they take `width`, or the whole
-/// dim.
+/// Whether `grid`, with tiles `current` long along one of its dims, may take tiles `width` long
+/// there and agree with the accesses outside it to every tensor the program writes, which
+/// mk-insert-signals orders tile by tile: where `grid` takes `current` along a dim of such a
+/// tensor (any such dim: where the tiles' rows and columns are equal, both), they take `width`,
+/// or the whole dim.
 bool agreesWithOthers(TileGridOp grid, int64_t current, int64_t width,
                       const ProgramAccesses &program) {
   const auto inside = [&](const TileAccess &access) { return grid->isProperAncestor(access.op); };
@@ -164,18 +180,19 @@ bool agreesWithOthers(TileGridOp grid, int64_t current, int64_t width,
   return true;
 }
 
-/// Gives `grid` and its tile values tiles `width` columns wide.
-void setTileWidth(TileGridOp grid, int64_t width) {
-  SmallVector<int64_t> sizes(grid.getTileSizes());
-  sizes[1] = width;
+/// Gives `grid` and its tile values tiles of `rows` x `width`.
+void setTileShape(TileGridOp grid, int64_t rows, int64_t width) {
+  SmallVector<int64_t> old(grid.getTileSizes()), sizes = {rows, width};
   grid.setTileSizes(sizes);
   for (Value value : valuesInside(grid)) {
     auto tile = dyn_cast<TileType>(value.getType());
     if (!tile)
       continue;
-    // The width's symbol, if any, no longer names it.
+    // A changed extent's symbol, if any, no longer names it.
     SmallVector<StringAttr> symbols(tile.getSymbols());
-    symbols[1] = nullptr;
+    for (int64_t d = 0; d < 2; ++d)
+      if (sizes[d] != old[d])
+        symbols[d] = nullptr;
     value.setType(tile.cloneWithDims(sizes, symbols));
   }
 }
@@ -218,40 +235,55 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
     if (walk.wasInterrupted())
       return signalPassFailure();
 
-    int64_t forced = gemmTileN;
-    if (forced != 0 && !isEngineTileWidth(forced)) {
-      program.emitError() << "gemm-tile-n=" << forced
+    int64_t forcedWidth = gemmTileN, forcedRows = gemmTileM;
+    if (forcedWidth != 0 && !isEngineTileWidth(forcedWidth)) {
+      program.emitError() << "gemm-tile-n=" << forcedWidth
                           << ": the GEMM engine's tiles are 64, 128 or 256 columns wide";
       return signalPassFailure();
     }
-    WalkResult widths = program.walk([&](TileGridOp grid) {
+    if (forcedRows != 0 && forcedRows != kWarpgroupRows && forcedRows != kEngineTileRows) {
+      program.emitError() << "gemm-tile-m=" << forcedRows
+                          << ": the GEMM engine's tiles are 64 or 128 rows";
+      return signalPassFailure();
+    }
+    WalkResult shapes = program.walk([&](TileGridOp grid) {
       std::optional<int64_t> width = engineTileWidth(grid);
       if (!width)
         return WalkResult::advance();
-      if (forced > *width) {
-        grid.emitOpError() << "has tiles " << *width << " columns wide; gemm-tile-n=" << forced
+      if (forcedWidth > *width) {
+        grid.emitOpError() << "has tiles " << *width << " columns wide; gemm-tile-n=" << forcedWidth
                            << " would widen them past what the program masks";
         return WalkResult::interrupt();
       }
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
       TileNumbering numbering = TileNumbering::of(program);
-      int64_t chosen = forced ? forced : *width;
-      if (!forced && !ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols)) {
-        // The other grids' tiles of a tensor this one writes or reads may pin its width.
+      EngineTileShape chosen = {forcedRows ? forcedRows : kEngineTileRows,
+                                forcedWidth ? forcedWidth : *width, 0};
+      if ((!forcedRows || !forcedWidth) && !ShapedType::isDynamic(rows) &&
+          !ShapedType::isDynamic(cols)) {
+        // The other grids' tiles of a tensor this one writes or reads may pin its shape.
         ProgramAccesses accesses(program);
-        const auto allowed = [&](int64_t columns) {
-          return columns <= *width && agreesWithOthers(grid, *width, columns, accesses) &&
-                 (columns == kTileLibraryWidth || engineAddresses(grid, columns, numbering));
+        const auto allowed = [&](EngineTileShape shape) {
+          if ((forcedRows && shape.rows != forcedRows) ||
+              (forcedWidth && shape.columns != forcedWidth) || shape.columns > *width ||
+              !agreesWithOthers(grid, *width, shape.columns, accesses) ||
+              (shape.rows != kEngineTileRows &&
+               (!engineOperands(grid) ||
+                !agreesWithOthers(grid, kEngineTileRows, shape.rows, accesses))))
+            return false;
+          return (shape.rows == kEngineTileRows && shape.columns == kTileLibraryWidth) ||
+                 engineAddresses(grid, shape.rows, shape.columns, numbering);
         };
-        // Where no width agrees, the program's own stands, for mk-insert-signals to report.
-        if (llvm::any_of(kEngineTileWidths, [&](EngineTileWidth w) { return allowed(w.columns); }))
-          chosen = fastestTileWidth(rows, cols, smCount, allowed);
+        // Where no shape agrees, the program's own stands, for mk-insert-signals to report.
+        EngineTileShape fastest = fastestTileShape(rows, cols, smCount, allowed);
+        if (fastest.rows)
+          chosen = fastest;
       }
-      if (chosen != *width)
-        setTileWidth(grid, chosen);
+      if (chosen.rows != kEngineTileRows || chosen.columns != *width)
+        setTileShape(grid, chosen.rows, chosen.columns);
       return WalkResult::advance();
     });
-    if (widths.wasInterrupted())
+    if (shapes.wasInterrupted())
       return signalPassFailure();
 
     program.walk([&](TileGridOp grid) {

@@ -1,7 +1,8 @@
 //===- GemmEngine.h - which matmuls the GEMM engine can compute -*- C++ -*-===//
 //
 // The GEMM engine (runtime/device/mk/device/gemm_engine.cuh) computes 128-row tiles of 64, 128 or
-// 256 columns from 16-bit operands, A row-major, and converts them to 16 bits in its epilogue.
+// 256 columns from 16-bit operands, A row-major, and converts them to 16 bits in its epilogue;
+// and 64-row ones, one MMA warpgroup's, where mk-plan-lowering has it load 64 rows of A.
 // Matmuls of a tile body that share A run in one pass, their B panels side by side (a gated MLP's
 // gate and up projections); elementwise math on the products runs in the consumers' registers
 // before the conversion, with splats and rows broadcast down the tile (a bias, which each
@@ -50,12 +51,12 @@ bool groupedMatmul(MatmulOp matmul);
 bool bKMajor(MatmulOp matmul);
 
 /// The pass `leader` leads, if it has the engine's shape: 16-bit operands, A [M x K] and B [K x N]
-/// or [N x K] (or groups of them) that TMA addresses; a 128 x {64, 128, 256} tile, or two of 64
-/// or 128 columns from matmuls after it in the body with the same A rows and B of the same type at
-/// the same columns;
-/// whose products only elementwise ops on 128-row f32 tiles (and splats, or rows of a tensor the
-/// kernel does not write broadcast along dim 0, used only there) use, up to one conversion to 16
-/// bits. Nothing where `leader` is no such pass's first matmul.
+/// or [N x K] (or groups of them) that TMA addresses; a {64, 128} x {64, 128, 256} tile, or two
+/// of 64 or 128 columns from matmuls after it in the body with the same A rows and B of the same
+/// type at the same columns;
+/// whose products only elementwise ops on f32 tiles of that shape (and splats, or rows of a tensor
+/// the kernel does not write broadcast along dim 0, used only there) use, up to one conversion to
+/// 16 bits. Nothing where `leader` is no such pass's first matmul.
 std::optional<EnginePass> gemmEnginePass(MatmulOp leader);
 
 } // namespace mlir::mk

@@ -89,21 +89,25 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     ```
 
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
-    tile shape gets the tile width of the GEMM engine, 256, 128 or 64 columns and at most the
-    program's, that takes the least time over `sm-count` CTAs: the rounds of tiles the busiest
-    CTA walks times a tile's time (128 columns take 0.54 of 256, measured; 64 columns 0.30), the
-    wider on a tie. So 128 where 256-wide tiles would leave SMs idle, and 64 where even 128-wide
-    ones would (decode's few rows: 1 x 4096 has 32 tiles of 128 for 132 SMs). Only a width that the
-    other grids' accesses to each tensor the program writes agree with, tile for tile along the
-    grid's columns (mk-insert-signals orders them tile by tile), is a candidate: a grid whose
-    output another grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile
-    types change together. `gemm-tile-n` sets the width instead.
+    tile shape gets the GEMM engine's tile shape, 128 x 256, 128 x 128, 128 x 64 or 64 x 64 and
+    at most the program's width, that takes the least time over `sm-count` CTAs: the rounds of
+    tiles the busiest CTA walks times a tile's time (128 columns take 0.54 of 256, measured; 64
+    columns 0.30; 64 x 64 0.20), the larger on a tie. So 128 columns where 256-wide tiles would
+    leave SMs idle, 64 where even 128-wide ones would (decode's few rows: 1 x 4096 has 32 tiles of
+    128 for 132 SMs), and 64 rows, one MMA warpgroup's, where a grid of more than 64 rows still
+    would (128 x 4096 has 64 tiles of 128 x 64). Only a shape that the other grids' accesses to
+    each tensor the program writes agree with, tile for tile (mk-insert-signals orders them tile
+    by tile), is a candidate: a grid whose output another grid reads in 256-column tiles keeps
+    256. The grid's tile sizes and its tile types change together. `gemm-tile-n` and
+    `gemm-tile-m` set the width and the rows instead.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
            "CTAs of the persistent grid (1 to 1024), which the tile width keeps busy">,
     Option<"gemmTileN", "gemm-tile-n", "int64_t", /*default=*/"0",
            "Columns of the GEMM engine's matmul tiles, 64, 128 or 256 (0: chosen per shape)">,
+    Option<"gemmTileM", "gemm-tile-m", "int64_t", /*default=*/"0",
+           "Rows of the GEMM engine's matmul tiles, 64 or 128 (0: chosen per shape)">,
   ];
 }
 

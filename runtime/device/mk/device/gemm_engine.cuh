@@ -60,7 +60,8 @@ namespace mk {
 /// Where A has at most 128 rows (decode's M), the producer loads only its first kARows (M rounded
 /// up to 8: A's map has box {64, kARows}) and, at kARows <= 64, only the first consumer
 /// warpgroup multiplies: the product's rows past them are never stored, and TMA would spend each
-/// k slice filling them with zeros.
+/// k slice filling them with zeros. So are tiles of 64 rows (kARows 64, the output map's box
+/// {64, 64}): one warpgroup multiplies each, and a grid of 128 rows has twice the tiles.
 template <typename T, int BN, int kStages, bool kBKMajor, int kEpilogueBuffers = 2,
           int kCluster = 1, int kARows = 128>
 struct GemmConfig;
