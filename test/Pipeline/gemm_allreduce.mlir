@@ -29,6 +29,10 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE64
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=128,N=4096,K=4096 -o %t.1x2.m128.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// M = 256 in 128 x 64 tiles: a cluster's two CTAs, the two tile rows of a column, share B's one
+// 64-column block in halves of its K rows (box {64, 32}).
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=PAIRS
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 -o %t.1x1.m256.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
 // tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes
 // of 1, 7 and 300 rows, compiled at 8 GPUs and across nodes (where the node partials go as before).
@@ -102,6 +106,8 @@
 // DECODE: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 8>(), false, 2, 1, 8>
 // DECODE: {64, 8}
 // DECODE104: mk::GemmConfig<mk::bf16, {{[0-9]+}}, mk::gemm_max_stages<mk::bf16, {{[0-9]+}}, 2, 104>(), false, 2, 1, 104>
+// PAIRS: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 128>(), false, 2, 2, 128>
+// PAIRS: {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {4096ull, 4096ull}, {64, 32}, 128}
 // DECODE64: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 64>(), false, 2, 1, 64>
 // DECODE64: {2, 0, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

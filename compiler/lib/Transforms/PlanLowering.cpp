@@ -410,7 +410,8 @@ private:
 
   /// The CTAs per cluster of the engine that runs `matmuls` in `role`: 2 where asked or by
   /// default, if the roles and the tile grids pair CTAs up, the tiles are 128 rows and B is
-  /// [K x N] in whole 128-column panels; else 1, or an error if 2 was asked.
+  /// [K x N] (a panel of one 64-column block shared in halves of its K rows); else 1, or an error
+  /// if 2 was asked.
   FailureOr<int64_t> engineCluster(RoleOp role, ArrayRef<EnginePass> passes) {
     if (gemmCluster == 1)
       return 1;
@@ -429,8 +430,8 @@ private:
         why = "its tiles are 64 rows, one MMA warpgroup's, and a cluster's CTAs multiply 128";
       else if (!walk->pairsRows(*role.getCtas()))
         why = "the tile loop does not give CTAs 2c and 2c + 1 the two rows of a pair of tiles";
-      else if (bKMajor(leader) || pass.tileColumns() % 128)
-        why = "B is not [K x N] in panels of 128 columns or more";
+      else if (bKMajor(leader))
+        why = "B is [N x K]";
     }
     if (why.empty())
       return 2;

@@ -153,9 +153,12 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
       // The producer's loads: A in boxes of the engine's rows, B in 64 x 64 blocks ([K x N]) or
       // tn-row boxes ([N x K]), 64 deep in K; each matmul of the pass its B panel. Groups of
       // matrices are loaded a group (one box deep in the outer dim) at a time.
+      // A [K x N] panel of one block, shared by a cluster, is loaded in parts of its K rows.
       bool grouped = groupedMatmul(op);
-      SmallVector<int64_t> aBox = {64, layout.engineConfigs.lookup(e).getARows()},
-                           bBox = {64, bTransposed ? tn : 64};
+      GemmEngineAttr config = layout.engineConfigs.lookup(e);
+      int64_t blockRows = config.getTileN() == 64 ? 64 / config.getCluster() : 64;
+      SmallVector<int64_t> aBox = {64, config.getARows()},
+                           bBox = {64, bTransposed ? tn : blockRows};
       if (grouped) {
         aBox.push_back(1);
         bBox.push_back(1);

@@ -55,7 +55,8 @@ namespace mk {
 /// With a cluster of 2 the kernel is declared __cluster_dims__(2, 1, 1), and the two CTAs of a
 /// cluster walk tiles in step: the same number of tiles, each pair with the same n0 and k_blocks
 /// (rows m0 of their own), so the grid's tile count is even; a tile beyond M still runs (TMA
-/// loads zeros and stores nothing). With [N x K] B, B's map has box {64, BN / 2}.
+/// loads zeros and stores nothing). With [N x K] B, B's map has box {64, BN / 2}; with [K x N] B
+/// of one 64-column block (BN 64), each CTA loads half its K rows: box {64, 32}.
 ///
 /// Where A has at most 128 rows (decode's M), the producer loads only its first kARows (M rounded
 /// up to 8: A's map has box {64, kARows}) and, at kARows <= 64, only the first consumer

@@ -29,10 +29,13 @@ struct GemmConfig {
                 "A's rows: whole 8-row swizzle atoms of the 128-row tile");
   static_assert(kARows == BM || kCluster == 1, "a cluster's CTAs load A's 128 rows each");
   // Each CTA of a cluster loads its share of the B panel for all: whole 64-column blocks
-  // ([K x N]) or BN / kCluster rows ([N x K]).
-  static_assert(kBKMajor || BN / 64 % kCluster == 0,
+  // ([K x N]), or, of a panel of one block, BK / kCluster of its K rows; or BN / kCluster rows
+  // ([N x K]).
+  static constexpr bool kSplitBlock = !kBKMajor && BN / 64 < kCluster;
+  static_assert(kBKMajor || kSplitBlock || BN / 64 % kCluster == 0,
                 "a [K x N] B panel splits in 64-column blocks");
   static constexpr int kBShare = kBKMajor ? BN / kCluster : BN / 64 / kCluster;
+  static constexpr int kSplitRows = BK / kCluster;
 
   // A stage: A as 128 rows of 64 K (128 bytes, swizzled), or 64 where one warpgroup multiplies
   // (its wgmma reads 64), then B as BN rows of 64 K (K-major) or BN / 64 blocks of 64 K rows by
@@ -559,7 +562,11 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
     };
     const int share =
         Config::kCluster == 1 ? 0 : static_cast<int>(e.cluster_rank()) * Config::kBShare;
-    if constexpr (Config::kBKMajor && kParts == 1) {
+    if constexpr (Config::kSplitBlock) {
+      // The one 64-column block, its K rows in kCluster parts (a box of kSplitRows rows).
+      const int rows = static_cast<int>(e.cluster_rank()) * Config::kSplitRows;
+      load_b(e.b(s) + rows * 128, b0, n0, k0 + rows);
+    } else if constexpr (Config::kBKMajor && kParts == 1) {
       load_b(e.b(s) + share * 128, b0, k0, n0 + share);
     } else if constexpr (Config::kBKMajor) {
       // Rows of 64 K (128 bytes), one box of kPartColumns rows a part.
