@@ -108,6 +108,19 @@ void Runtime::State::checkPlacement(const RuntimeOptions &options) {
                                      busId));
     ranksSharingGpu.push_back(peer);
   }
+  // Under MPS the ranks' kernels run at once, not in turns: there GEMM+AllReduce on 1x2 gave the
+  // same wrong sums on both ranks and then a wait that never completed (docs/notes/controller.md).
+  int mps = 0;
+  if (!ranksSharingGpu.empty() &&
+      driver.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, context.device()) ==
+          CUDA_SUCCESS &&
+      mps)
+    throw RuntimeError(fmt::format(
+        "ranks {} and {} share the GPU at {} under MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED), where "
+        "their kernels run at once; mkc's ops are not right there yet (GEMM+AllReduce on 1x2 "
+        "gave wrong sums; docs/notes/controller.md): stop the MPS daemon to let them take turns "
+        "(MKC_SHARE_GPU=1), or give each rank its own GPU",
+        group.rank(), fmt::join(ranksSharingGpu, ", "), busId));
   for (int rank = 0; rank < group.worldSize(); ++rank)
     if (fields(everyone[rank])[0] != topology)
       throw RuntimeError(fmt::format("rank {} sees the job as {} (nodes x ranks per node), rank {} "

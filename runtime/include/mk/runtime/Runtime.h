@@ -75,7 +75,8 @@ struct RuntimeOptions {
   /// Whether ranks may take turns on fewer GPUs than there are ranks (MKC_SHARE_GPU=1): the
   /// device (chosen, or the local rank's) is taken modulo the GPUs this process sees. The ranks'
   /// persistent kernels then wait on each other across contexts, which the GPU time-slices:
-  /// correct, but slow. For testing multi-GPU programs on a machine with one GPU.
+  /// correct, but slow. For testing multi-GPU programs on a machine with one GPU. Refused under
+  /// MPS, where the kernels run at once (not right yet: docs/notes/controller.md).
   bool shareGpu = false;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
