@@ -118,6 +118,7 @@ PROTOTYPES = {
     "mkc_op_get_role": (
         mkc_status,
         [_op_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
+    "mkc_op_set_sm_split": (mkc_status, [_op_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
     "mkc_op_launch": (
         mkc_status, [_op_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]),
     "mkc_op_routing": (

@@ -10,6 +10,7 @@ collective, like creation: every rank closes its runtime.
 import ctypes
 import itertools
 import math
+import operator
 import os
 import sys
 import weakref
@@ -205,11 +206,12 @@ class FusedOp:
     """A tile program compiled for this job and rank (mkc_op; made by Runtime.compile).
 
     `name` is the program's name, `arguments` its Arguments as this rank holds them, `roles` the
-    kernel's roles in order with their CTAs as the compiler chose them ([("compute", 120),
-    ("intra_reduce", 12)]), `sm_split` the same per kind ({"compute": 120, "intra_reduce": 12}:
-    what Runtime.compile's sm_split takes; a kind with several roles, as ring attention's two
-    transfers, maps to the CTAs of its first). Calling it launches it on a stream; close()
-    destroys it (its runtime does so when closed).
+    kernel's roles in order with the CTAs its launches give them ([("compute", 120),
+    ("intra_reduce", 12)]: the compiler's choice unless set_sm_split chose others), `sm_split`
+    the same per kind ({"compute": 120, "intra_reduce": 12}: what Runtime.compile's sm_split
+    takes; a kind with several roles, as ring attention's two transfers, maps to the CTAs of its
+    first). Calling it launches it on a stream; close() destroys it (its runtime does so when
+    closed).
     """
 
     def __init__(self, runtime, handle):
@@ -229,11 +231,38 @@ class FusedOp:
         self._check = ArgumentChecker(self.name, self.arguments, runtime.device)
         self._launch = lib.mkc_op_launch
         self._addresses = ctypes.c_void_p * len(self.arguments)
-        lib.mkc_op_num_roles(handle, ctypes.byref(count))
+        self._read_roles(lib)
+
+    def _read_roles(self, lib):
+        count = ctypes.c_int()
+        lib.mkc_op_num_roles(self._handle, ctypes.byref(count))
         self.roles = [self._role(lib, index) for index in range(count.value)]
         self.sm_split = {}
         for kind, ctas in self.roles:
             self.sm_split.setdefault(kind, ctas)
+
+    def set_sm_split(self, split):
+        """Launches from now on give the roles `split`'s CTAs, the same kernel running them: a
+        list of counts in `roles`' order, or {kind: CTAs} naming every kind where no kind has
+        several roles. The kernel's grid in all, one CTA or more each, multiples of its
+        clusters' CTAs. Collective, between launches: raises mkc.Error on every rank, naming the
+        rule or the rank, if the split breaks a rule or ranks ask for different ones."""
+        if self.closed:
+            raise closed(f"fused op {self.name}")
+        kinds = [kind for kind, _ in self.roles]
+        if hasattr(split, "items"):
+            if len(set(kinds)) != len(kinds):
+                raise ValueError(f"{self.name} has several roles of a kind ({kinds}): give the "
+                                 f"split as a list of counts in that order")
+            unknown = sorted(set(split) - set(kinds))
+            if unknown or len(split) != len(kinds):
+                raise ValueError(f"{self.name}'s roles are {kinds}; the split names "
+                                 f"{sorted(split)}")
+            split = [split[kind] for kind in kinds]
+        counts = [operator.index(ctas) for ctas in split]
+        lib = _capi.library()
+        lib.mkc_op_set_sm_split(self._handle, (ctypes.c_int * len(counts))(*counts), len(counts))
+        self._read_roles(lib)
 
     def _role(self, lib, index):
         kind, ctas = ctypes.c_char_p(), ctypes.c_int()

@@ -129,11 +129,16 @@ typedef struct mkc_argument {
 mkc_status mkc_op_name(const mkc_op *op, const char **name);
 mkc_status mkc_op_num_arguments(const mkc_op *op, int *count);
 mkc_status mkc_op_get_argument(const mkc_op *op, int index, mkc_argument *argument);
-/* The grid's split into roles as the compiler chose it: `count` roles; role `index`'s kind
+/* The grid's split into roles: `count` roles, in the kernel's order; role `index`'s kind
  * ("compute", "intra_reduce", ...: what the sm-split option names; valid while the op lives) and
- * its CTAs. */
+ * the CTAs its launches give it: the compiler's choice unless mkc_op_set_sm_split chose others. */
 mkc_status mkc_op_num_roles(const mkc_op *op, int *count);
 mkc_status mkc_op_get_role(const mkc_op *op, int index, const char **kind, int *ctas);
+/* Launches from now on give role i `ctas[i]` CTAs (`count`: every role), the same kernel running
+ * them: its grid in all, one CTA or more each, multiples of its clusters' CTAs. Collective,
+ * between launches: every rank gets the same error, naming the rule or the rank, if the split
+ * breaks a rule or ranks ask for different ones. */
+mkc_status mkc_op_set_sm_split(mkc_op *op, const int *ctas, int count);
 
 /* Enqueues the op on `stream` (a CUstream of this rank's device; NULL: the legacy default
  * stream) with `count` device addresses, one per argument. */

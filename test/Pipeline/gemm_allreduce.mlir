@@ -72,13 +72,16 @@
 // SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[2, 65536, 256], bf16, symmetric>
 // SCHED: mk.put {{.*}} at gpu %{{.*}} via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 8192], bf16, replicated>
 
-// CUDA level: one persistent kernel, role branches by CTA index, calls of the device library.
+// CUDA level: one persistent kernel, role branches by CTA index over the ranges the launch gives
+// the roles (the split is a launch parameter), calls of the device library.
 // CUDA: #include "mk/device/kernel.cuh"
 // CUDA: extern "C" __global__ __launch_bounds__(MK_CTA_THREADS, 1) void gemm_allreduce(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
 // Every CTA takes the launch's epoch first; the last to take it moves it on for the next launch.
 // CUDA: mk::begin_launch([[ARGS]], true);
 // CUDA: size_t [[CTA:v[0-9]+]] = mk::cta();
-// CUDA: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) 0 & (ptrdiff_t) [[CTA]] < (ptrdiff_t) {{[0-9]+}}) {
+// CUDA-NEXT: size_t [[FIRST:v[0-9]+]] = mk::role_first([[ARGS]], 0);
+// CUDA-NEXT: size_t [[CTAS:v[0-9]+]] = mk::role_ctas([[ARGS]], 0);
+// CUDA-NEXT: if ((ptrdiff_t) [[CTA]] >= (ptrdiff_t) [[FIRST]] & (ptrdiff_t) [[CTA]] < (ptrdiff_t) ([[FIRST]] + [[CTAS]])) {
 // Compute on the GEMM engine: the producer loads, the consumers multiply and store each partial
 // to its owner through TMA.
 // CUDA: [[ENGINE:v[0-9]+]] = mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 1, 128>>(mk_smem);

@@ -112,9 +112,11 @@
 // ONE: mk::attention_fold({{.*}}, false,
 // ONE: /* sm_split */ {{[{][{]}}"compute", {{[0-9]+}}, 0}}
 
-// With one source, causal tiles are claimed from a counter, longest first.
+// With one source, causal tiles are claimed from a counter, longest first, by as many CTAs as
+// the launch gives the role.
+// CLAIM: size_t [[CTAS:v[0-9]+]] = mk::role_ctas({{v[0-9]+}}, 0);
 // CLAIM: if (mk::attention_loader()) {
-// CLAIM: mk::attention_claim_tile({{v[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, {{[0-9]+}});
+// CLAIM: mk::attention_claim_tile({{v[0-9]+}}, {{v[0-9]+}}, {{v[0-9]+}}, [[CTAS]]);
 // CLAIM: do {
 // CLAIM: mk::attention_load_q(
 // CLAIM: mk::attention_claim_tile(

@@ -430,8 +430,11 @@ mk.program @gemm_allreduce [M = 1024, N = 1024, K = 1024] mesh <1x2> (%arg0: !mk
 // -----
 
 // A tensor sharded along a leading dim (the experts of a [E, C, H] buffer): the index counts from
-// the rank's shard, as along a tile's dims.
+// the rank's shard, as along a tile's dims. The tile loop steps by the CTAs the launch gives the
+// role.
 // CHECK-LABEL: emitc.func @leading_shard
+// CHECK: %[[CTAS:.+]] = call_opaque "mk::role_ctas"(%arg0) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: for %{{.+}} = %{{.+}} to %{{.+}} step %[[CTAS]]
 // CHECK: %[[EXPERT:.+]] = sub %{{.*}}, %{{.*}} : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
 // CHECK-NEXT: %[[OFFSET:.+]] = mul %[[EXPERT]], %{{.*}} : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
 // CHECK: call_opaque "mk::at"(%{{.*}}, %[[OFFSET]])
@@ -451,24 +454,28 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
 // MoE on one node (1 x 2), planned and lowered: each expert grid walks the tiles within the row
 // counts (mk::GroupedWalk over them), a position past the walk's end naming no tile; the producer
 // loads each expert's operands at its group, after waiting for the rows of every dispatch CTA on
-// every rank (2 x 26); the hidden tiles' stamps go to the senders, which are flushed as each tile
-// loop ends; rows go back to their tokens through the senders; the tokens' sums wait for every
-// compute CTA on every rank (2 x 106). The dispatch role's census, counts and rows are one call
-// each.
+// every rank (2 x the CTAs the launch gives the dispatch role); the hidden tiles' stamps go to the
+// senders, which are flushed as each tile loop ends; rows go back to their tokens through the
+// senders; the tokens' sums wait for every compute CTA on every rank (2 x the compute role's).
+// The dispatch role's census, counts and rows are one call each.
 // CHECK-LABEL: emitc.func @moe_one_node
 // CHECK: call_opaque "mk::grouped_walk"({{.*}}) {args = [0 : index, #emitc.opaque<"2">, #emitc.opaque<"256">, #emitc.opaque<"128">, #emitc.opaque<"2">, #emitc.opaque<"2">]}
 // CHECK: call_opaque "mk::grouped_positions"
 // CHECK: call_opaque "mk::grouped_tile"
 // CHECK: %[[WITHIN:.*]] = call_opaque "mk::tile_within"
 // CHECK: if %[[WITHIN]] {
-// CHECK: call_opaque "mk::gemm_wait_arrivals"({{.*}}) {args = [0 : index, 1 : index, 2 : index, #emitc.opaque<"52">]}
+// CHECK: %[[DISPATCH:.+]] = call_opaque "mk::role_ctas"(%arg0) {args = [0 : index, #emitc.opaque<"1">]}
+// CHECK: %[[FROM_DISPATCH:.+]] = mul %{{.+}}, %[[DISPATCH]]
+// CHECK: call_opaque "mk::gemm_wait_arrivals"(%{{.+}}, %arg0, %{{.+}}, %[[FROM_DISPATCH]]) {args = [0 : index, 1 : index, 2 : index, 3 : index]}
 // CHECK: call_opaque "mk::gemm_load_grouped"
 // CHECK: call_opaque "mk::gemm_stamp_local"
 // CHECK: call_opaque "mk::gemm_flush_signals"
 // CHECK: call_opaque "mk::gemm_store_rows"
 // CHECK: call_opaque "mk::gemm_flush_signals"
 // CHECK: call_opaque "mk::gemm_signal_gpu"
-// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"({{.*}}) {args = [0 : index, 1 : index, 2 : index, #emitc.opaque<"212">]}
+// CHECK: %[[COMPUTE:.+]] = call_opaque "mk::role_ctas"(%arg0) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: %[[FROM_COMPUTE:.+]] = mul %{{.+}}, %[[COMPUTE]]
+// CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%{{.+}}, %arg0, %{{.+}}, %[[FROM_COMPUTE]]) {args = [0 : index, 1 : index, 2 : index, 3 : index]}
 // CHECK: call_opaque "mk::combine_returned"
 // CHECK: call_opaque "mk::route_census"({{.*}}template_args = [#emitc.opaque<"4">]
 // CHECK: call_opaque "mk::route_counts"

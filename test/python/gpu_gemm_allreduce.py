@@ -249,6 +249,27 @@ def rank_main():
     roles(a, b, c)
     torch.cuda.synchronize()
     close_to(c_view, reference, f"rank {rank}: C = A B, not in place")
+
+    # The same kernel at other splits of its grid, a launch parameter (nothing compiled again):
+    # every role but compute starved to one CTA (or one cluster), then the grid shared evenly,
+    # then the compiler's split again; each right.
+    default = [ctas for _, ctas in roles.roles]
+    grid, unit = sum(default), 2 if all(ctas % 2 == 0 for ctas in default) else 1
+    starved = [grid - unit * (len(default) - 1)] + [unit] * (len(default) - 1)
+    share = grid // len(default) // unit * unit
+    even = [grid - share * (len(default) - 1)] + [share] * (len(default) - 1)
+    for split in (starved, even, default):
+        roles.set_sm_split(split)
+        check([ctas for _, ctas in roles.roles] == split, f"rank {rank}: split {roles.roles}")
+        c_view.fill_(float("nan"))
+        torch.cuda.synchronize()
+        runtime.barrier()
+        roles(a, b, c)
+        torch.cuda.synchronize()
+        close_to(c_view, reference, f"rank {rank}: C = A B at the split {roles.roles}")
+    check_raises(mkc.Error, f"the kernel's grid is {grid}",
+                 lambda: roles.set_sm_split([grid] + [unit] * (len(default) - 1)),
+                 f"rank {rank}: a split of more CTAs than the grid")
     roles.close()
 
     # Replayed from a CUDA graph: each replay is a launch with an epoch of its own.

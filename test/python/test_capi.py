@@ -30,6 +30,7 @@ C_TYPES = {
     "void *const *": ctypes.POINTER(ctypes.c_void_p),
     "void **": ctypes.POINTER(ctypes.c_void_p),
     "int *": ctypes.POINTER(ctypes.c_int),
+    "const int *": ctypes.POINTER(ctypes.c_int),
     "unsigned *": ctypes.POINTER(ctypes.c_uint),
     "unsigned long long *": ctypes.POINTER(ctypes.c_ulonglong),
     "mkc_runtime *": _runtime_p,

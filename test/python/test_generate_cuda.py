@@ -45,12 +45,14 @@ class GenerateCuda(unittest.TestCase):
         self.assertIn("mk::GemmConfig<mk::bf16, 256, 3, false, 4, 1, 128>", chosen)
         self.assertNotIn("__cluster_dims__", chosen)
         # A reduce role of 16 CTAs instead of the all-reduce in place, whose 128 tiles (128 x 128)
-        # take one round on 128 CTAs.
-        self.assertIn("< (ptrdiff_t) 128) {", default)
+        # take one round on 128 CTAs. The roles' CTAs are the launch's (mk::role_first,
+        # mk::role_ctas), the manifest's split the default.
+        self.assertIn("mk::role_ctas(v1, 0)", default)
+        self.assertNotIn("mk::role_ctas(v1, 1)", default)
         self.assertIn('/* sm_split */ {{"compute", 128, 0}}', default)
         roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                   sm_split={"compute": 116, "intra_reduce": 16})
-        self.assertIn("< (ptrdiff_t) 116) {", roles)
+        self.assertIn("mk::role_ctas(v1, 1)", roles)
         # The split the runtime reads back (FusedOp.sm_split).
         self.assertIn('/* sm_split */ {{"compute", 116, 0}, {"intra_reduce", 16, 0}}', roles)
         # Copies by copy engines, which the module lists for the runtime; none by default.

@@ -68,6 +68,32 @@ std::optional<std::string> SmSplit::check() const {
   return std::nullopt;
 }
 
+std::optional<std::string> SmSplit::checkLaunch(const SmSplit &compiled, int64_t cluster) const {
+  const auto kinds = [](const SmSplit &split) {
+    return llvm::join(llvm::map_range(split.roles, [](const Role &role) { return role.kind; }),
+                      ",");
+  };
+  if (kinds(*this) != kinds(compiled))
+    return "the kernel's roles are " + kinds(compiled) + ", in that order; the split names " +
+           kinds(*this);
+  int64_t grid = 0, asked = 0;
+  for (auto [mine, theirs] : llvm::zip_equal(roles, compiled.roles)) {
+    if (mine.ctas < 1)
+      return "role " + mine.kind + " has " + std::to_string(mine.ctas) +
+             " CTAs: every role needs one or more";
+    if (cluster > 1 && mine.ctas % cluster)
+      return "role " + mine.kind + " has " + std::to_string(mine.ctas) +
+             " CTAs: the kernel runs in clusters of " + std::to_string(cluster) +
+             ", whose CTAs are one role's, so every role's count is a multiple of it";
+    grid += theirs.ctas;
+    asked += mine.ctas;
+  }
+  if (asked != grid)
+    return "the split gives " + std::to_string(asked) + " CTAs; the kernel's grid is " +
+           std::to_string(grid) + " (the compiler's split: " + compiled.str() + ")";
+  return std::nullopt;
+}
+
 std::string SmSplit::str() const {
   return llvm::join(
       llvm::map_range(roles,

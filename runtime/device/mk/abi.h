@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 13
+#define MK_ABI_VERSION 14
 
 typedef int mk_i32;
 
@@ -208,6 +208,14 @@ typedef struct mk_launch_count {
   mk_u32 readers;
 } mk_launch_count;
 
+/* The CTAs [first, first + ctas) of the grid that one role takes in a launch: the manifest's
+ * sm_split unless the caller chose another for the op (FusedOp::setSmSplit), so that a kernel runs
+ * any split of its grid without being compiled again. */
+typedef struct mk_role_range {
+  mk_u32 first;
+  mk_u32 ctas;
+} mk_role_range;
+
 /* The single parameter of every generated kernel. */
 typedef struct mk_kernel_args {
   mk_tensor_map maps[MK_MAX_TENSOR_MAPS]; /* first: their alignment is the struct's */
@@ -217,11 +225,12 @@ typedef struct mk_kernel_args {
   /* Arrivals over the network, [nodes][flag_words]: row n counts what node n signalled on each
    * flag (mk/queue.h). A flag's arrivals are flags[i] plus net_flags[n * flag_words + i] over n. */
   mk_u32 *net_flags;
-  mk_command_queue queue;    /* to this rank's network proxy */
-  mk_launch_count *launches; /* the op's, in device memory */
-  mk_op_report *report;      /* the op's, in mapped host memory */
-  mk_op_counters *counters;  /* the op's, in device memory */
-  mk_u32 node;               /* this rank's node and GPU index */
+  mk_command_queue queue;            /* to this rank's network proxy */
+  mk_launch_count *launches;         /* the op's, in device memory */
+  mk_op_report *report;              /* the op's, in mapped host memory */
+  mk_op_counters *counters;          /* the op's, in device memory */
+  mk_role_range roles[MK_MAX_ROLES]; /* in the manifest's order */
+  mk_u32 node;                       /* this rank's node and GPU index */
   mk_u32 gpu;
   mk_u32 nodes;
   mk_u32 flag_words;
@@ -238,6 +247,7 @@ static_assert(sizeof(mk_tensor_map_spec) == 80, "mk_tensor_map_spec layout");
 static_assert(sizeof(mk_engine_copy) == 56, "mk_engine_copy layout");
 static_assert(sizeof(mk_argument_type) == 16 + 8 * MK_MAX_TENSOR_RANK, "mk_argument_type layout");
 static_assert(sizeof(mk_role_ctas) == MK_ROLE_KIND_BYTES + 8, "mk_role_ctas layout");
+static_assert(sizeof(mk_role_range) == 8, "mk_role_range layout");
 static_assert(sizeof(mk_kernel_manifest) ==
                   48 + 8 * MK_MAX_TENSORS + sizeof(mk_argument_type) * MK_MAX_TENSORS +
                       sizeof(mk_role_ctas) * MK_MAX_ROLES + 80 * MK_MAX_TENSOR_MAPS,
@@ -252,7 +262,7 @@ static_assert(sizeof(mk_op_counters) == 8, "mk_op_counters layout");
 static_assert(sizeof(mk_launch_count) == 8, "mk_launch_count layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS + ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE +
-                                               8 + 64 + 8 + 8 + 8 + 24 + 63) /
+                                               8 + 64 + 8 + 8 + 8 + 8 * MK_MAX_ROLES + 24 + 63) /
                                               64 * 64),
               "mk_kernel_args layout");
 static_assert(sizeof(mk_kernel_args) <= 4096, "kernel parameters must fit the 4 KiB limit");

@@ -223,7 +223,19 @@ mkc_status mkc_op_get_role(const mkc_op *op, int index, const char **kind, int *
       throw mkc::RuntimeError(
           fmt::format("{} has {} roles; there is no role {}", op->op.name(), roles.size(), index));
     kindOut = roles[index].kind.c_str();
-    ctasOut = static_cast<int>(roles[index].ctas);
+    ctasOut = static_cast<int>(op->op.smSplit().roles[index].ctas);
+  });
+}
+
+mkc_status mkc_op_set_sm_split(mkc_op *op, const int *ctas, int count) {
+  return guarded(__func__, [&] {
+    mkc::FusedOp &fused = required(op, "op").op;
+    // The kernel's roles with the counts given; too few or too many fail the collective check.
+    const auto &roles = fused.kernel().launch().smSplit.roles;
+    mlir::mk::SmSplit split;
+    for (int i = 0; ctas && i < count; ++i)
+      split.roles.push_back({i < static_cast<int>(roles.size()) ? roles[i].kind : "?", ctas[i]});
+    fused.setSmSplit(split);
   });
 }
 

@@ -124,6 +124,10 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
   parameter.node = static_cast<mk_u32>(group.nodeIndex());
   parameter.gpu = static_cast<mk_u32>(group.localRank());
   parameter.abi_version = MK_ABI_VERSION;
+  MK_CU_CHECK(cu, cuFuncGetAttribute(&op->clusterWidth, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+                                     kernel->function()));
+  op->clusterWidth = std::max(op->clusterWidth, 1);
+  op->takeSplit(launch.smSplit);
   std::copy_if(launch.engineCopies.begin(), launch.engineCopies.end(),
                std::back_inserter(op->copies),
                [&](const mk_engine_copy &copy) { return copy.from_gpu == parameter.gpu; });

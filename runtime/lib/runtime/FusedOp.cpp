@@ -115,6 +115,32 @@ const std::string &FusedOp::name() const { return state_->name; }
 const std::vector<Argument> &FusedOp::arguments() const { return state_->arguments; }
 const LoadedKernel &FusedOp::kernel() const { return *state_->kernel; }
 
+void FusedOp::State::takeSplit(const mlir::mk::SmSplit &chosen) {
+  split = chosen;
+  mk_u32 first = 0;
+  for (std::size_t i = 0; i < split.roles.size(); ++i) {
+    roles[i] = {first, static_cast<mk_u32>(split.roles[i].ctas)};
+    first += roles[i].ctas;
+  }
+}
+
+mlir::mk::SmSplit FusedOp::smSplit() const {
+  std::lock_guard lock(state_->checkedMutex);
+  return state_->split;
+}
+
+void FusedOp::setSmSplit(const mlir::mk::SmSplit &split) {
+  State &op = *state_;
+  std::optional<std::string> wrong =
+      split.checkLaunch(op.kernel->launch().smSplit, op.clusterWidth);
+  if (std::optional<std::string> error =
+          agree(op.runtime->group, fmt::format("setting the SM split of {}", op.name), {"split"},
+                {split.str()}, wrong.value_or("")))
+    throw RuntimeError(*error);
+  std::lock_guard lock(op.checkedMutex);
+  op.takeSplit(split);
+}
+
 RoutingReport FusedOp::routing() const {
   const State &op = *state_;
   if (!op.kernel->launch().routedExperts)
@@ -208,6 +234,7 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
     }
     std::copy(op.checkedReferences.begin(), op.checkedReferences.end(), parameter.tensors);
     std::copy(op.checkedMaps.begin(), op.checkedMaps.end(), parameter.maps);
+    std::copy(std::begin(op.roles), std::end(op.roles), parameter.roles);
   }
 
   const LaunchParameters &launch = op.kernel->launch();

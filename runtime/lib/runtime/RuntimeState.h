@@ -151,6 +151,14 @@ struct FusedOp::State {
   CUstream copyStream = nullptr;
   CUevent copiesMayStart = nullptr, copiesDone = nullptr;
 
+  /// The CTAs of the engine's clusters (1 or 2), of which a split's counts are multiples.
+  int clusterWidth = 1;
+  /// The split the launches take (mk_kernel_args' roles), and the same as ranges; under
+  /// checkedMutex.
+  mlir::mk::SmSplit split;
+  mk_role_range roles[MK_MAX_ROLES] = {};
+  void takeSplit(const mlir::mk::SmSplit &split);
+
   /// The arguments of the last launch and their references: launches usually repeat them, and
   /// then skip the driver queries that check them.
   mutable std::mutex checkedMutex;

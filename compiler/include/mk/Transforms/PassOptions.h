@@ -70,6 +70,11 @@ struct SmSplit {
   /// checkRoles, and that no kind is named twice: what a requested split must be, since it gives
   /// each role of a kind the CTAs it names for it.
   std::optional<std::string> check() const;
+  /// What is wrong with launching a kernel compiled with split `compiled`, whose engine runs in
+  /// clusters of `cluster` CTAs, with this split instead (mk_kernel_args' roles): the same roles
+  /// in the same order, at least one CTA each, `compiled`'s grid in all, and, in clusters of 2,
+  /// even counts (a cluster's two CTAs are one role's); nothing if it may run.
+  std::optional<std::string> checkLaunch(const SmSplit &compiled, int64_t cluster) const;
   /// "ROLE=CTAS,..." in the split's order; empty for no split.
   std::string str() const;
   /// Parses "ROLE=CTAS,..." (empty: no split) into `split` and checks it; returns what is wrong,

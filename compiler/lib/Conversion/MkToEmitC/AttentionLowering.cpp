@@ -152,7 +152,7 @@ struct EngineCalls {
 } // namespace
 
 LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
-                                                    AttentionEngineAttr engineAttr, int64_t ctas) {
+                                                    AttentionEngineAttr engineAttr, Value ctas) {
   Location loc = branch.getLoc();
   MLIRContext *context = branch.getContext();
   Block *role = branch.thenBlock();
@@ -188,7 +188,7 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
           call(cb, loc, word, "mk::flag_local", {kernelArgs(engineOp), std::to_string(offset)})
               .getResult(0);
       return tile(cb, call(cb, loc, i32, "mk::attention_claim_tile",
-                           {engine, flag, toSizeT(cb, loc, positions), std::to_string(ctas)}));
+                           {engine, flag, toSizeT(cb, loc, positions), toSizeT(cb, loc, ctas)}));
     });
     claimTiles(consumer, inConsumer, [&](OpBuilder &cb, Value) {
       return tile(cb, call(cb, loc, i32, "mk::attention_next_tile", {engine}));

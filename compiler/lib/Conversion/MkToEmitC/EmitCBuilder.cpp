@@ -28,6 +28,18 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
 
 Value kernelArgs(Operation *op) { return op->getParentOfType<emitc::FuncOp>().getArgument(0); }
 
+Value roleFirst(OpBuilder &b, Location loc, Value args, int64_t role) {
+  return call(b, loc, emitc::SizeTType::get(b.getContext()), "mk::role_first",
+              {args, std::to_string(role)})
+      .getResult(0);
+}
+
+Value roleCtas(OpBuilder &b, Location loc, Value args, int64_t role) {
+  return call(b, loc, emitc::SizeTType::get(b.getContext()), "mk::role_ctas",
+              {args, std::to_string(role)})
+      .getResult(0);
+}
+
 Value nvlinkBytes(OpBuilder &b, Location loc, Value args) {
   auto type = emitc::PointerType::get(emitc::OpaqueType::get(b.getContext(), "mk_u64"));
   return call(b, loc, type, "mk::nvlink_bytes", {args}).getResult(0);

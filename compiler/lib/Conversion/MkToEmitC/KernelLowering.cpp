@@ -2,8 +2,8 @@
 //
 // The kernel's entry: its tensors (the arguments, then the buffers) become mk::Tensor
 // references of the launch, its flag arrays offsets into the flag region, its engine copies the
-// manifest's list; then each role is lowered in turn, CTAs [begin, begin + ctas) of the grid,
-// its branch the else of the one before.
+// manifest's list; then each role is lowered in turn, the CTAs the launch gives it (the split is a
+// launch parameter: mk_kernel_args' roles), its branch the else of the one before.
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,13 +56,6 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   for (RoleOp role : roles)
     layout.split.roles.push_back({stringifyRoleKind(role.getKind()).str(),
                                   static_cast<int64_t>(role.getCtas().value_or(0))});
-  // A wait per CTA of a role counts the split's CTAs, which the roles still hold.
-  program.walk([&](WaitOp wait) {
-    if (!wait.getPerCtaOf())
-      return;
-    wait.setCount(static_cast<uint64_t>(wait.getArrivals()));
-    wait.removePerCtaOfAttr();
-  });
 
   OpBuilder b(program);
   // __grid_constant__: read in place, never copied, even where indexed at run time.
@@ -165,16 +158,13 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   entry->getOperations().splice(entry->end(), body.getOperations());
   OpBuilder tail = OpBuilder::atBlockEnd(entry);
   emitc::ReturnOp::create(tail, loc, Value());
-  int64_t begin = 0;
   SmallVector<scf::IfOp> branches;
-  for (RoleOp role : llvm::to_vector(func.getBody().getOps<RoleOp>())) {
-    int64_t ctas = static_cast<int64_t>(*role.getCtas());
+  for (auto [index, role] : llvm::enumerate(llvm::to_vector(func.getBody().getOps<RoleOp>()))) {
     // The role's branch takes its place.
     Operation *next = role->getNextNode();
-    if (failed(lowerRole(role, cta, begin)))
+    if (failed(lowerRole(role, cta, static_cast<int64_t>(index))))
       return failure();
     branches.push_back(cast<scf::IfOp>(next->getPrevNode()));
-    begin += ctas;
   }
   chainRoles(branches);
   if (layout.cluster > 1)

@@ -1,6 +1,8 @@
 //===- RoleLowering.cpp - roles as branches on the CTA index --------------===//
 //
-// A role takes CTAs [begin, begin + ctas) of the grid. One the plan gives the GEMM engine runs it
+// A role takes the CTAs [first, first + ctas) of the grid that the launch gives it
+// (mk_kernel_args' roles: the compiler's split, or one the caller chose). One the plan gives the
+// GEMM engine runs it
 // (one it gives the attention engine, AttentionLowering.cpp, runs that) with all MK_CTA_THREADS
 // threads: an mk::GemmEngine in shared memory, its producer warpgroup
 // walking a copy of the role's tile loops pruned to their loads, its consumers the role itself.
@@ -117,12 +119,14 @@ bool producerWaitsOnly(Operation *op) {
 
 } // namespace
 
-LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin) {
+LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index) {
   Location loc = role.getLoc();
-  int64_t ctas = static_cast<int64_t>(*role.getCtas());
   OpBuilder b(role);
-  Value first = arith::ConstantIndexOp::create(b, loc, begin);
-  Value end = arith::ConstantIndexOp::create(b, loc, begin + ctas);
+  // The launch's split, not the compiler's: one kernel runs any (FusedOp::setSmSplit).
+  Value args = kernelArgs(role);
+  Value first = toIndex(b, loc, roleFirst(b, loc, args, index));
+  Value ctas = toIndex(b, loc, roleCtas(b, loc, args, index));
+  Value end = arith::AddIOp::create(b, loc, first, ctas);
   Value inRole = arith::AndIOp::create(
       b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
@@ -137,7 +141,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t begin
   Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
   branch.getThenRegion().walk([&](Operation *op) {
     if (isa<RouteRowsOp, RoutePackOp>(op))
-      layout.roleCtas[op] = {begin, ctas};
+      layout.roleOf[op] = index;
   });
   SmallVector<Operation *> nested;
   branch.getThenRegion().walk<WalkOrder::PreOrder>([&](Operation *op) {

@@ -98,7 +98,7 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
     DistTensorType tokens = op.getTokens().getType(), experts = op.getExperts().getType(),
                    census = op.getCensus().getType(), routed = op.getRouted().getType();
     std::string count = std::to_string(census.getShape()[1]);
-    auto [firstCta, ctas] = layout.roleCtas.lookup(op);
+    int64_t role = layout.roleOf.lookup(op);
     needSymmetric(op.getRouted());
     needSymmetric(op.getOrigins());
     needSmem("mk::route_smem_bytes<" + count + ">()");
@@ -150,8 +150,8 @@ struct RouteRowsLowering : LoweringPattern<RouteRowsOp> {
           call(rewriter, loc, regions, "mk::flag_regions", {args}).getResult(0),
           flagOffset(a, layout, op.getArrivals(), {a.constant(0)}),
           nvlinkBytes(rewriter, loc, args),
-          a.sub(cta, a.constant(firstCta)),
-          std::to_string(ctas),
+          a.sub(cta, roleFirst(rewriter, loc, kernelArgs(op), role)),
+          roleCtas(rewriter, loc, kernelArgs(op), role),
           std::string("mk_smem")},
          {count});
     rewriter.eraseOp(op);
@@ -169,7 +169,7 @@ struct RoutePackLowering : LoweringPattern<RoutePackOp> {
     DistTensorType tokens = op.getTokens().getType(), experts = op.getExperts().getType();
     int64_t numExperts = op.getNumExperts();
     std::string count = std::to_string(numExperts);
-    auto [firstCta, ctas] = layout.roleCtas.lookup(op);
+    int64_t role = layout.roleOf.lookup(op);
     needSmem("mk::route_smem_bytes<" + count + ">()");
     auto start = [&](Value tensor, Value converted) {
       return pointer(rewriter, loc, cast<DistTensorType>(tensor.getType()), converted,
@@ -184,8 +184,9 @@ struct RoutePackLowering : LoweringPattern<RoutePackOp> {
           std::to_string(numExperts / mesh.getNodes()), start(op.getPack(), adaptor.getPack()),
           start(op.getPackExperts(), adaptor.getPackExperts()),
           start(op.getPacked(), adaptor.getPacked()),
-          start(op.getReturnAt(), adaptor.getReturnAt()), a.sub(cta, a.constant(firstCta)),
-          std::to_string(ctas), std::string("mk_smem")},
+          start(op.getReturnAt(), adaptor.getReturnAt()),
+          a.sub(cta, roleFirst(rewriter, loc, kernelArgs(op), role)),
+          roleCtas(rewriter, loc, kernelArgs(op), role), std::string("mk_smem")},
          {count});
     rewriter.eraseOp(op);
     return success();

@@ -66,6 +66,21 @@ struct SignalLowering : LoweringPattern<SignalOp> {
   }
 };
 
+/// The arrivals `wait` waits for in a launch: its count, or, `per_cta_of` a kind, its count for
+/// each CTA the launch gives the roles of that kind (the split is the launch's).
+CallArg arrivalsOf(WaitOp wait, Arith &a, OpBuilder &b, const KernelLayout &layout) {
+  std::optional<RoleKind> kind = wait.getPerCtaOf();
+  if (!kind)
+    return std::to_string(wait.getCount());
+  Value ctas;
+  for (auto [index, role] : llvm::enumerate(layout.split.roles))
+    if (role.kind == stringifyRoleKind(*kind)) {
+      Value these = roleCtas(b, wait.getLoc(), kernelArgs(wait), static_cast<int64_t>(index));
+      ctas = ctas ? a.add(ctas, these) : these;
+    }
+  return a.mul(a.constant(static_cast<int64_t>(wait.getCount())), ctas);
+}
+
 struct WaitLowering : LoweringPattern<WaitOp> {
   using LoweringPattern::LoweringPattern;
   LogicalResult matchAndRewrite(WaitOp op, OpAdaptor adaptor,
@@ -73,7 +88,7 @@ struct WaitLowering : LoweringPattern<WaitOp> {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     std::optional<Lowering> how = loweringOf(op);
-    std::string count = std::to_string(op.getCount());
+    CallArg count = arrivalsOf(op, a, rewriter, layout);
     if (how == Lowering::producer && ofRole(layout.attentionEngines, op))
       call(rewriter, op.getLoc(), {}, "mk::producer_wait_arrivals",
            {kernelArgs(op), offset, count});
@@ -124,7 +139,7 @@ struct ProducerWaitLoopLowering : LoweringPattern<scf::ForOp> {
     from.push_back(a.constant(*first));
     call(rewriter, loc, {}, "mk::gemm_wait_arrivals_span",
          {engineFor(wait), kernelArgs(wait), flagOffset(a, layout, wait.getFlags(), from),
-          std::to_string(*end - *first), std::to_string(wait.getCount())});
+          std::to_string(*end - *first), arrivalsOf(wait, a, rewriter, layout)});
     rewriter.eraseOp(loop);
     return success();
   }

@@ -16,7 +16,7 @@ using namespace mlir;
 using namespace mlir::mk;
 using namespace mlir::mk::to_emitc;
 
-LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas) {
+LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value ctas) {
   Location loc = grid.getLoc();
   FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, layout.numbering);
   if (failed(walk))
@@ -45,7 +45,7 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, int64
     bound.positions =
         toIndex(b, loc, call(b, loc, sizeT, "mk::grouped_positions", {grouped}).getResult(0));
   }
-  auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ops.c(ctas));
+  auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ctas);
   b.setInsertionPointToStart(loop.getBody());
   TileWalk::Tile<Value, Value> tile;
   Value at;

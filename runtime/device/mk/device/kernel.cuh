@@ -55,6 +55,13 @@ __device__ __forceinline__ T *at_peer(Tensor<T> t, int64_t gpu, int64_t offset) 
 
 /// This CTA's index in the grid; this rank's node and GPU index; this launch's epoch.
 __device__ __forceinline__ int64_t cta() { return blockIdx.x; }
+/// The first CTA and the CTAs of role `role` (the manifest's order) in this launch.
+__device__ __forceinline__ int64_t role_first(const mk_kernel_args &args, int64_t role) {
+  return args.roles[role].first;
+}
+__device__ __forceinline__ int64_t role_ctas(const mk_kernel_args &args, int64_t role) {
+  return args.roles[role].ctas;
+}
 __device__ __forceinline__ int64_t node(const mk_kernel_args &args) { return args.node; }
 __device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args.gpu; }
 

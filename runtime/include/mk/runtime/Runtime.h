@@ -193,6 +193,16 @@ public:
   /// outside the symmetric heap where it must be inside.
   void launch(CUstream stream, std::span<void *const> arguments) const;
 
+  /// The CTAs its launches give each role, in the manifest's order (mk_kernel_args' roles): the
+  /// compiler's split (kernel().launch().smSplit) unless setSmSplit chose another.
+  mlir::mk::SmSplit smSplit() const;
+  /// Launches from now on give the roles `split`'s CTAs, the same kernel running them: the
+  /// kernel's roles in its order, its grid in all, one CTA or more each, multiples of its cluster
+  /// (mlir::mk::SmSplit::checkLaunch). Collective, between launches: every rank throws the same
+  /// RuntimeError, naming the rule or the rank, if the split breaks one or ranks ask for
+  /// different ones (a role's per-CTA arrivals count its CTAs on every rank).
+  void setSmSplit(const mlir::mk::SmSplit &split);
+
   /// The routing report of the op's latest launch to have routed (read it once the launch's
   /// stream has synchronised). Throws RuntimeError when the op routes no tokens, or naming the
   /// token, choice and index when a launch routed a copy to an expert out of range (reported

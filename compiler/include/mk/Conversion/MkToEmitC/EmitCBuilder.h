@@ -114,6 +114,11 @@ emitc::CallOpaqueOp call(OpBuilder &b, Location loc, TypeRange results, StringRe
 /// The kernel's mk_kernel_args, from inside it.
 Value kernelArgs(Operation *op);
 
+/// The first CTA and the CTAs of role `role` (the manifest's order) in the launch of `args`: its
+/// split, which the caller may change between launches (mk_role_range), as size_t.
+Value roleFirst(OpBuilder &b, Location loc, Value args, int64_t role);
+Value roleCtas(OpBuilder &b, Location loc, Value args, int64_t role);
+
 /// Where the kernel of `args` counts the bytes of routed rows and results it stores on other
 /// GPUs of the node (mk_op_counters).
 Value nvlinkBytes(OpBuilder &b, Location loc, Value args);

@@ -59,10 +59,9 @@ struct KernelLayout {
   /// The experts the program's routing (mk.route_census) routes to (0: none),
   /// which it reports on.
   int64_t routedExperts = 0;
-  /// The CTAs of the role of each op that shares its work among them (mk.route_rows,
-  /// mk.route_pack): the first
-  /// and how many.
-  DenseMap<Operation *, std::pair<int64_t, int64_t>> roleCtas;
+  /// The role (its index in `split`, whose CTAs a launch's mk_kernel_args names) of each op that
+  /// shares its work among them (mk.route_rows, mk.route_pack).
+  DenseMap<Operation *, int64_t> roleOf;
   /// The GEMM engine of each role that runs one (an mk::GemmEngine in the role's block) with its
   /// configuration, the TMA reduction of each role that has one (mk::TmaReduce), and
   /// the bulk-copy engine of each team that copies through it (mk::BulkCopier).

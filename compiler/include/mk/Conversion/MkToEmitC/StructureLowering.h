@@ -28,8 +28,9 @@ public:
   FailureOr<emitc::FuncOp> run();
 
 private:
-  /// The role of CTAs [begin, begin + its CTAs) as a branch on `cta`.
-  LogicalResult lowerRole(RoleOp role, Value cta, int64_t begin);
+  /// Role `index` (the manifest's order) as a branch on `cta`: the CTAs [first, first + ctas)
+  /// that the launch's mk_kernel_args give it, whatever the split.
+  LogicalResult lowerRole(RoleOp role, Value cta, int64_t index);
   /// Splits an engine role's block after `engine` (the engine's construction) into a branch on
   /// `isProducer` (a device-library predicate): the role's ops become the consumers' (else) and a
   /// copy of them the producer's (then), for the caller to prune. Returns the two blocks.
@@ -42,11 +43,11 @@ private:
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
   /// Splits a role's `ctas` CTAs into the attention engine's producer and consumers.
-  LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine, int64_t ctas);
+  LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine, Value ctas);
   /// Runs a role on the tile library's team, with its TMA reduction and bulk copies if any.
   LogicalResult lowerTeamRole(scf::IfOp branch);
   /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`.
-  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, int64_t ctas);
+  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, Value ctas);
 
   ProgramOp program;
   KernelLayout &layout;
