@@ -243,12 +243,16 @@ def rank_main():
     roles = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
                             options={**(compiler_options() or {}), "in-place-all-reduce": False})
     check("intra_reduce" in roles.sm_split, f"rank {rank}: not in place, split {roles.sm_split}")
-    c_view.fill_(float("nan"))
-    torch.cuda.synchronize()
-    runtime.barrier()
-    roles(a, b, c)
-    torch.cuda.synchronize()
-    close_to(c_view, reference, f"rank {rank}: C = A B, not in place")
+
+    def poisoned_launch(what):
+        c_view.fill_(float("nan"))
+        torch.cuda.synchronize()
+        runtime.barrier()
+        roles(a, b, c)
+        torch.cuda.synchronize()
+        close_to(c_view, reference, f"rank {rank}: C = A B, {what}")
+
+    poisoned_launch("not in place")
 
     # The same kernel at other splits of its grid, a launch parameter (nothing compiled again):
     # every role but compute starved to one CTA (or one cluster), then the grid shared evenly,
@@ -261,12 +265,7 @@ def rank_main():
     for split in (starved, even, default):
         roles.set_sm_split(split)
         check([ctas for _, ctas in roles.roles] == split, f"rank {rank}: split {roles.roles}")
-        c_view.fill_(float("nan"))
-        torch.cuda.synchronize()
-        runtime.barrier()
-        roles(a, b, c)
-        torch.cuda.synchronize()
-        close_to(c_view, reference, f"rank {rank}: C = A B at the split {roles.roles}")
+        poisoned_launch(f"at the split {roles.roles}")
     check_raises(mkc.Error, f"the kernel's grid is {grid}",
                  lambda: roles.set_sm_split([grid] + [unit] * (len(default) - 1)),
                  f"rank {rank}: a split of more CTAs than the grid")
