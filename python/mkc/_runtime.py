@@ -207,7 +207,8 @@ class FusedOp:
 
     `name` is the program's name, `arguments` its Arguments as this rank holds them, `roles` the
     kernel's roles in order with the CTAs its launches give them ([("compute", 120),
-    ("intra_reduce", 12)]: the compiler's choice unless set_sm_split chose others), `sm_split`
+    ("intra_reduce", 12)]: the compiler's choice, then the SM controller's as it searches over the
+    first launches (MKC_SM_CONTROLLER=off keeps the compiler's), or set_sm_split's), `sm_split`
     the same per kind ({"compute": 120, "intra_reduce": 12}: what Runtime.compile's sm_split
     takes; a kind with several roles, as ring attention's two transfers, maps to the CTAs of its
     first). Calling it launches it on a stream; close() destroys it (its runtime does so when
@@ -231,15 +232,22 @@ class FusedOp:
         self._check = ArgumentChecker(self.name, self.arguments, runtime.device)
         self._launch = lib.mkc_op_launch
         self._addresses = ctypes.c_void_p * len(self.arguments)
-        self._read_roles(lib)
 
-    def _read_roles(self, lib):
-        count = ctypes.c_int()
+    @property
+    def roles(self):
+        """The kernel's roles in order with the CTAs its launches give them now: the compiler's,
+        the SM controller's (MKC_SM_CONTROLLER) or set_sm_split's."""
+        lib, count = _capi.library(), ctypes.c_int()
         lib.mkc_op_num_roles(self._handle, ctypes.byref(count))
-        self.roles = [self._role(lib, index) for index in range(count.value)]
-        self.sm_split = {}
+        return [self._role(lib, index) for index in range(count.value)]
+
+    @property
+    def sm_split(self):
+        """`roles` per kind (a kind with several roles maps to the CTAs of its first)."""
+        split = {}
         for kind, ctas in self.roles:
-            self.sm_split.setdefault(kind, ctas)
+            split.setdefault(kind, ctas)
+        return split
 
     def set_sm_split(self, split):
         """Launches from now on give the roles `split`'s CTAs, the same kernel running them: a
@@ -260,9 +268,8 @@ class FusedOp:
                                  f"{sorted(split)}")
             split = [split[kind] for kind in kinds]
         counts = [operator.index(ctas) for ctas in split]
-        lib = _capi.library()
-        lib.mkc_op_set_sm_split(self._handle, (ctypes.c_int * len(counts))(*counts), len(counts))
-        self._read_roles(lib)
+        _capi.library().mkc_op_set_sm_split(self._handle, (ctypes.c_int * len(counts))(*counts),
+                                            len(counts))
 
     def _role(self, lib, index):
         kind, ctas = ctypes.c_char_p(), ctypes.c_int()

@@ -77,7 +77,7 @@
 // CUDA: #include "mk/device/kernel.cuh"
 // CUDA: extern "C" __global__ __launch_bounds__(MK_CTA_THREADS, 1) void gemm_allreduce(const __grid_constant__ mk_kernel_args [[ARGS:v[0-9]+]])
 // Every CTA takes the launch's epoch first; the last to take it moves it on for the next launch.
-// CUDA: mk::begin_launch([[ARGS]], true);
+// CUDA: mk::begin_launch([[ARGS]], true, 0);
 // CUDA: size_t [[CTA:v[0-9]+]] = mk::cta();
 // CUDA-NEXT: size_t [[FIRST:v[0-9]+]] = mk::role_first([[ARGS]], 0);
 // CUDA-NEXT: size_t [[CTAS:v[0-9]+]] = mk::role_ctas([[ARGS]], 0);
@@ -91,7 +91,8 @@
 // CUDA: mk::signal_gpu([[ARGS]],
 // CUDA: mk::signal_node([[ARGS]],
 // CUDA: mk::gemm_mma([[ENGINE]], 16);
-// CUDA: mk::gemm_consumer_wait_arrivals([[ENGINE]], [[ARGS]], {{.*}}, 5);
+// CUDA: [[FIVE:v[0-9]+]] = mk::due([[ARGS]], 5);
+// CUDA-NEXT: mk::gemm_consumer_wait_arrivals([[ENGINE]], [[ARGS]], {{.*}}, [[FIVE]]);
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
 // The partial's flag is raised once its store lands, without the consumers waiting for it.
 // CUDA: mk::gemm_signal_gpu([[ENGINE]], [[ARGS]],
@@ -131,7 +132,7 @@
 // COPYSPLIT: compute 128 CTAs: {{.*}} MB through CTAs{{$}}
 // COPYSPLIT-NEXT: copy engines: 134.2 MB over NVLink, beside the kernel (not modelled)
 // The copy engines read the epoch after the kernel: the runtime moves it on after them.
-// COPIES: mk::begin_launch({{v[0-9]+}}, false);
+// COPIES: mk::begin_launch({{v[0-9]+}}, false, 0);
 // COPIES: mk::gemm_store<mk::bf16>(
 // COPIES-NEXT: size_t [[READY:v[0-9]+]] = {{.*}} + 1;
 // COPIES-NEXT: mk::gemm_signal_gpu({{.*}}, [[READY]]);

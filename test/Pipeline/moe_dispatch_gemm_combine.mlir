@@ -20,13 +20,21 @@
 // CUBIN: mkc: moe_dispatch_gemm_combine: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // The engine's producer: its loading thread alone waits for the row counts, walks the expert
-// grids and loads; before a down-projection tile, one wait on the 8 hidden tiles of its rows.
+// grids and loads; before a down-projection tile, one wait on the 8 hidden tiles of its rows. An
+// expert's rows are in once every dispatch CTA (of the one rank here) has sent its own: the
+// dispatch role's CTAs over the launches so far (the split may change between launches), which
+// the kernel counts from its start.
+// CUDA: mk::begin_launch({{v[0-9]+}}, true, 2);
 // CUDA: if (mk::gemm_is_producer()) {
 // CUDA-NEXT: mk::gemm_producer_begin(
 // CUDA-NEXT: if (mk::gemm_loader()) {
-// CUDA: mk::gemm_wait_arrivals({{.*}}, 1);
+// CUDA: [[COUNTED:v[0-9]+]] = mk::due({{v[0-9]+}}, 1);
+// CUDA-NEXT: mk::gemm_wait_arrivals({{.*}}, [[COUNTED]]);
 // CUDA: mk::GroupedWalk
-// CUDA: mk::gemm_wait_arrivals_span({{.*}}, 8, 1);
+// CUDA: [[DISPATCH:v[0-9]+]] = mk::role_ctas_through({{v[0-9]+}}, 1);
+// CUDA-NEXT: mk::gemm_wait_arrivals({{.*}}, [[DISPATCH]]);
+// CUDA: [[HIDDEN:v[0-9]+]] = mk::due({{v[0-9]+}}, 1);
+// CUDA-NEXT: mk::gemm_wait_arrivals_span({{.*}}, 8, [[HIDDEN]]);
 // CUDA: } else {
 // CUDA-NEXT: mk::gemm_consumer_begin(
 

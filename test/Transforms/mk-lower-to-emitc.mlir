@@ -21,7 +21,7 @@
 // SINGLE-SAME: specifiers = ["extern \22C\22 __global__ __launch_bounds__(MK_CTA_THREADS, 1)"]
 // SINGLE: call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 1, 128>>"()
 // CHECK-DAG: call_opaque "mk::tensor"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"0">], template_args = [#emitc.opaque<"mk::bf16">]}
-// CHECK-DAG: call_opaque "mk::begin_launch"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"true">]}
+// CHECK-DAG: call_opaque "mk::begin_launch"(%[[ARGS]]) {args = [0 : index, #emitc.opaque<"true">, #emitc.opaque<"0">]}
 // CHECK-DAG: call_opaque "mk::cta"()
 // CHECK: %[[ENGINE:.+]] = call_opaque "mk::GemmEngine<mk::GemmConfig<mk::bf16, 256, mk::gemm_max_stages<mk::bf16, 256, 4, 128>(), false, 4, 2, 128>>"() {args = [#emitc.opaque<"mk_smem">]}
 // CHECK: %[[PRODUCER:.+]] = call_opaque "mk::gemm_is_producer"
@@ -454,9 +454,10 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
 // MoE on one node (1 x 2), planned and lowered: each expert grid walks the tiles within the row
 // counts (mk::GroupedWalk over them), a position past the walk's end naming no tile; the producer
 // loads each expert's operands at its group, after waiting for the rows of every dispatch CTA on
-// every rank (2 x the CTAs the launch gives the dispatch role); the hidden tiles' stamps go to the
-// senders, which are flushed as each tile loop ends; rows go back to their tokens through the
-// senders; the tokens' sums wait for every compute CTA on every rank (2 x the compute role's).
+// every rank (2 x the dispatch role's CTAs over the launches through this one: the split may change
+// between launches); the hidden tiles' stamps go to the senders, which are flushed as each tile
+// loop ends; rows go back to their tokens through the senders; the tokens' sums wait for every
+// compute CTA on every rank (2 x the compute role's, likewise).
 // The dispatch role's census, counts and rows are one call each.
 // CHECK-LABEL: emitc.func @moe_one_node
 // CHECK: call_opaque "mk::grouped_walk"({{.*}}) {args = [0 : index, #emitc.opaque<"2">, #emitc.opaque<"256">, #emitc.opaque<"128">, #emitc.opaque<"2">, #emitc.opaque<"2">]}
@@ -464,7 +465,7 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
 // CHECK: call_opaque "mk::grouped_tile"
 // CHECK: %[[WITHIN:.*]] = call_opaque "mk::tile_within"
 // CHECK: if %[[WITHIN]] {
-// CHECK: %[[DISPATCH:.+]] = call_opaque "mk::role_ctas"(%arg0) {args = [0 : index, #emitc.opaque<"1">]}
+// CHECK: %[[DISPATCH:.+]] = call_opaque "mk::role_ctas_through"(%arg0) {args = [0 : index, #emitc.opaque<"1">]}
 // CHECK: %[[FROM_DISPATCH:.+]] = mul %{{.+}}, %[[DISPATCH]]
 // CHECK: call_opaque "mk::gemm_wait_arrivals"(%{{.+}}, %arg0, %{{.+}}, %[[FROM_DISPATCH]]) {args = [0 : index, 1 : index, 2 : index, 3 : index]}
 // CHECK: call_opaque "mk::gemm_load_grouped"
@@ -473,7 +474,7 @@ mk.program @leading_shard [] mesh <1x2> (%x: !E, %y: !E) grid 132 {
 // CHECK: call_opaque "mk::gemm_store_rows"
 // CHECK: call_opaque "mk::gemm_flush_signals"
 // CHECK: call_opaque "mk::gemm_signal_gpu"
-// CHECK: %[[COMPUTE:.+]] = call_opaque "mk::role_ctas"(%arg0) {args = [0 : index, #emitc.opaque<"0">]}
+// CHECK: %[[COMPUTE:.+]] = call_opaque "mk::role_ctas_through"(%arg0) {args = [0 : index, #emitc.opaque<"0">]}
 // CHECK: %[[FROM_COMPUTE:.+]] = mul %{{.+}}, %[[COMPUTE]]
 // CHECK: call_opaque "mk::gemm_consumer_wait_arrivals"(%{{.+}}, %arg0, %{{.+}}, %[[FROM_COMPUTE]]) {args = [0 : index, 1 : index, 2 : index, 3 : index]}
 // CHECK: call_opaque "mk::combine_returned"

@@ -254,6 +254,24 @@ def rank_main():
 
     poisoned_launch("not in place")
 
+    # The SM controller (MKC_SM_CONTROLLER, on unless the environment turns it off) times the
+    # first launches at other splits: each still right; then it settles, within 10 launches, and
+    # the next compile of the same kernel starts at its answer, kept beside the JIT's cache.
+    compiled_split = roles.roles
+    for launch in range(12):
+        poisoned_launch(f"launch {launch} under the SM controller, split {roles.roles}")
+    settled = roles.roles
+    check([kind for kind, _ in settled] == [kind for kind, _ in compiled_split] and
+          sum(ctas for _, ctas in settled) == sum(ctas for _, ctas in compiled_split),
+          f"rank {rank}: the controller settled at {settled} (compiled {compiled_split})")
+    if os.environ.get("MKC_SM_CONTROLLER", "on") == "on":
+        again = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
+                                options={**(compiler_options() or {}),
+                                         "in-place-all-reduce": False})
+        check(again.roles == settled, f"rank {rank}: the next compile starts at the controller's "
+                                      f"answer {settled}, not {again.roles}")
+        again.close()
+
     # The same kernel at other splits of its grid, a launch parameter (nothing compiled again):
     # every role but compute starved to one CTA (or one cluster), then the grid shared evenly,
     # then the compiler's split again; each right.

@@ -20,12 +20,15 @@ namespace mkc {
 namespace {
 
 /// The kernel of `program` compiled, loaded with the rank's wait watch, and checked to fit this
-/// GPU: every CTA resident at once (in whole clusters), and copy engines only on a GPU of its own.
-std::shared_ptr<const LoadedKernel>
-loadResident(Runtime::State &runtime, const TileProgram &program, const JitOptions &options) {
+/// GPU: every CTA resident at once (in whole clusters), and copy engines only on a GPU of its own;
+/// `key` is its cache key.
+std::shared_ptr<const LoadedKernel> loadResident(Runtime::State &runtime,
+                                                 const TileProgram &program,
+                                                 const JitOptions &options, std::string &key) {
   const cuda::Driver &cu = runtime.driver;
   std::shared_ptr<const CompiledKernel> compiled = runtime.jit.compile(program, options);
   std::shared_ptr<const LoadedKernel> kernel = runtime.jit.load(*compiled);
+  key = compiled->source.key;
   runtime.watchWaits(kernel->module());
   const LaunchParameters &launch = kernel->launch();
   int perSm = 0;
@@ -61,10 +64,13 @@ loadResident(Runtime::State &runtime, const TileProgram &program, const JitOptio
   return kernel;
 }
 
-/// The op of a loaded kernel: its arguments, the buffers and flags it keeps (symmetric ones in the
-/// same order on every rank, hence collective), its epoch and its copy engines' stream.
+/// The op of a loaded kernel (cache key `key`): its arguments, the buffers and flags it keeps
+/// (symmetric ones in the same order on every rank, hence collective), its epoch, its copy
+/// engines' stream and its SM split (the controller's, collective too, unless the caller chose
+/// the split: `controlled` false).
 std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &state,
-                                       std::shared_ptr<const LoadedKernel> kernel) {
+                                       std::shared_ptr<const LoadedKernel> kernel,
+                                       const std::string &key, bool controlled) {
   Runtime::State &runtime = *state;
   const cuda::Driver &cu = runtime.driver;
   ProcessGroup &group = runtime.group;
@@ -128,6 +134,8 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
                                      kernel->function()));
   op->clusterWidth = std::max(op->clusterWidth, 1);
   op->takeSplit(launch.smSplit);
+  if (controlled)
+    op->startControl(key);
   std::copy_if(launch.engineCopies.begin(), launch.engineCopies.end(),
                std::back_inserter(op->copies),
                [&](const mk_engine_copy &copy) { return copy.from_gpu == parameter.gpu; });
@@ -167,11 +175,11 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   cuda::ContextScope scope(runtime.driver, runtime.context.context());
   std::shared_ptr<const LoadedKernel> kernel;
   TileProgram program;
-  std::string failure;
+  std::string failure, key;
   try {
     setCompilerOptions(options, compilerOptions);
     program = read();
-    kernel = loadResident(runtime, program, options);
+    kernel = loadResident(runtime, program, options, key);
   } catch (const std::exception &error) {
     failure = error.what();
   }
@@ -179,7 +187,7 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
           group, "compiling " + name, {"the program", "shapes", "the compiler options"},
           {program.text, fmt::format("{}", fmt::join(shapes, ",")), compilerOptions}, failure))
     throw JitError(*error);
-  return FusedOp(bindOp(state_, std::move(kernel)));
+  return FusedOp(bindOp(state_, std::move(kernel), key, options.pipeline.smSplit.empty()));
 }
 
 } // namespace mkc

@@ -17,7 +17,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <ranges>
+#include <sstream>
 
 namespace mkc {
 
@@ -43,7 +49,7 @@ FusedOp::State::~State() {
         cu.cuMemFree(buffer);
     if (report)
       cu.cuMemFreeHost(report);
-    for (CUevent event : {copiesMayStart, copiesDone})
+    for (CUevent event : {copiesMayStart, copiesDone, control.start, control.end})
       if (event)
         cu.cuEventDestroy(event);
     if (copyStream)
@@ -124,6 +130,94 @@ void FusedOp::State::takeSplit(const mlir::mk::SmSplit &chosen) {
   }
 }
 
+/// The controller's answer as the file keeps it: each role's CTAs, in the kernel's order.
+static std::string countsOf(const mlir::mk::SmSplit &split) {
+  return fmt::format("{}", fmt::join(split.roles | std::views::transform(
+                                                       [](const auto &role) { return role.ctas; }),
+                                     ","));
+}
+
+void FusedOp::State::startControl(const std::string &key) {
+  if (!runtime->smController || split.roles.size() < 2)
+    return;
+  std::string gpu = runtime->gpuName;
+  std::ranges::replace_if(
+      gpu, [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  control.answer = runtime->jit.cacheDirectory() / key / ("sm-split-" + gpu);
+  // Every rank proposes what its cache keeps; where all keep the same split, it is taken.
+  std::string kept;
+  if (std::ifstream in(control.answer); in)
+    std::getline(in, kept);
+  std::vector<std::vector<std::byte>> all = runtime->group.store().allGather(blobOf({kept}));
+  const bool agreed = !kept.empty() && std::ranges::all_of(all, [&](const auto &blob) {
+    return fields(blob) == std::vector<std::string>{kept};
+  });
+  if (agreed) {
+    mlir::mk::SmSplit answer = kernel->launch().smSplit;
+    std::istringstream counts(kept);
+    for (auto &role : answer.roles) {
+      std::string count;
+      std::getline(counts, count, ',');
+      role.ctas = std::atoll(count.c_str());
+    }
+    if (!answer.checkLaunch(kernel->launch().smSplit, clusterWidth)) {
+      takeSplit(answer);
+      log::debug("{}: SM split {}, the controller's from {}", name, answer.str(),
+                 control.answer.string());
+      return;
+    }
+  }
+  const cuda::Driver &cu = runtime->driver;
+  MK_CU_CHECK(cu, cuEventCreate(&control.start, CU_EVENT_DEFAULT));
+  MK_CU_CHECK(cu, cuEventCreate(&control.end, CU_EVENT_DEFAULT));
+  control.search = std::make_unique<SplitSearch>(split, clusterWidth);
+  control.searching = !control.search->done();
+}
+
+bool FusedOp::State::stepControl(CUstream stream) {
+  const cuda::Driver &cu = runtime->driver;
+  // A graph being captured replays whatever split it captures: the search waits for an eager
+  // launch.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  MK_CU_CHECK(cu, cuStreamIsCapturing(stream, &capture));
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return false;
+  SplitSearch &search = *control.search;
+  if (control.timing) {
+    MK_CU_CHECK(cu, cuEventSynchronize(control.end));
+    float ms = 0;
+    MK_CU_CHECK(cu, cuEventElapsedTime(&ms, control.start, control.end));
+    // The slowest rank's time judges: every rank takes the same step.
+    double slowest = 0;
+    for (const auto &blob : runtime->group.store().allGather(blobOf({fmt::format("{}", ms)})))
+      slowest = std::max(slowest, std::atof(fields(blob).at(0).c_str()));
+    search.measured(slowest);
+    control.timing = false;
+  }
+  const mlir::mk::SmSplit &next = search.done() ? search.best() : search.current();
+  if (next != split) {
+    std::lock_guard lock(checkedMutex);
+    takeSplit(next);
+    log::debug("{}: SM split {} ({})", name, next.str(),
+               search.done() ? "the controller's answer" : "timed by the controller");
+  }
+  if (!search.done()) {
+    control.timing = true;
+    return true;
+  }
+  log::debug("{}: SM split settled at {} ({:.3f} ms a launch, slowest rank), kept in {}", name,
+             search.best().str(), search.bestTime().value_or(0), control.answer.string());
+  // Written whole, then renamed: a reader sees an answer or none.
+  std::error_code ignored;
+  std::filesystem::create_directories(control.answer.parent_path(), ignored);
+  const std::filesystem::path partial = control.answer.string() + ".partial";
+  if (std::ofstream(partial) << countsOf(search.best()) << "\n")
+    std::filesystem::rename(partial, control.answer, ignored);
+  control.search.reset();
+  control.searching = false;
+  return false;
+}
+
 mlir::mk::SmSplit FusedOp::smSplit() const {
   std::lock_guard lock(state_->checkedMutex);
   return state_->split;
@@ -137,6 +231,10 @@ void FusedOp::setSmSplit(const mlir::mk::SmSplit &split) {
           agree(op.runtime->group, fmt::format("setting the SM split of {}", op.name), {"split"},
                 {split.str()}, wrong.value_or("")))
     throw RuntimeError(*error);
+  // The caller's split stands: the controller stops.
+  std::lock_guard control(op.control.mutex);
+  op.control.search.reset();
+  op.control.searching = false;
   std::lock_guard lock(op.checkedMutex);
   op.takeSplit(split);
 }
@@ -213,6 +311,15 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
   op.runtime->check();
   op.checkRouting();
   cuda::ContextScope scope(cu, op.runtime->context.context());
+  // While the controller searches, its step before the launch (which may change the split),
+  // and the launch timed.
+  State &controlled = *state_;
+  std::unique_lock control(controlled.control.mutex, std::defer_lock);
+  bool timed = false;
+  if (controlled.control.searching.load(std::memory_order_acquire)) {
+    control.lock();
+    timed = controlled.control.search && controlled.stepControl(stream);
+  }
   mk_kernel_args parameter = op.parameter;
   {
     std::lock_guard lock(op.checkedMutex);
@@ -260,7 +367,11 @@ void FusedOp::launch(CUstream stream, std::span<void *const> pointers) const {
     MK_CU_CHECK(cu, cuEventRecord(op.copiesMayStart, stream));
     MK_CU_CHECK(cu, cuStreamWaitEvent(op.copyStream, op.copiesMayStart, 0));
   }
+  if (timed)
+    MK_CU_CHECK(cu, cuEventRecord(op.control.start, stream));
   MK_CU_CHECK(cu, cuLaunchKernelEx(&config, op.kernel->function(), kernelParameters, nullptr));
+  if (timed)
+    MK_CU_CHECK(cu, cuEventRecord(op.control.end, stream));
   if (op.copyStream) {
     enqueueEngineCopies(op, parameter);
     MK_CU_CHECK(cu, cuEventRecord(op.copiesDone, op.copyStream));

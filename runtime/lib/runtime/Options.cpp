@@ -1,8 +1,8 @@
 //===- runtime/Options.cpp - RuntimeOptions from the environment ---===//
 //
 // MKC_SYMMETRIC_BYTES and MKC_FLAG_WORDS (counts with K, M or G), MKC_NET and its MKC_NET_*
-// settings, MKC_NET_TIMEOUT and MKC_WAIT_TIMEOUT (seconds), MKC_DEVICE, MKC_SHARE_GPU and
-// MKC_NVRTC_OPTIONS.
+// settings, MKC_NET_TIMEOUT and MKC_WAIT_TIMEOUT (seconds), MKC_DEVICE, MKC_SHARE_GPU,
+// MKC_SM_CONTROLLER and MKC_NVRTC_OPTIONS.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,6 +86,11 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Environment &environment) {
     if (*value != "0" && *value != "1")
       throw RuntimeError("MKC_SHARE_GPU=" + *value + " is not 0 or 1");
     options.shareGpu = *value == "1";
+  }
+  if (const std::string *value = variable("MKC_SM_CONTROLLER")) {
+    if (*value != "on" && *value != "off")
+      throw RuntimeError("MKC_SM_CONTROLLER=" + *value + " is not on or off");
+    options.smController = *value == "on";
   }
   return options;
 }

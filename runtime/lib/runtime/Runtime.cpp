@@ -17,7 +17,11 @@ namespace mkc {
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device), smCount(contextSmCount(driver, context.device())),
-      nvrtcOptions(options.nvrtcOptions), jit(options.cacheDirectory) {
+      nvrtcOptions(options.nvrtcOptions), smController(options.smController),
+      jit(options.cacheDirectory) {
+  char name[128] = {};
+  MK_CU_CHECK(driver, cuDeviceGetName(name, sizeof name, context.device()));
+  gpuName = name;
   int major =
       deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   int minor =

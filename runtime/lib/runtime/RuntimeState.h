@@ -23,7 +23,9 @@
 #include "mk/runtime/Runtime.h"
 
 #include "mk/abi.h"
+#include "runtime/SplitSearch.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -80,6 +82,8 @@ struct Runtime::State {
   std::vector<std::string> nvrtcOptions; ///< MKC_NVRTC_OPTIONS
   std::string busId;                     ///< the GPU's PCI address, e.g. 0000:00:06.0
   std::vector<int> ranksSharingGpu;      ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
+  bool smController;                     ///< MKC_SM_CONTROLLER
+  std::string gpuName;                   ///< cuDeviceGetName's, for the controller's answers
   /// How this GPU's kernels' waits give up (mk_wait_watch in mk/abi.h): the watch every loaded
   /// module gets, the word it raises (device memory) and where it describes the first failure
   /// (mapped host memory, read here without a driver call).
@@ -158,6 +162,25 @@ struct FusedOp::State {
   mlir::mk::SmSplit split;
   mk_role_range roles[MK_MAX_ROLES] = {};
   void takeSplit(const mlir::mk::SmSplit &split);
+  /// The SM-partition controller (SplitSearch.h): its search while it runs, the launch it times
+  /// (CUDA events around the kernel) and the file beside the JIT's cache entry that keeps its
+  /// answer for the next process.
+  struct Control {
+    std::mutex mutex;
+    std::atomic<bool> searching{false};
+    std::unique_ptr<SplitSearch> search;
+    CUevent start = nullptr, end = nullptr;
+    bool timing = false;
+    std::filesystem::path answer;
+  } control;
+  /// Starts the controller (MKC_SM_CONTROLLER) for the kernel of cache key `key` where it has
+  /// roles to split, or takes the answer the cache keeps, where every rank's is the same.
+  /// Collective.
+  void startControl(const std::string &key);
+  /// The controller's step before a launch on `stream`: the last timed launch's slowest time
+  /// (gathered from every rank, so that all take the same step), then the split of this launch.
+  /// Whether to time it. Under control.mutex.
+  bool stepControl(CUstream stream);
 
   /// The arguments of the last launch and their references: launches usually repeat them, and
   /// then skip the driver queries that check them.

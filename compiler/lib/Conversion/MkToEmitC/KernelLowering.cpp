@@ -148,8 +148,20 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     copy.erase();
   }
 
-  // The epoch first; the copy engines read it after the kernel, which then leaves it alone.
-  call(eb, loc, {}, "mk::begin_launch", {args, layout.engineCopies.empty() ? "true" : "false"});
+  // The epoch first; the copy engines read it after the kernel, which then leaves it alone. Where
+  // waits count arrivals per CTA of a role, the roles' CTAs over the launches too, which the
+  // kernel's last CTA moves on with the epoch.
+  bool perCta = program
+                    .walk([](WaitOp wait) {
+                      return wait.getPerCtaOf() ? WalkResult::interrupt() : WalkResult::advance();
+                    })
+                    .wasInterrupted();
+  if (perCta && !layout.engineCopies.empty())
+    return program.emitError() << "waits for arrivals per CTA of a role beside copies by copy "
+                                  "engines, whose epoch the kernel does not move on";
+  call(eb, loc, {}, "mk::begin_launch",
+       {args, layout.engineCopies.empty() ? "true" : "false",
+        std::to_string(perCta ? roles.size() : 0)});
   Type sizeT = emitc::SizeTType::get(context);
   layout.cta = call(eb, loc, sizeT, "mk::cta", {}).getResult(0);
   layout.node = call(eb, loc, sizeT, "mk::node", {args}).getResult(0);

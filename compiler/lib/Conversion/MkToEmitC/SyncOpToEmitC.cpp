@@ -66,16 +66,22 @@ struct SignalLowering : LoweringPattern<SignalOp> {
   }
 };
 
-/// The arrivals `wait` waits for in a launch: its count, or, `per_cta_of` a kind, its count for
-/// each CTA the launch gives the roles of that kind (the split is the launch's).
-CallArg arrivalsOf(WaitOp wait, Arith &a, OpBuilder &b, const KernelLayout &layout) {
+/// The arrivals `wait`'s flag holds once this launch's have come (flags are never reset): its
+/// count each launch (mk::due), or, `per_cta_of` a kind, its count for each CTA the roles of that
+/// kind had over every launch through this one, the split being the launch's.
+Value targetOf(WaitOp wait, Arith &a, OpBuilder &b, const KernelLayout &layout) {
+  Location loc = wait.getLoc();
+  Value args = kernelArgs(wait);
+  auto sizeT = emitc::SizeTType::get(b.getContext());
+  std::string count = std::to_string(wait.getCount());
   std::optional<RoleKind> kind = wait.getPerCtaOf();
   if (!kind)
-    return std::to_string(wait.getCount());
+    return call(b, loc, sizeT, "mk::due", {args, count}).getResult(0);
   Value ctas;
   for (auto [index, role] : llvm::enumerate(layout.split.roles))
     if (role.kind == stringifyRoleKind(*kind)) {
-      Value these = roleCtas(b, wait.getLoc(), kernelArgs(wait), static_cast<int64_t>(index));
+      Value these =
+          call(b, loc, sizeT, "mk::role_ctas_through", {args, std::to_string(index)}).getResult(0);
       ctas = ctas ? a.add(ctas, these) : these;
     }
   return a.mul(a.constant(static_cast<int64_t>(wait.getCount())), ctas);
@@ -88,21 +94,21 @@ struct WaitLowering : LoweringPattern<WaitOp> {
     Arith a(rewriter, op.getLoc());
     Value offset = flagOffset(a, layout, op.getFlags(), adaptor.getIndices());
     std::optional<Lowering> how = loweringOf(op);
-    CallArg count = arrivalsOf(op, a, rewriter, layout);
+    Value target = targetOf(op, a, rewriter, layout);
     if (how == Lowering::producer && ofRole(layout.attentionEngines, op))
       call(rewriter, op.getLoc(), {}, "mk::producer_wait_arrivals",
-           {kernelArgs(op), offset, count});
+           {kernelArgs(op), offset, target});
     else if (how == Lowering::producer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_wait_arrivals",
-           {engineFor(op), kernelArgs(op), offset, count});
+           {engineFor(op), kernelArgs(op), offset, target});
     else if (how == Lowering::consumer)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_wait_arrivals",
-           {engineFor(op), kernelArgs(op), offset, count});
+           {engineFor(op), kernelArgs(op), offset, target});
     else if (how == Lowering::deferred)
       call(rewriter, op.getLoc(), {}, "mk::gemm_consumer_defer_arrivals",
-           {engineFor(op), kernelArgs(op), offset, count});
+           {engineFor(op), kernelArgs(op), offset, target});
     else
-      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals", {kernelArgs(op), offset, count});
+      call(rewriter, op.getLoc(), {}, "mk::wait_arrivals", {kernelArgs(op), offset, target});
     rewriter.eraseOp(op);
     return success();
   }
@@ -139,7 +145,7 @@ struct ProducerWaitLoopLowering : LoweringPattern<scf::ForOp> {
     from.push_back(a.constant(*first));
     call(rewriter, loc, {}, "mk::gemm_wait_arrivals_span",
          {engineFor(wait), kernelArgs(wait), flagOffset(a, layout, wait.getFlags(), from),
-          std::to_string(*end - *first), arrivalsOf(wait, a, rewriter, layout)});
+          std::to_string(*end - *first), targetOf(wait, a, rewriter, layout)});
     rewriter.eraseOp(loop);
     return success();
   }

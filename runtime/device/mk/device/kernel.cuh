@@ -68,22 +68,31 @@ __device__ __forceinline__ int64_t gpu(const mk_kernel_args &args) { return args
 namespace detail {
 /// The launch's epoch as begin_launch took it: the count it points to moves on during the launch.
 __shared__ mk_u32 launch_epoch;
+/// Each counted role's CTAs summed over the launches so far, this one included.
+__shared__ mk_u32 launch_role_ctas[MK_MAX_ROLES];
 } // namespace detail
 
-/// Every thread of the CTA, first thing: takes the launch's epoch (mk_launch_count). With
-/// `advance`, the grid's last CTA to take it advances it for the next launch, which the stream
-/// orders after this one.
-__device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool advance) {
+/// Every thread of the CTA, first thing: takes the launch's epoch (mk_launch_count), and, of its
+/// first `counted_roles` roles (those whose CTAs the kernel's waits count arrivals of), the CTAs
+/// over every launch through this one. With `advance`, the grid's last CTA to take them advances
+/// them for the next launch, which the stream orders after this one.
+__device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool advance,
+                                             int counted_roles) {
   if (threadIdx.x == 0) {
     mk_launch_count *launches = args.launches;
     const mk_u32 taken = *static_cast<volatile mk_u32 *>(&launches->epoch);
     detail::launch_epoch = taken;
+    for (int r = 0; r < counted_roles; ++r)
+      detail::launch_role_ctas[r] =
+          *static_cast<volatile mk_u32 *>(&launches->role_ctas[r]) + args.roles[r].ctas;
     if (advance) {
-      // The read before the count: the last CTA's advance must not reach an earlier read.
+      // The reads before the count: the last CTA's advance must not reach an earlier read.
       __threadfence();
       if (atomicAdd(&launches->readers, 1u) == gridDim.x - 1) {
         __threadfence();
         launches->readers = 0;
+        for (int r = 0; r < counted_roles; ++r)
+          launches->role_ctas[r] = detail::launch_role_ctas[r];
         launches->epoch = taken + 1;
       }
     }
@@ -94,6 +103,17 @@ __device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool ad
 /// This launch's epoch, and where it reports and counts what the caller reads (mk/abi.h's
 /// mk_op_report and mk_op_counters).
 __device__ __forceinline__ mk_u32 epoch(const mk_kernel_args &) { return detail::launch_epoch; }
+
+/// The arrivals a flag holds once this launch's have come, flags never being reset: for `count`
+/// a launch, the epoch times it; for `count` per CTA of a role, `count` times the role's CTAs
+/// over every launch through this one (role_ctas_through, summed over the roles counted), which
+/// the launch's split may have changed.
+__device__ __forceinline__ mk_u32 due(const mk_kernel_args &args, int64_t count) {
+  return epoch(args) * static_cast<mk_u32>(count);
+}
+__device__ __forceinline__ mk_u32 role_ctas_through(const mk_kernel_args &, int64_t role) {
+  return detail::launch_role_ctas[role];
+}
 __device__ __forceinline__ mk_routing_report *routing_report(const mk_kernel_args &args) {
   return &args.report->routing;
 }
@@ -162,16 +182,15 @@ __device__ __forceinline__ void wait_arrivals_thread(const mk_kernel_args &args,
   }
 }
 
-/// Waits until flag `offset` has had `count` arrivals in this launch: flags are never reset, so
-/// after e launches a flag that gets `count` arrivals per launch holds e * count.
+/// Waits until flag `offset` holds `target` arrivals (due: this launch's have come).
 __device__ __forceinline__ void wait_arrivals(const mk_kernel_args &args, int64_t offset,
-                                              int64_t count) {
+                                              mk_u32 target) {
   if (args.nodes == 1) {
-    wait(args.flags + offset, epoch(args) * static_cast<mk_u32>(count));
+    wait(args.flags + offset, target);
     return;
   }
   if (team_thread() == 0)
-    wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
+    wait_arrivals_thread(args, offset, target);
   team_sync();
 }
 
@@ -244,23 +263,22 @@ __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args 
 template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals(GemmEngine<Config> &engine,
                                                    const mk_kernel_args &args, int64_t offset,
-                                                   int64_t count) {
+                                                   mk_u32 target) {
   if (args.nodes == 1) {
-    gemm_wait(engine, args.flags + offset, epoch(args) * static_cast<mk_u32>(count));
+    gemm_wait(engine, args.flags + offset, target);
     return;
   }
-  wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
+  wait_arrivals_thread(args, offset, target);
   // TMA reads through the async proxy: order them after the acquire.
   ptx::fence_proxy_async();
 }
 
-/// The engine producer's wait_arrivals on flags offset .. offset + n - 1, `count` arrivals each
+/// The engine producer's wait_arrivals on flags offset .. offset + n - 1, `target` arrivals each
 /// (a loop of waits on the tiles of a panel), as gemm_wait_all on one node.
 template <typename Config>
 __device__ __forceinline__ void gemm_wait_arrivals_span(GemmEngine<Config> &engine,
                                                         const mk_kernel_args &args, int64_t offset,
-                                                        int64_t n, int64_t count) {
-  const mk_u32 target = epoch(args) * static_cast<mk_u32>(count);
+                                                        int64_t n, mk_u32 target) {
   if (args.nodes == 1) {
     gemm_wait_all(engine, args.flags + offset, static_cast<int>(n), target);
     return;
@@ -299,25 +317,24 @@ __device__ __forceinline__ void gemm_signal_gpu(GemmEngine<Config> &engine,
 template <typename Config>
 __device__ __forceinline__ void gemm_consumer_wait_arrivals(GemmEngine<Config> &engine,
                                                             const mk_kernel_args &args,
-                                                            int64_t offset, int64_t count) {
+                                                            int64_t offset, mk_u32 target) {
   gemm_flush_signals(engine);
-  wait_arrivals(args, offset, count);
+  wait_arrivals(args, offset, target);
 }
 /// A consumer wait on one node that only the engine's writes after it depend on (its stores and
 /// signals): the senders wait, in order, and the consumers go on to the next tile.
 template <typename Config>
 __device__ __forceinline__ void gemm_consumer_defer_arrivals(GemmEngine<Config> &engine,
                                                              const mk_kernel_args &args,
-                                                             int64_t offset, int64_t count) {
-  const mk_u32 target = team_thread() == 0 ? epoch(args) * static_cast<mk_u32>(count) : 0;
-  gemm_defer_wait(engine, args.flags + offset, target);
+                                                             int64_t offset, mk_u32 target) {
+  gemm_defer_wait(engine, args.flags + offset, team_thread() == 0 ? target : 0);
 }
 
 /// The attention engine's producer thread: wait_arrivals by the one thread that loads, ordering
 /// its TMA loads after the acquire.
 __device__ __forceinline__ void producer_wait_arrivals(const mk_kernel_args &args, int64_t offset,
-                                                       int64_t count) {
-  wait_arrivals_thread(args, offset, epoch(args) * static_cast<mk_u32>(count));
+                                                       mk_u32 target) {
+  wait_arrivals_thread(args, offset, target);
   ptx::fence_proxy_async();
 }
 

@@ -78,6 +78,10 @@ struct RuntimeOptions {
   /// correct, but slow. For testing multi-GPU programs on a machine with one GPU. Refused under
   /// MPS, where the kernels run at once (not right yet: docs/notes/controller.md).
   bool shareGpu = false;
+  /// Whether the SM-partition controller chooses each op's split from its first launches' times
+  /// and keeps the answer beside the JIT's cache (MKC_SM_CONTROLLER=on|off;
+  /// docs/notes/controller.md).
+  bool smController = true;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
   /// Jobs across nodes: the network backend ("fabric", "verbs" or "emulated") and its settings
@@ -194,7 +198,9 @@ public:
   void launch(CUstream stream, std::span<void *const> arguments) const;
 
   /// The CTAs its launches give each role, in the manifest's order (mk_kernel_args' roles): the
-  /// compiler's split (kernel().launch().smSplit) unless setSmSplit chose another.
+  /// compiler's split (kernel().launch().smSplit), then the SM controller's as it times the first
+  /// launches of an op whose split the caller did not choose (RuntimeOptions::smController), or
+  /// setSmSplit's, which stops the controller.
   mlir::mk::SmSplit smSplit() const;
   /// Launches from now on give the roles `split`'s CTAs, the same kernel running them: the
   /// kernel's roles in its order, its grid in all, one CTA or more each, multiples of its cluster

@@ -1,0 +1,106 @@
+//===- SplitSearchTest.cpp - the SM split chosen from launches' times ------===//
+
+#include "runtime/SplitSearch.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+
+using mkc::SplitSearch;
+using mlir::mk::SmSplit;
+
+namespace {
+
+SmSplit split(std::int64_t compute, std::int64_t reduce) {
+  return SmSplit{{{"compute", compute}, {"intra_reduce", reduce}}};
+}
+
+struct Run {
+  SmSplit settled;
+  int launches = 0;
+  double worst = 0; // the slowest launch while searching
+};
+
+/// The search driven to its end by `time` (the slowest rank's milliseconds at a split), as a
+/// runtime's launches would.
+Run search(const SmSplit &compiled, std::int64_t cluster,
+           const std::function<double(const SmSplit &)> &time) {
+  SplitSearch search(compiled, cluster);
+  Run run;
+  while (!search.done() && run.launches < 100) {
+    const SmSplit &at = search.current();
+    CHECK_FALSE(at.checkLaunch(compiled, cluster));
+    const double ms = time(at);
+    run.worst = std::max(run.worst, ms);
+    search.measured(ms);
+    ++run.launches;
+  }
+  run.settled = search.best();
+  return run;
+}
+
+/// A GEMM+AR-like op whose reduce role is best at `best` CTAs: each CTA off it costs time, the
+/// farther the more.
+std::function<double(const SmSplit &)> bestAt(std::int64_t best) {
+  return [best](const SmSplit &at) {
+    const double reduce = static_cast<double>(at.roles[1].ctas);
+    return 1.0 + 0.1 * std::abs(std::log2(reduce / static_cast<double>(best)));
+  };
+}
+
+} // namespace
+
+TEST_CASE("the search settles on the best split within 10 launches", "[controller]") {
+  const SmSplit compiled = split(120, 12);
+  SECTION("fewer reduce CTAs") {
+    Run run = search(compiled, 1, bestAt(3));
+    CHECK(run.settled == split(129, 3));
+    CHECK(run.launches <= 10);
+  }
+  SECTION("more") {
+    Run run = search(compiled, 1, bestAt(48));
+    CHECK(run.settled == split(84, 48));
+    CHECK(run.launches <= 10);
+  }
+  SECTION("the compiler's") {
+    Run run = search(compiled, 1, bestAt(12));
+    CHECK(run.settled == compiled);
+    // One step each way, then settled: 3 candidates, 2 launches each.
+    CHECK(run.launches == 3 * SplitSearch::kLaunchesPerCandidate);
+  }
+}
+
+TEST_CASE("the search never settles on a split slower than the compiler's", "[controller]") {
+  // Noise: each launch of a split 5% slower or faster in turn; the compiler's split is best.
+  int launch = 0;
+  const auto noisy = [&](const SmSplit &at) {
+    return bestAt(12)(at) * (launch++ % 2 ? 1.05 : 0.95);
+  };
+  Run run = search(split(120, 12), 1, noisy);
+  CHECK(run.settled == split(120, 12));
+}
+
+TEST_CASE("exploring stays under twice the compiler's time where time grows away from it",
+          "[controller]") {
+  // A reduce role starved below 6 CTAs is 3x slower: the search goes down once, sees it slower,
+  // and turns.
+  const auto cliff = [](const SmSplit &at) { return at.roles[1].ctas < 6 ? 3.0 : 1.0; };
+  Run run = search(split(120, 12), 1, cliff);
+  CHECK(run.settled == split(120, 12));
+  // Down to 6 (no slower), then 3 (the cliff) once: one candidate past the cliff at most.
+  CHECK(run.launches <= 10);
+}
+
+TEST_CASE("a split in clusters keeps whole clusters, one op of one role has nothing to search",
+          "[controller]") {
+  SplitSearch clusters(split(124, 8), 2);
+  while (!clusters.done()) {
+    for (const SmSplit::Role &role : clusters.current().roles)
+      CHECK(role.ctas % 2 == 0);
+    clusters.measured(1.0);
+  }
+  SplitSearch alone(SmSplit{{{"compute", 132}}}, 1);
+  CHECK(alone.done());
+  CHECK(alone.best() == SmSplit{{{"compute", 132}}});
+}
