@@ -254,9 +254,9 @@ def rank_main():
 
     poisoned_launch("not in place")
 
-    # The SM controller (MKC_SM_CONTROLLER, on unless the environment turns it off) times the
-    # first launches at other splits: each still right; then it settles, within 10 launches, and
-    # the next compile of the same kernel starts at its answer, kept beside the JIT's cache.
+    # The SM controller (MKC_SM_CONTROLLER=on) times the first launches at other splits: each
+    # still right; then it settles, within 10 launches, and the next compile of the same kernel
+    # starts at its answer, kept beside the JIT's cache.
     compiled_split = roles.roles
     for launch in range(12):
         poisoned_launch(f"launch {launch} under the SM controller, split {roles.roles}")
@@ -264,7 +264,7 @@ def rank_main():
     check([kind for kind, _ in settled] == [kind for kind, _ in compiled_split] and
           sum(ctas for _, ctas in settled) == sum(ctas for _, ctas in compiled_split),
           f"rank {rank}: the controller settled at {settled} (compiled {compiled_split})")
-    if os.environ.get("MKC_SM_CONTROLLER", "on") == "on":
+    if os.environ.get("MKC_SM_CONTROLLER") == "on":
         again = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
                                 options={**(compiler_options() or {}),
                                          "in-place-all-reduce": False})

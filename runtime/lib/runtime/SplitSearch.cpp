@@ -11,8 +11,8 @@ using mlir::mk::SmSplit;
 
 SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster)
     : compiled_(compiled), best_(compiled), candidate_(compiled),
-      cluster_(std::max<std::int64_t>(cluster, 1)), directions_{{0.5, 0.25}, {2, 4}},
-      tried_{compiled} {
+      cluster_(std::max<std::int64_t>(cluster, 1)),
+      directions_{{0.5, 0.25}, {2, 4}}, tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
 }
@@ -38,8 +38,7 @@ std::optional<SmSplit> SplitSearch::scaled(double factor) const {
 void SplitSearch::measured(double milliseconds) {
   if (done_)
     return;
-  candidateTime_ =
-      candidateLaunches_ == 0 ? milliseconds : std::min(candidateTime_, milliseconds);
+  candidateTime_ = candidateLaunches_ == 0 ? milliseconds : std::min(candidateTime_, milliseconds);
   if (++candidateLaunches_ < kLaunchesPerCandidate)
     return;
   const bool first = !bestTime_, better = first || candidateTime_ < *bestTime_;

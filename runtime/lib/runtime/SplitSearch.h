@@ -1,4 +1,5 @@
-//===- runtime/SplitSearch.h - a fused op's SM split, chosen from its launches' times -*- C++ -*-===//
+//===- runtime/SplitSearch.h - a fused op's SM split, chosen from its launches' times -*- C++
+//-*-===//
 //
 // The SM-partition controller's search (issue 28; docs/notes/controller.md). A kernel's roles share
 // its grid, and the split is a launch parameter (mk_kernel_args::roles), so the controller can try

@@ -79,9 +79,9 @@ struct RuntimeOptions {
   /// MPS, where the kernels run at once (not right yet: docs/notes/controller.md).
   bool shareGpu = false;
   /// Whether the SM-partition controller chooses each op's split from its first launches' times
-  /// and keeps the answer beside the JIT's cache (MKC_SM_CONTROLLER=on|off;
-  /// docs/notes/controller.md).
-  bool smController = true;
+  /// and keeps the answer beside the JIT's cache (MKC_SM_CONTROLLER=on|off). Off until it has run
+  /// on a GPU (docs/notes/controller.md v1).
+  bool smController = false;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
   /// Jobs across nodes: the network backend ("fabric", "verbs" or "emulated") and its settings
