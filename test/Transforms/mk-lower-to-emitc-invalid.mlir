@@ -156,3 +156,21 @@ mk.program @deep [] mesh <1x1> (%t: !mk.tensor<[1, 1, 1, 1, 1, 1, 1, 1, 8], bf16
   }
 }
 
+
+// -----
+
+// A wait per CTA of a role beside copies by copy engines: the copies' kernel leaves the epoch to
+// the runtime, and the roles' CTAs over the launches with it.
+!C = !mk.tensor<[256, 256], bf16, replicated>
+// expected-error @+1 {{waits for arrivals per CTA of a role beside copies by copy engines, whose epoch the kernel does not move on}}
+mk.program @copies_and_per_cta [] mesh <1x2> (%c: !C) grid 4 {
+  mk.flags @ready [2]
+  mk.flags @arrived [2]
+  mk.engine_copy %c rows [0, 128] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 1 signal @arrived[0] : !C
+  mk.role compute ctas 2 {
+    %zero = arith.constant 0 : index
+    mk.wait @arrived[%zero] count 1 per_cta_of dispatch
+  }
+  mk.role dispatch ctas 2 {
+  }
+}

@@ -309,8 +309,10 @@ template <typename OpT> struct CallLowering : LoweringPattern<OpT> {
       stored = op.getSource().getType().getElementType();
     }
     if constexpr (std::is_same_v<OpT, SplatOp>) {
-      templateArgs = {elementName(result.getElementType()), std::to_string(result.getShape()[0]),
-                      columns};
+      // The engine's consumers hold 128 rows (mk::GemmTile) whatever the tile's: a 64-row tile's
+      // others are never stored.
+      templateArgs = {elementName(result.getElementType()),
+                      inRegisters ? "128" : std::to_string(result.getShape()[0]), columns};
       if (inRegisters)
         templateArgs.push_back("mk::GemmLayout<" + columns + ">");
     }
