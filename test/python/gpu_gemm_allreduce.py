@@ -154,25 +154,45 @@ def settle(torch, runtime, what):
         time.sleep(0.001)
 
 
-def within_tolerance(result, reference, partials=()):
-    """Whether `result` is `reference` within 2^-7 relative plus rms/64 absolute, its largest
-    error and least tolerance. A result summed from bf16 `partials` (their f32 values) also gets
-    2^-8 of sum |P_i| for each of them: every rounding to bf16 of a partial or of a partial sum
-    costs up to that. NaN, the poison, is never within."""
-    error = (result.float() - reference).abs()
+def tolerance_of(reference, partials=()):
+    """Each element's tolerance: 2^-7 relative plus rms/64 absolute; a result summed from bf16
+    `partials` (their f32 values) also gets 2^-8 of sum |P_i| for each of them: every rounding to
+    bf16 of a partial or of a partial sum costs up to that."""
     tolerance = reference.abs() * 2**-7 + reference.pow(2).mean().sqrt() / 64
     if partials:
         tolerance += sum(partial.abs() for partial in partials) * (len(partials) * 2**-8)
+    return tolerance
+
+
+def within_tolerance(result, reference, partials=()):
+    """Whether `result` is `reference` within tolerance_of, its largest error and least
+    tolerance. NaN, the poison, is never within."""
+    error = (result.float() - reference).abs()
+    tolerance = tolerance_of(reference, partials)
     if error.numel() == 0:
         return True, 0.0, float("inf")
     return (bool((error <= tolerance).all()), error.nan_to_num(float("inf")).max().item(),
             tolerance.min().item())
 
 
+def where_wrong(result, reference, partials=()):
+    """Where `result` is out of tolerance: how many elements (how many NaN, the poison: never
+    written), and which 128 x 128 blocks of a matrix, so that a failure points at tiles."""
+    wrong = ~((result.float() - reference).abs() <= tolerance_of(reference, partials))
+    text = f"{int(wrong.sum())} of {wrong.numel()} wrong, {int(result.float().isnan().sum())} NaN"
+    if wrong.dim() == 2:
+        at = wrong.nonzero() // 128
+        blocks = (at[:, 0] * wrong.shape[1] + at[:, 1]).unique().tolist()  # sorted
+        named = [(b // wrong.shape[1], b % wrong.shape[1]) for b in blocks[:12]]
+        text += f"; {len(blocks)} 128 x 128 blocks (row, column): {named}"
+    return text
+
+
 def close_to(result, reference, label, partials=()):
-    """Checks `result` against `reference` (within_tolerance)."""
+    """Checks `result` against `reference` (within_tolerance); a failure says where."""
     ok, error, tolerance = within_tolerance(result, reference, partials)
-    check(ok, f"{label} (max error {error:.3g}, tolerance at least {tolerance:.3g})")
+    where = "" if ok else f"; {where_wrong(result, reference, partials)}"
+    check(ok, f"{label} (max error {error:.3g}, tolerance at least {tolerance:.3g}{where})")
 
 
 def same_on_every_rank(tensor, label):

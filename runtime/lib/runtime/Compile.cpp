@@ -107,6 +107,7 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
     const std::size_t words = std::size_t(group.nodeCount()) * std::max(launch.flagWords, 1);
     SymmetricBuffer netFlags = runtime.heap->allocate(words * sizeof(mk_u32));
     MK_CU_CHECK(cu, cuMemsetD32(reinterpret_cast<CUdeviceptr>(netFlags.local), 0, words));
+    MK_CU_CHECK(cu, cuCtxSynchronize()); // the memset may still be queued when it returns
     group.store().barrier();
     parameter.net_flags = static_cast<mk_u32 *>(netFlags.local);
     parameter.queue = runtime.proxy->queue().deviceView();
@@ -124,6 +125,11 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
   parameter.report = reinterpret_cast<mk_op_report *>(reportOnDevice);
   MK_CU_CHECK(cu, cuMemAlloc(&op->counters, sizeof(mk_op_counters)));
   MK_CU_CHECK(cu, cuMemsetD8(op->counters, 0, sizeof(mk_op_counters)));
+  // The first epoch and the zeroed counters (and the module's mk_watch) have landed before any
+  // launch: a memset, or a copy from pageable memory, may still be queued when the call returns,
+  // and a launch on a non-blocking stream is not ordered after them. Under MPS, a rank's first
+  // launch read epoch 0 without this (docs/notes/controller.md v2).
+  MK_CU_CHECK(cu, cuCtxSynchronize());
   parameter.counters = reinterpret_cast<mk_op_counters *>(op->counters);
   parameter.nodes = static_cast<mk_u32>(group.nodeCount());
   parameter.flag_words = static_cast<mk_u32>(std::max(launch.flagWords, 1));

@@ -25,6 +25,8 @@
 #include <ranges>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace mkc {
 
 CUlaunchConfig persistentLaunch(const LaunchParameters &launch, CUstream stream) {
@@ -207,10 +209,12 @@ bool FusedOp::State::stepControl(CUstream stream) {
   }
   log::debug("{}: SM split settled at {} ({:.3f} ms a launch, slowest rank), kept in {}", name,
              search.best().str(), search.bestTime().value_or(0), control.answer.string());
-  // Written whole, then renamed: a reader sees an answer or none.
+  // Written whole under this process's name (every rank of a node writes one), then renamed: a
+  // reader sees an answer or none.
   std::error_code ignored;
   std::filesystem::create_directories(control.answer.parent_path(), ignored);
-  const std::filesystem::path partial = control.answer.string() + ".partial";
+  const std::filesystem::path partial =
+      fmt::format("{}.partial-{}", control.answer.string(), ::getpid());
   if (std::ofstream(partial) << countsOf(search.best()) << "\n")
     std::filesystem::rename(partial, control.answer, ignored);
   control.search.reset();
