@@ -61,7 +61,7 @@
 // SCHED: mk.wait @launched[%{{.*}}] count 5
 // SCHED: mk.put {{.*}} at gpu %[[OWNER:.+]] via nvlink_store : !mk.tile<[128, 256], bf16>, !mk.tensor<[4, 65536, 256], bf16, symmetric>
 // SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
-// SCHED: mk.role intra_reduce ctas [[INTRA:[0-9]+]] {
+// SCHED: mk.role intra_reduce ctas [[INTRA:[0-9]+]] pool {
 // SCHED: mk.tile_grid {{.*}} distribute gpus
 // SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
 // SCHED: mk.accumulate sum %{{.*}}[:, %{{.*}}, %{{.*}}] : !mk.tensor<[4, 65536, 256], bf16, symmetric>
@@ -96,13 +96,20 @@
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
 // The partial's flag is raised once its store lands, without the consumers waiting for it.
 // CUDA: mk::gemm_signal_gpu([[ENGINE]], [[ARGS]],
-// The node's 4 partials, combined in chunks; 2 node partials, combined through TMA.
-// CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
-// CUDA: mk::store_chunks(
-// CUDA: mk::remote_put([[ARGS]],
+// The engine's CTAs leave it with the registers split evenly, for the pool.
+// CUDA: mk::gemm_leave([[ENGINE]]);
+// The 2 node partials, combined through TMA (inter_reduce), whose CTAs then leave it too.
 // CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
 // CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
 // CUDA: mk::tma_store_reduced([[REDUCE]],
+// CUDA: mk::team_leave();
+// Last, every CTA's: the pool (intra_reduce), its tiles claimed one at a time: the node's 4
+// partials, combined in chunks.
+// CUDA: mk::team_begin();
+// CUDA: mk::claim([[ARGS]], v{{[0-9]+}});
+// CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
+// CUDA: mk::store_chunks(
+// CUDA: mk::remote_put([[ARGS]],
 // CUDA: extern "C" __device__ const mk_kernel_manifest gemm_allreduce_manifest = {
 // CUDA-NEXT: /* abi_version */ MK_ABI_VERSION,
 // CUDA-NEXT: /* grid */ 129,

@@ -31,7 +31,7 @@
 // SCHED: %{{.*}}, %[[OWNER:.+]] = mk.owner %{{.*}}[%{{.*}}, %{{.*}}] tile [128, 256] : !mk.tensor<[8192, 8192], bf16, shard 0 over world>
 // SCHED: mk.put {{.*}} at gpu %[[OWNER]] via nvlink_store
 // SCHED-NEXT: mk.signal @[[STAGED:ready[0-9]]][{{.*}}] at gpu %[[OWNER]] via nvlink_store
-// SCHED: mk.role intra_reduce ctas {{[0-9]+}} {
+// SCHED: mk.role intra_reduce ctas {{[0-9]+}} pool {
 // SCHED: mk.tile_grid {{.*}} global tiles [128, 256] order <swizzle 8> masked distribute gpus
 // SCHED: mk.wait @[[STAGED]][{{.*}}] count 4
 // SCHED: %[[ONODE:.+]], %{{.*}} = mk.owner
@@ -48,22 +48,29 @@
 // CUDA: mk::gemm_load([[ENGINE]],
 // CUDA: mk::gemm_mma([[ENGINE]], 16);
 // CUDA: mk::gemm_store<mk::bf16>([[ENGINE]],
+// CUDA: mk::gemm_leave([[ENGINE]]);
+// The node partials combined through TMA (inter_reduce), whose CTAs then join the pool.
+// CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
+// CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
+// CUDA: mk::tma_store_reduced([[REDUCE]],
+// CUDA: mk::team_leave();
+// The pool (intra_reduce), every CTA's last, its tiles claimed: the node's partials in chunks.
+// CUDA: mk::claim([[ARGS]], v{{[0-9]+}});
 // CUDA: mk::accumulate_chunks<mk::Reduce::sum, mk::bf16, mk::bf16, 128, 256>(
 // CUDA: mk::store_chunks(
 // The node partial goes to the owner's node with its signal in the same command (the flag the
 // last argument, not MK_NO_FLAG).
 // CUDA: mk::remote_put([[ARGS]], {{.*}}, v{{[0-9]+}});
 // CUDA-NOT: mk::signal_node
-// CUDA: [[REDUCE:v[0-9]+]] = mk::TmaReduce<2, mk::bf16, mk::bf16, 128, 256>(mk_smem);
-// CUDA: mk::tma_reduce<mk::Reduce::sum>([[REDUCE]],
-// CUDA: mk::tma_store_reduced([[REDUCE]],
 // CUDA: extern "C" __device__ const mk_kernel_manifest gemm_reducescatter_manifest = {
 // CUDA: /* dynamic_smem_bytes */
 
 // CUBIN: mkc: gemm_reducescatter: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // On one node too, the reduction of GPU g walks the 8 tile rows of shard g: its rows are offset by
-// g shards (the 64 tiles of a shard, one shard per node).
-// SHARD: for (size_t [[I:i[0-9]+]] = {{.*}}; [[I]] < (64);
+// g shards (the 64 tiles of a shard, one shard per node), claimed one at a time (the pool).
+// SHARD: size_t [[POSITIONS:v[0-9]+]] = 64;
+// SHARD: size_t [[I:v[0-9]+]] = mk::claim(v{{[0-9]+}}, [[POSITIONS]]);
+// SHARD-NEXT: bool [[MORE:v[0-9]+]] = (ptrdiff_t) [[I]] < (ptrdiff_t) [[POSITIONS]];
 // SHARD: + (([[I]] / 64) * 2 + v{{[0-9]+}}) * 8;
 // SHARD: mk::tma_reduce<mk::Reduce::sum>(

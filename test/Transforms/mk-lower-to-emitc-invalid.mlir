@@ -174,3 +174,32 @@ mk.program @copies_and_per_cta [] mesh <1x2> (%c: !C) grid 4 {
   mk.role dispatch ctas 2 {
   }
 }
+
+// -----
+
+// The pool's tiles are claimed by every CTA's team: never the GEMM engine's (mk-plan-lowering
+// gives it only roles that multiply, which mk-pool-roles never pools).
+!C = !mk.tensor<[256, 256], bf16, replicated>
+mk.program @pool_on_the_engine [] mesh <1x2> (%c: !C) grid 4 {
+  mk.role compute ctas 2 {
+  }
+  // expected-error @+1 {{is a pool role given the GEMM engine: its tiles are claimed on the tile library's team}}
+  mk.role intra_reduce ctas 2 pool attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 128, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 1, a_rows = 128>} {
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {
+    }
+  }
+}
+
+// -----
+
+// The attention engine's CTAs do not leave it for a pool.
+!C = !mk.tensor<[256, 256], bf16, replicated>
+mk.program @attention_and_pool [] mesh <1x2> (%c: !C) grid 4 {
+  // expected-error @+1 {{runs the attention engine beside a pool role, which its CTAs cannot join (compile with recycle-ctas=false)}}
+  mk.role compute ctas 2 attributes {mk.attention_engine = #mk.attention_engine<element = bf16, head_dim = 128, stages = 2>} {
+  }
+  mk.role intra_reduce ctas 2 pool {
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {
+    }
+  }
+}

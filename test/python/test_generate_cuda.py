@@ -52,7 +52,15 @@ class GenerateCuda(unittest.TestCase):
         self.assertIn('/* sm_split */ {{"compute", 128, 0}}', default)
         roles = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
                                   sm_split={"compute": 116, "intra_reduce": 16})
-        self.assertIn("mk::role_ctas(v1, 1)", roles)
+        # The reduce role is the pool: every CTA claims its tiles once done with its own role's
+        # (mk::claim), none tied to the role's range; with recycle-ctas off, its own CTAs stride.
+        self.assertIn("mk::claim(v1, ", roles)
+        self.assertNotIn("mk::role_ctas(v1, 1)", roles)
+        fixed = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,
+                                  sm_split={"compute": 116, "intra_reduce": 16},
+                                  options={"recycle-ctas": False})
+        self.assertIn("mk::role_ctas(v1, 1)", fixed)
+        self.assertNotIn("mk::claim", fixed)
         # The split the runtime reads back (FusedOp.sm_split).
         self.assertIn('/* sm_split */ {{"compute", 116, 0}, {"intra_reduce", 16, 0}}', roles)
         # Copies by copy engines, which the module lists for the runtime; none by default.
@@ -69,7 +77,7 @@ class GenerateCuda(unittest.TestCase):
                                      options={"gemm-stage": 3})
         self.assertIn("compiler options: unknown compiler option 'gemm-stage' (known: sm-split, "
                       "gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster, in-place-all-reduce, "
-                      "all-reduce-copy-engine, one-shot-all-reduce)", message)
+                      "all-reduce-copy-engine, recycle-ctas, one-shot-all-reduce)", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES, options={"gemm-stages": 1})
         self.assertIn("gemm-stages=1: the GEMM engine's ring has 2 to 8 stages", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,

@@ -33,6 +33,10 @@ cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
                                cl::desc("All-reduce in place on one node of two GPUs, in the "
                                         "compute role (default; =false keeps a reduce role)"),
                                cl::init(true), cl::cat(pipelineCategory));
+cl::opt<bool> recycleCtas("recycle-ctas",
+                          cl::desc("CTAs whose role's work is done join a reduction role's tiles "
+                                   "(default; =false keeps every CTA to its role)"),
+                          cl::init(true), cl::cat(pipelineCategory));
 cl::opt<bool> allReduceCopyEngine("all-reduce-copy-engine",
                                   cl::desc("In the in-place all-reduce, move the tiles between "
                                            "the GPUs with copy engines, not the SMs"),
@@ -91,6 +95,7 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   options.allReduceCopyEngine = allReduceCopyEngine;
+  options.recycleCtas = recycleCtas;
   using mlir::mk::OneShotAllReduce;
   options.oneShotAllReduce = oneShotAllReduce == cl::BOU_TRUE    ? OneShotAllReduce::always
                              : oneShotAllReduce == cl::BOU_FALSE ? OneShotAllReduce::never

@@ -46,6 +46,8 @@ struct PipelineOptions {
   bool inPlaceAllReduce = true;
   /// In the in-place all-reduce, copy engines move the tiles between the GPUs.
   bool allReduceCopyEngine = false;
+  /// CTAs whose role's work is done join a reduction role's tiles (mk-partition-roles' pool).
+  bool recycleCtas = true;
   /// Whether an all-reduce within a node that does not run in place goes in one shot (every GPU
   /// gets every partial and sums every tile): the cost model's choice unless forced.
   OneShotAllReduce oneShotAllReduce = OneShotAllReduce::costModel;
@@ -61,9 +63,9 @@ std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
 
 /// Sets the options `text` names: `;`-separated NAME=VALUE, the names and values of mkc's flags
 /// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster,
-/// in-place-all-reduce=0|1, all-reduce-copy-engine=0|1, one-shot-all-reduce=0|1 (absent: the cost
-/// model's choice)), which is how the runtime's callers override the compiler's choices. Returns
-/// what is wrong, naming the option, if anything (checkPipelineOptions included).
+/// in-place-all-reduce=0|1, all-reduce-copy-engine=0|1, recycle-ctas=0|1, one-shot-all-reduce=0|1
+/// (absent: the cost model's choice)), which is how the runtime's callers override the compiler's
+/// choices. Returns what is wrong, naming the option, if anything (checkPipelineOptions included).
 std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineOptions &options);
 
 } // namespace mlir::mk

@@ -46,6 +46,8 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   // The expansion leaves duplicate place queries and dead constants behind.
   programs.addPass(createCSEPass());
   programs.addPass(createCanonicalizerPass());
+  if (options.recycleCtas)
+    programs.addPass(createMkPoolRoles());
 }
 
 void buildEmitCPipeline(OpPassManager &pm, const PipelineOptions &options) {

@@ -40,20 +40,20 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
         return malformed("an integer");
       field = *parsed;
     } else if (name == "in-place-all-reduce" || name == "all-reduce-copy-engine" ||
-               name == "one-shot-all-reduce") {
+               name == "recycle-ctas" || name == "one-shot-all-reduce") {
       if (value != "0" && value != "1")
         return malformed("0 or 1");
       if (name == "one-shot-all-reduce")
         options.oneShotAllReduce =
             value == "1" ? OneShotAllReduce::always : OneShotAllReduce::never;
       else
-        (name == "in-place-all-reduce" ? options.inPlaceAllReduce : options.allReduceCopyEngine) =
-            value == "1";
+        (name == "in-place-all-reduce" ? options.inPlaceAllReduce
+         : name == "recycle-ctas"      ? options.recycleCtas
+                                       : options.allReduceCopyEngine) = value == "1";
     } else {
       return ("unknown compiler option '" + name +
               "' (known: sm-split, gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster, "
-              "in-place-all-reduce, "
-              "all-reduce-copy-engine, one-shot-all-reduce)")
+              "in-place-all-reduce, all-reduce-copy-engine, recycle-ctas, one-shot-all-reduce)")
           .str();
     }
   }

@@ -21,7 +21,7 @@ using namespace mlir::mk::sim::detail;
 void Machine::endOfBlock(Thread &thread) {
   Frame &frame = thread.frames.back();
   if (auto grid = dyn_cast<TileGridOp>(frame.owner)) {
-    if (++frame.tile < frame.tiles.size()) {
+    if (++frame.tile < frame.tiles.size() || (frame.claims && claimTile(thread, frame, grid))) {
       for (auto [arg, coord] :
            llvm::zip(grid.getBodyBlock().getArguments(), frame.tiles[frame.tile]))
         thread.env[arg] = coord;
@@ -32,7 +32,13 @@ void Machine::endOfBlock(Thread &thread) {
   thread.frames.pop_back();
   if (!thread.frames.empty())
     return;
-  // The role's block is done: so is the thread.
+  // The role's block is done: its CTA joins the pool, if there is one, and is done after it.
+  if (pool && thread.role != pool && !thread.joined) {
+    thread.joined = true;
+    Block &block = pool.getBody().front();
+    thread.frames.push_back(Frame{&block, block.begin(), pool});
+    return;
+  }
   thread.status = Status::done;
   Rank &rank = ranks[thread.rank];
   --rank.live;
@@ -69,7 +75,11 @@ FailureOr<Machine::Outcome> Machine::enterGrid(Thread &thread, TileGridOp grid) 
     place.holder = integer(thread, holder);
   TileWalk::Bound<int64_t> bound = walk.bind(ops, place);
   Frame frame{&grid.getBodyBlock(), grid.getBodyBlock().begin(), grid};
-  if (const std::optional<TileWalk::Grouped> &grouped = walk.grouped()) {
+  if (grid->getParentOp() == pool.getOperation()) {
+    // Claimed as it goes, by the pool's CTAs and those that joined it.
+    frame.claims = true;
+    claimTile(thread, frame, grid);
+  } else if (const std::optional<TileWalk::Grouped> &grouped = walk.grouped()) {
     // Within row counts: the grid reads them as it starts, and walks the tiles they hold.
     Value rowCounts = grid.getRowCounts();
     const Tensor &counts = tensorOf(thread.rank, rowCounts);
@@ -101,6 +111,22 @@ FailureOr<Machine::Outcome> Machine::enterGrid(Thread &thread, TileGridOp grid) 
   ++thread.frames.back().next;
   thread.frames.push_back(std::move(frame));
   return Outcome::entered;
+}
+
+bool Machine::claimTile(Thread &thread, Frame &frame, TileGridOp grid) {
+  const TileWalk &walk = walks.at(grid);
+  IntIndexOps ops;
+  Rank &rank = ranks[thread.rank];
+  TileWalk::Place<int64_t> place{rank.node, rank.gpu, std::nullopt};
+  TileWalk::Bound<int64_t> bound = walk.bind(ops, place);
+  while (rank.claimed < bound.positions) {
+    auto tile = walk.tileAt(ops, bound, rank.claimed++, place);
+    if (!tile.visits || *tile.visits) {
+      frame.tiles.emplace_back(tile.coords.begin(), tile.coords.end());
+      return true;
+    }
+  }
+  return false;
 }
 
 //===----------------------------------------------------------------------===//

@@ -127,6 +127,8 @@ LogicalResult Machine::prepare() {
   for (int64_t r = 0; r < world; ++r) {
     int64_t begin = 0;
     for (RoleOp role : body.getOps<RoleOp>()) {
+      if (role.getPool())
+        pool = role;
       int64_t ctas = *role.getCtas();
       for (int64_t c = 0; c < ctas; ++c) {
         Thread &t = threads[r * perRank + begin + c];
@@ -169,6 +171,7 @@ void Machine::startLaunch(int64_t r) {
     if (!outputs[a])
       rank.tensors[a].data = inputs[a];
   rank.running = true;
+  rank.claimed = 0;
   rank.live = rank.threads.size();
   rank.ready.clear();
   for (int64_t id : rank.threads) {
@@ -176,6 +179,7 @@ void Machine::startLaunch(int64_t r) {
     t.frames.clear();
     t.env.clear();
     t.nextCopy = 0;
+    t.joined = false;
     t.clock = rank.end;
     ++t.clock[id];
     t.status = Status::ready;

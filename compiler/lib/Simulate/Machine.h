@@ -103,6 +103,7 @@ struct Frame {
   int64_t iv = 0, ub = 0, step = 1;           // scf.for
   std::vector<SmallVector<int64_t, 4>> tiles; // mk.tile_grid
   size_t tile = 0;
+  bool claims = false; // the pool's grid: its tiles are claimed one at a time
 };
 
 enum class Status { ready, blocked, done };
@@ -111,6 +112,8 @@ struct Thread {
   int64_t id, rank, cta = -1; // cta -1: the rank's copy engines
   RoleOp role;
   int64_t roleCta = 0, roleCtas = 1;
+  /// Whether it has joined the pool, its own role's work done.
+  bool joined = false;
   std::vector<Frame> frames;
   DenseMap<Value, SimValue> env;
   Status status = Status::done;
@@ -150,6 +153,8 @@ struct Rank {
   std::vector<Tensor> tensors;
   std::vector<FlagWord> flags;
   int64_t launch = 0;
+  /// Positions of the pool's walk claimed in this launch.
+  int64_t claimed = 0;
   bool running = false;
   std::vector<int64_t> threads, ready;
   int64_t live = 0;
@@ -205,6 +210,9 @@ private:
   void endOfBlock(Thread &thread);
   LogicalResult yield(Thread &thread, Operation *terminator);
   FailureOr<Outcome> enterGrid(Thread &thread, TileGridOp grid);
+  /// Claims the pool grid's next position that `thread`'s rank visits, appending its tile to
+  /// `frame`: false once the walk is claimed out.
+  bool claimTile(Thread &thread, Frame &frame, TileGridOp grid);
   void engineStep(Thread &thread);
 
   // Memory.
@@ -285,6 +293,8 @@ private:
   int64_t flagWords = 0;
   DenseMap<Operation *, TileWalk> walks;
   SmallVector<EngineCopyOp> engineCopies;
+  /// The role the others' CTAs join when done (RoleOp's pool), if any.
+  RoleOp pool;
   DenseMap<Value, SimValue> constants;
 
   std::vector<Rank> ranks;

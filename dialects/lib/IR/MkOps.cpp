@@ -1020,6 +1020,21 @@ LogicalResult SequenceTileOp::verify() {
 // Scheduled level
 //===----------------------------------------------------------------------===//
 
+LogicalResult RoleOp::verify() {
+  if (!getPool())
+    return success();
+  // Its tiles are claimed one by one and the other roles' CTAs join it: one grid, no work tied to
+  // particular CTAs, one such role a program.
+  Block &body = getBody().front();
+  if (!llvm::hasSingleElement(body) || !isa<TileGridOp>(body.front()))
+    return emitOpError() << "is a pool, whose body must be a single mk.tile_grid (its tiles are "
+                            "claimed at run time by any CTA)";
+  for (RoleOp other : (*this)->getParentOp()->getRegion(0).getOps<RoleOp>())
+    if (other != *this && other.getPool())
+      return emitOpError() << "is a pool beside another: a program has one at most";
+  return success();
+}
+
 LogicalResult FlagsOp::verify() {
   if (getShape().empty() || llvm::any_of(getShape(), [](int64_t e) { return e < 1; }))
     return emitOpError() << "needs a non-empty shape of positive extents";

@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 14
+#define MK_ABI_VERSION 15
 
 typedef int mk_i32;
 
@@ -205,11 +205,14 @@ typedef struct mk_op_counters {
  * copies. `role_ctas[r]` is role r's CTAs summed over the launches before `epoch`'s, which the
  * last CTA adds this launch's to as it advances the epoch, where the kernel's waits count
  * arrivals per CTA of a role: the split may change between launches (mk_role_range), so such a
- * flag holds that sum times its count, not the epoch times a fixed one. */
+ * flag holds that sum times its count, not the epoch times a fixed one. `claims` counts the
+ * positions of the pool role's walk that CTAs have claimed in the launch (RoleOp's pool), the
+ * launch's last claim putting it back to 0. */
 typedef struct mk_launch_count {
   mk_u32 epoch;
   mk_u32 readers;
   mk_u32 role_ctas[MK_MAX_ROLES];
+  mk_u32 claims;
 } mk_launch_count;
 
 /* The CTAs [first, first + ctas) of the grid that one role takes in a launch: the manifest's
@@ -263,7 +266,7 @@ static_assert(sizeof(mk_wait_watch) == 24, "mk_wait_watch layout");
 static_assert(sizeof(mk_routing_report) == 24, "mk_routing_report layout");
 static_assert(sizeof(mk_op_report) == 24, "mk_op_report layout");
 static_assert(sizeof(mk_op_counters) == 8, "mk_op_counters layout");
-static_assert(sizeof(mk_launch_count) == 8 + 4 * MK_MAX_ROLES, "mk_launch_count layout");
+static_assert(sizeof(mk_launch_count) == 12 + 4 * MK_MAX_ROLES, "mk_launch_count layout");
 static_assert(sizeof(mk_kernel_args) ==
                   128 * MK_MAX_TENSOR_MAPS + ((72 * MK_MAX_TENSORS + 8 + 8 * MK_MAX_GPUS_PER_NODE +
                                                8 + 64 + 8 + 8 + 8 + 8 * MK_MAX_ROLES + 24 + 63) /

@@ -183,6 +183,29 @@ mk.program @too_many_ctas [] mesh <1x2> () grid 132 {
 
 // -----
 
+mk.program @pool_of_two_ops [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) grid 132 {
+  mk.role compute ctas 120 {}
+  // expected-error @+1 {{'mk.role' op is a pool, whose body must be a single mk.tile_grid (its tiles are claimed at run time by any CTA)}}
+  mk.role intra_reduce ctas 12 pool {
+    mk.single_cta {}
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {}
+  }
+}
+
+// -----
+
+mk.program @two_pools [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) grid 132 {
+  // expected-error @+1 {{'mk.role' op is a pool beside another: a program has one at most}}
+  mk.role intra_reduce ctas 120 pool {
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {}
+  }
+  mk.role inter_reduce ctas 12 pool {
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !mk.tensor<[256, 256], bf16, replicated> {}
+  }
+}
+
+// -----
+
 mk.program @grid_outside_role [] mesh <1x2> (%c: !mk.tensor<[256, 256], bf16, replicated>) grid 132 {
   mk.role compute ctas 120 {}
   // expected-error @+1 {{'mk.tile_grid' op is outside every role of a scheduled program}}

@@ -53,6 +53,11 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   if (roles.size() > MK_MAX_ROLES)
     return program.emitError() << "has " << roles.size() << " roles, more than a kernel's manifest "
                                << "holds (" << MK_MAX_ROLES << ", MK_MAX_ROLES)";
+  pooled = llvm::any_of(roles, [](RoleOp role) { return role.getPool(); });
+  for (RoleOp role : roles)
+    if (attentionEngineOf(role) && pooled)
+      return role.emitOpError() << "runs the attention engine beside a pool role, which its CTAs "
+                                   "cannot join (compile with recycle-ctas=false)";
   for (RoleOp role : roles)
     layout.split.roles.push_back({stringifyRoleKind(role.getKind()).str(),
                                   static_cast<int64_t>(role.getCtas().value_or(0))});
@@ -172,6 +177,13 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
   emitc::ReturnOp::create(tail, loc, Value());
   SmallVector<scf::IfOp> branches;
   for (auto [index, role] : llvm::enumerate(llvm::to_vector(func.getBody().getOps<RoleOp>()))) {
+    // The pool's code comes last, run by every CTA once its own role's is done.
+    if (role.getPool()) {
+      role->moveBefore(func.getBody().front().getTerminator());
+      if (failed(lowerRole(role, cta, static_cast<int64_t>(index))))
+        return failure();
+      continue;
+    }
     // The role's branch takes its place.
     Operation *next = role->getNextNode();
     if (failed(lowerRole(role, cta, static_cast<int64_t>(index))))

@@ -111,9 +111,14 @@ Value PatternBase::pointer(OpBuilder &b, Location loc, DistTensorType type, Valu
 }
 
 Value PatternBase::ofRole(ArrayRef<Value> values, Operation *op) {
-  for (Value value : values)
-    if (value.getDefiningOp()->getBlock()->findAncestorOpInBlock(*op))
+  // The value's scope is what follows it in its block: the pool's, which every CTA runs after
+  // the roles' branches, holds none of theirs.
+  for (Value value : values) {
+    Operation *definition = value.getDefiningOp();
+    Operation *ancestor = definition->getBlock()->findAncestorOpInBlock(*op);
+    if (ancestor && definition->isBeforeInBlock(ancestor))
       return value;
+  }
   return Value();
 }
 

@@ -122,14 +122,21 @@ bool producerWaitsOnly(Operation *op) {
 LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index) {
   Location loc = role.getLoc();
   OpBuilder b(role);
-  // The launch's split, not the compiler's: one kernel runs any (FusedOp::setSmSplit).
+  const bool pool = role.getPool();
+  // The launch's split, not the compiler's: one kernel runs any (FusedOp::setSmSplit). The pool
+  // is every CTA's, its tiles claimed.
   Value args = kernelArgs(role);
-  Value first = toIndex(b, loc, roleFirst(b, loc, args, index));
-  Value ctas = toIndex(b, loc, roleCtas(b, loc, args, index));
-  Value end = arith::AddIOp::create(b, loc, first, ctas);
-  Value inRole = arith::AndIOp::create(
-      b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
+  Value first, ctas, inRole;
+  if (pool) {
+    inRole = arith::ConstantIntOp::create(b, loc, 1, 1);
+  } else {
+    first = toIndex(b, loc, roleFirst(b, loc, args, index));
+    ctas = toIndex(b, loc, roleCtas(b, loc, args, index));
+    Value end = arith::AddIOp::create(b, loc, first, ctas);
+    inRole = arith::AndIOp::create(
+        b, loc, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, cta, first),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, cta, end));
+  }
   auto branch = scf::IfOp::create(b, loc, inRole, /*withElseRegion=*/false);
   Block *then = branch.thenBlock();
   then->getOperations().splice(then->begin(), role.getBody().front().getOperations());
@@ -138,7 +145,7 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index
   role.erase();
 
   OpBuilder tb = OpBuilder::atBlockBegin(then);
-  Value roleCta = arith::SubIOp::create(tb, loc, cta, first);
+  Value roleCta = pool ? Value() : arith::SubIOp::create(tb, loc, cta, first).getResult();
   branch.getThenRegion().walk([&](Operation *op) {
     if (isa<RouteRowsOp, RoutePackOp>(op))
       layout.roleOf[op] = index;
@@ -163,12 +170,28 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index
   }
 
   if (engine) {
+    if (pool)
+      return emitError(loc) << "is a pool role given the GEMM engine: its tiles are claimed on "
+                               "the tile library's team";
     layout.cluster = std::max(layout.cluster, engine.getCluster());
     return lowerEngineRole(branch, engine);
   }
   if (attention)
     return lowerAttentionRole(branch, attention, ctas);
-  return lowerTeamRole(branch);
+  if (failed(lowerTeamRole(branch)))
+    return failure();
+  if (pooled && !pool) {
+    OpBuilder end(branch.thenBlock()->getTerminator());
+    call(end, loc, {}, "mk::team_leave", {});
+  }
+  if (pool) {
+    // Every CTA's: the branch's code in its place.
+    Block *then = branch.thenBlock();
+    then->getTerminator()->erase();
+    branch->getBlock()->getOperations().splice(branch->getIterator(), then->getOperations());
+    branch.erase();
+  }
+  return success();
 }
 
 LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
@@ -359,5 +382,9 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
   call(consumerBegin, loc, {}, "mk::gemm_consumer_begin", {engine});
   OpBuilder end(consumer->getTerminator());
   call(end, loc, {}, "mk::gemm_finish", {engine});
+  if (pooled) {
+    OpBuilder leave(role->getTerminator());
+    call(leave, loc, {}, "mk::gemm_leave", {engine});
+  }
   return success();
 }

@@ -3,7 +3,8 @@
 // CTA c of a role's n takes positions c, c + n, ... of the grid's walk (TileWalk: the tiles a
 // grid visits, decoded in its order, local-first rotation, round-robin ownership; within row
 // counts, the device library's grouped walk over them); the body runs at each, for the tiles this
-// rank visits.
+// rank visits. The pool's grid is walked by whichever CTA's team claims the next position
+// (mk::claim, an atomic count a launch), those of the other roles joining it when done.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,18 +46,39 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value
     bound.positions =
         toIndex(b, loc, call(b, loc, sizeT, "mk::grouped_positions", {grouped}).getResult(0));
   }
-  auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ctas);
-  b.setInsertionPointToStart(loop.getBody());
+  Value position;
+  if (ctas) {
+    auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ctas);
+    b.setInsertionPointToStart(loop.getBody());
+    position = loop.getInductionVar();
+  } else {
+    // while ((p = claim) < positions) { body at p }: the next claim after the tile's work.
+    assert(!grouped && "mk-pool-roles pools no grid within row counts");
+    Type index = b.getIndexType();
+    auto loop = scf::WhileOp::create(b, loc, TypeRange{index}, ValueRange{});
+    b.createBlock(&loop.getBefore());
+    auto sizeT = emitc::SizeTType::get(b.getContext());
+    Value claimed = toIndex(
+        b, loc,
+        call(b, loc, sizeT, "mk::claim", {kernelArgs(loop), toSizeT(b, loc, bound.positions)})
+            .getResult(0));
+    Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, claimed, bound.positions);
+    scf::ConditionOp::create(b, loc, more, claimed);
+    Block *after = b.createBlock(&loop.getAfter(), {}, {index}, {loc});
+    position = after->getArgument(0);
+    scf::YieldOp::create(b, loc);
+    b.setInsertionPointToStart(after);
+  }
   TileWalk::Tile<Value, Value> tile;
   Value at;
   if (grouped) {
     at = call(b, loc, emitc::OpaqueType::get(grid.getContext(), "mk::GroupedTile"),
-              "mk::grouped_tile", {grouped, toSizeT(b, loc, loop.getInductionVar())})
+              "mk::grouped_tile", {grouped, toSizeT(b, loc, position)})
              .getResult(0);
     // A position past the walk's end names no tile: skipped, never waited on.
     tile.visits = call(b, loc, b.getI1Type(), "mk::tile_within", {at}).getResult(0);
   } else {
-    tile = walk->tileAt(ops, bound, loop.getInductionVar(), place);
+    tile = walk->tileAt(ops, bound, position, place);
   }
   if (tile.visits) {
     auto owned = scf::IfOp::create(b, loc, *tile.visits, /*withElseRegion=*/false);

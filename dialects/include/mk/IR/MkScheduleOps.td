@@ -16,16 +16,23 @@ def Mk_RoleOp : Mk_Op<"role", [HasParent<"ProgramOp">, SingleBlock, NoTerminator
     run this body. Tile grids inside a role are spread over its CTAs; other ops run on each of
     them. The count is left out until mk-partition-roles assigns it.
 
+    A `pool` role (one a program at most, its body a single tile grid) is the grid's CTAs'
+    recycled work: its tiles are claimed one at a time at run time, in the walk's order, and every
+    CTA of the other roles joins it once its own role's work is done, so that a split that gives
+    it too few CTAs costs little (mk-pool-roles decides it).
+
     ```mlir
     mk.role compute ctas 120 {
       mk.tile_grid ...
     }
-    mk.role intra_reduce ctas 12 { ... }
+    mk.role intra_reduce ctas 12 pool { ... }
     ```
   }];
-  let arguments = (ins Mk_RoleKind:$kind, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$ctas);
+  let arguments = (ins Mk_RoleKind:$kind, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$ctas,
+                       UnitAttr:$pool);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$kind (`ctas` $ctas^)? attr-dict-with-keyword $body";
+  let assemblyFormat = "$kind (`ctas` $ctas^)? (`pool` $pool^)? attr-dict-with-keyword $body";
+  let hasVerifier = 1;
 }
 
 def Mk_FlagsOp : Mk_Op<"flags", [Symbol, HasParent<"ProgramOp">]> {

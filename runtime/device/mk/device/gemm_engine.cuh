@@ -239,6 +239,10 @@ __device__ __forceinline__ void gemm_flush_signals(GemmEngine<Config> &e);
 /// are done, and waits for the outstanding stores, which read shared memory.
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e);
 
+/// Every thread, its role's work done, before the CTA joins the pool role (RoleOp's pool): the
+/// registers split evenly again, as at the kernel's start (mk::team_leave's counterpart).
+template <typename Config> __device__ __forceinline__ void gemm_leave(GemmEngine<Config> &e);
+
 } // namespace mk
 
 #include "mk/device/impl/gemm_engine__funcs.cuh"

@@ -252,6 +252,35 @@ __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t 
 __device__ __forceinline__ void team_begin() { ptx::setmaxnreg_inc<240>(); }
 __device__ __forceinline__ void team_idle() { ptx::setmaxnreg_dec<24>(); }
 
+/// A role's CTAs leave it for the pool (RoleOp's pool) with the registers split evenly again, as
+/// at the kernel's start, so that the pool's code, after every role's, starts from one count (the
+/// count ptxas must know at each point, whichever role a CTA ran): the team's registers back to the
+/// third warpgroup.
+__device__ __forceinline__ void team_leave() {
+  __syncthreads(); // every warp of a warpgroup is past its last setmaxnreg
+  if (team_member())
+    ptx::setmaxnreg_dec<kEvenRegisters>();
+  else
+    ptx::setmaxnreg_inc<kEvenRegisters>();
+}
+
+namespace detail {
+/// The pool's position the team's thread 0 claimed last.
+__shared__ mk_u32 claimed;
+} // namespace detail
+
+/// The pool's next of its walk's `positions`, from the launch's count of claims (mk_launch_count),
+/// which every CTA of the grid draws from until it draws past the end: every team thread,
+/// together; a position past the end means the pool is done.
+__device__ __forceinline__ int64_t claim(const mk_kernel_args &args, int64_t positions) {
+  team_sync(); // every team thread has read the last claim
+  if (team_thread() == 0)
+    detail::claimed = static_cast<mk_u32>(detail::claim_from(
+        &args.launches->claims, static_cast<int>(positions), static_cast<int>(gridDim.x)));
+  team_sync();
+  return detail::claimed;
+}
+
 /// Tensor map `index` of the launch, in place in the kernel's parameter (TMA reads it there).
 __device__ __forceinline__ const mk_tensor_map *tensor_map(const mk_kernel_args &args,
                                                            int64_t index) {

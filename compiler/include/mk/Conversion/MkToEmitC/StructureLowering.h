@@ -5,7 +5,8 @@
 // offsets into the flag region (KernelLowering.cpp); each role a branch on the CTA index, running
 // the GEMM or attention engine's producer and consumers or the tile library's team as
 // mk-plan-lowering decided (RoleLowering.cpp); each tile grid a loop over its tiles in the chosen
-// order, strided over the role's CTAs (TileGridLowering.cpp).
+// order, strided over the role's CTAs, or, in the pool role, claimed one at a time by every CTA as
+// its own role's work is done (TileGridLowering.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,12 +47,16 @@ private:
   LogicalResult lowerAttentionRole(scf::IfOp branch, AttentionEngineAttr engine, Value ctas);
   /// Runs a role on the tile library's team, with its TMA reduction and bulk copies if any.
   LogicalResult lowerTeamRole(scf::IfOp branch);
-  /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`.
+  /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`; the pool's
+  /// (null `ctas`) over the positions the team claims (mk::claim).
   LogicalResult lowerGrid(TileGridOp grid, Value roleCta, Value ctas);
 
   ProgramOp program;
   KernelLayout &layout;
   MeshAttr mesh;
+  /// Whether a role is the program's pool, which every CTA joins when done with its own role's:
+  /// the other roles' CTAs leave theirs with the registers split evenly again.
+  bool pooled = false;
 };
 
 } // namespace mlir::mk::to_emitc

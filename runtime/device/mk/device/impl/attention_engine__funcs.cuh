@@ -152,11 +152,7 @@ __device__ __forceinline__ int attention_claim_tile(AttentionEngine<Config> &e, 
                                                     int tiles, int claimers) {
   const int n = e.tiles()++, slot = n % Config::kTileSlots;
   ptx::mbarrier_wait(e.tile_empty(slot), (n / Config::kTileSlots & 1) ^ 1);
-  const int tile = static_cast<int>(atomicAdd(counter, 1u));
-  // Each CTA claims until it draws past the end, once: the launch's last claim is this one, and
-  // no CTA claims after it. The counter starts the next launch at 0.
-  if (tile == tiles + claimers - 1)
-    atomicExch(counter, 0u);
+  const int tile = detail::claim_from(counter, tiles, claimers);
   asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(e.tile_slot(slot)), "r"(tile) : "memory");
   ptx::mbarrier_arrive(e.tile_full(slot));
   return tile;

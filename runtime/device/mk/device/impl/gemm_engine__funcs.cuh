@@ -195,10 +195,23 @@ public:
       __syncthreads();
     }
   }
-  /// In a cluster, no CTA leaves while another may still arrive on its barriers.
+  /// In a cluster, no CTA leaves while another may still arrive on its barriers; then they end,
+  /// so that the CTA may use their shared memory for another role's (RoleOp's pool).
   __device__ ~GemmEngine() {
     if constexpr (Config::kCluster > 1)
       ptx::cluster_sync();
+    else
+      __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < Config::kStages; ++s) {
+        ptx::mbarrier_inval(full(s));
+        ptx::mbarrier_inval(empty(s));
+      }
+      for (int slot = 0; slot < Config::kSendSlots; ++slot) {
+        ptx::mbarrier_inval(send_ready(slot));
+        ptx::mbarrier_inval(send_done(slot));
+      }
+    }
   }
   GemmEngine(const GemmEngine &) = delete;
   GemmEngine &operator=(const GemmEngine &) = delete;
@@ -924,6 +937,16 @@ gemm_store_rows(GemmEngine<Config> &e, const GemmTile<C> &acc, const int *origin
                                          static_cast<mk_u32>(slots), detail::kSendRows,
                                          static_cast<unsigned char>(index), 0, 0, origins});
   });
+}
+
+/// The engine's CTAs leave its role for the pool (RoleOp's pool) with the registers split evenly
+/// again (team_leave): every thread, after gemm_finish.
+template <typename Config> __device__ __forceinline__ void gemm_leave(GemmEngine<Config> &) {
+  __syncthreads(); // every warp of a warpgroup is past its last setmaxnreg
+  if (gemm_is_producer())
+    ptx::setmaxnreg_inc<kEvenRegisters>();
+  else
+    ptx::setmaxnreg_dec<kEvenRegisters>();
 }
 
 template <typename Config> __device__ __forceinline__ void gemm_finish(GemmEngine<Config> &e) {

@@ -665,6 +665,21 @@ __device__ __forceinline__ int team_thread() {
   __builtin_assume(thread >= 0 && thread < MK_TEAM_THREADS);
   return thread;
 }
+namespace detail {
+/// The next of `tiles` from `counter`, which `claimers` CTAs draw from, each until it draws past
+/// the end, once: the launch's last claim is the last CTA's, which puts the counter back to 0 for
+/// the next launch.
+__device__ __forceinline__ int claim_from(unsigned *counter, int tiles, int claimers) {
+  const int tile = static_cast<int>(atomicAdd(counter, 1u));
+  if (tile == tiles + claimers - 1)
+    atomicExch(counter, 0u);
+  return tile;
+}
+} // namespace detail
+
+/// Registers a thread where every warpgroup has as many: at the kernel's start (what ptxas
+/// allocates for MK_CTA_THREADS threads a CTA, one CTA an SM).
+constexpr int kEvenRegisters = 65536 / MK_CTA_THREADS / 8 * 8;
 /// Whether this thread belongs to the team of a CTA without an engine.
 __device__ __forceinline__ bool team_member() { return threadIdx.x < MK_TEAM_THREADS; }
 /// The team's barrier (named barrier 1): the team's threads only, so that the rest of the CTA
