@@ -127,8 +127,7 @@ std::shared_ptr<FusedOp::State> bindOp(const std::shared_ptr<Runtime::State> &st
   MK_CU_CHECK(cu, cuMemsetD8(op->counters, 0, sizeof(mk_op_counters)));
   // The first epoch and the zeroed counters (and the module's mk_watch) have landed before any
   // launch: a memset, or a copy from pageable memory, may still be queued when the call returns,
-  // and a launch on a non-blocking stream is not ordered after them. Under MPS, a rank's first
-  // launch read epoch 0 without this (docs/notes/controller.md v2).
+  // and a launch on a non-blocking stream is not ordered after them.
   MK_CU_CHECK(cu, cuCtxSynchronize());
   parameter.counters = reinterpret_cast<mk_op_counters *>(op->counters);
   parameter.nodes = static_cast<mk_u32>(group.nodeCount());
