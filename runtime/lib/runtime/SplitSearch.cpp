@@ -11,8 +11,7 @@ using mlir::mk::SmSplit;
 
 SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster)
     : compiled_(compiled), best_(compiled), candidate_(compiled),
-      cluster_(std::max<std::int64_t>(cluster, 1)),
-      directions_{{0.5, 0.25}, {2, 4}}, tried_{compiled} {
+      cluster_(std::max<std::int64_t>(cluster, 1)), directions_{{0.5}, {2, 4}}, tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
 }
@@ -29,6 +28,9 @@ std::optional<SmSplit> SplitSearch::scaled(double factor) const {
     others += split.roles[i].ctas;
   }
   split.roles[0].ctas = grid - others;
+  for (std::size_t i = 0; i < split.roles.size(); ++i)
+    if (2 * split.roles[i].ctas < compiled_.roles[i].ctas)
+      return std::nullopt;
   if (split.checkLaunch(compiled_, cluster_) ||
       std::find(tried_.begin(), tried_.end(), split) != tried_.end())
     return std::nullopt;
@@ -39,7 +41,9 @@ void SplitSearch::measured(double milliseconds) {
   if (done_)
     return;
   candidateTime_ = candidateLaunches_ == 0 ? milliseconds : std::min(candidateTime_, milliseconds);
-  if (++candidateLaunches_ < kLaunchesPerCandidate)
+  // A candidate far slower than the best gets no second launch.
+  const bool hopeless = bestTime_ && milliseconds > 2 * *bestTime_;
+  if (++candidateLaunches_ < kLaunchesPerCandidate && !hopeless)
     return;
   const bool first = !bestTime_, better = first || candidateTime_ < *bestTime_;
   if (better) {

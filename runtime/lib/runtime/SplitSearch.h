@@ -5,12 +5,14 @@
 // its grid, and the split is a launch parameter (mk_kernel_args::roles), so the controller can try
 // splits on the launches an application makes anyway: every one still computes the right result.
 // It starts from the compiler's split (the cost model's), then scales the CTAs of every role but
-// the first (compute keeps the rest of the grid) down by 2 and 4, then up by 2 and 4, in whole
-// clusters. Each candidate is timed on kLaunchesPerCandidate launches, the best of them counting,
-// as the slowest rank took it (the caller gathers it, so every rank sees the same times and
-// takes the same steps); a direction stops at its first candidate no faster than the best so
-// far, which keeps exploring near the cost model's split and under twice its time there, and the
-// search settles on the fastest within 10 launches. Pure: the caller launches, times and agrees.
+// the first (compute keeps the rest of the grid) down by 2, then up by 2 and 4, in whole
+// clusters, never leaving a role fewer than half its compiled CTAs: a role's time grows at most
+// as its CTAs shrink, so no candidate is much slower than twice the compiler's split. Each
+// candidate is timed on kLaunchesPerCandidate launches, the best of them counting, as the slowest
+// rank took it (the caller gathers it, so every rank sees the same times and takes the same
+// steps); one whose first launch took more than twice the best time gets no second; a direction
+// stops at its first candidate no faster than the best so far, and the search settles on the
+// fastest within 10 launches. Pure: the caller launches, times and agrees.
 //
 //   SplitSearch search(compiled, cluster);
 //   while (!search.done()) { launch at search.current(); search.measured(slowestRankMs); }
@@ -49,8 +51,8 @@ public:
 
 private:
   /// The compiler's split with every role but the first scaled by `factor` (whole clusters, one
-  /// at least; the first keeps the rest, at least one cluster), if that differs from the splits
-  /// tried and fits.
+  /// at least; the first keeps the rest), if that differs from the splits tried, fits, and leaves
+  /// every role half its compiled CTAs or more.
   std::optional<mlir::mk::SmSplit> scaled(double factor) const;
   /// Moves on to the next candidate of the ladder, or settles.
   void advance();

@@ -53,9 +53,9 @@ std::function<double(const SmSplit &)> bestAt(std::int64_t best) {
 
 TEST_CASE("the search settles on the best split within 10 launches", "[controller]") {
   const SmSplit compiled = split(120, 12);
-  SECTION("fewer reduce CTAs") {
+  SECTION("fewer reduce CTAs, down to half the compiler's") {
     Run run = search(compiled, 1, bestAt(3));
-    CHECK(run.settled == split(129, 3));
+    CHECK(run.settled == split(126, 6));
     CHECK(run.launches <= 10);
   }
   SECTION("more") {
@@ -83,13 +83,22 @@ TEST_CASE("the search never settles on a split slower than the compiler's", "[co
 
 TEST_CASE("exploring stays under twice the compiler's time where time grows away from it",
           "[controller]") {
-  // A reduce role starved below 6 CTAs is 3x slower: the search goes down once, sees it slower,
-  // and turns.
+  // A reduce role starved below 6 CTAs is 3x slower: the search never takes a role below half its
+  // compiled CTAs, so it never gets there.
   const auto cliff = [](const SmSplit &at) { return at.roles[1].ctas < 6 ? 3.0 : 1.0; };
   Run run = search(split(120, 12), 1, cliff);
   CHECK(run.settled == split(120, 12));
-  // Down to 6 (no slower), then 3 (the cliff) once: one candidate past the cliff at most.
+  CHECK(run.worst < 2.0);
   CHECK(run.launches <= 10);
+  // Nor compute below half its CTAs: from 66 and 66, the reduce role may grow to 99 at most.
+  const auto slowCompute = [](const SmSplit &at) { return 66.0 / at.roles[0].ctas; };
+  Run even = search(split(66, 66), 1, slowCompute);
+  CHECK(even.worst <= 2.0);
+  // A candidate over twice the best is launched once, not twice.
+  const auto wall = [](const SmSplit &at) { return at.roles[1].ctas > 12 ? 5.0 : 1.0; };
+  Run walled = search(split(120, 12), 1, wall);
+  CHECK(walled.settled == split(120, 12));
+  CHECK(walled.launches == 2 * SplitSearch::kLaunchesPerCandidate + 1);
 }
 
 TEST_CASE("a split in clusters keeps whole clusters, one op of one role has nothing to search",
