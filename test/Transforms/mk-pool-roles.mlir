@@ -1,13 +1,13 @@
 // RUN: mk-opt %s -split-input-file -mk-pool-roles | FileCheck %s
 
-// mk-pool-roles makes the first reduction role whose body is one tile grid, walked whole, the
-// pool that the other roles' CTAs join when done with their own work (its tiles claimed one at
-// a time).
+// mk-pool-roles makes the first reduction within a node whose body is one tile grid, walked
+// whole, the pool that the other roles' CTAs join when done with their own work (its tiles
+// claimed one at a time).
 
 !C = !mk.tensor<[1024, 1024], bf16, replicated>
 
-// inter_reduce, of two grids, is not a pool; intra_reduce, of one, is; a role of another kind
-// never is.
+// intra_reduce, of one grid, is the pool; a role of another kind never is (inter_reduce, across
+// nodes, not yet).
 // CHECK-LABEL: mk.program @first_of_one_grid
 // CHECK: mk.role compute ctas 100 {
 // CHECK: mk.role inter_reduce ctas 10 {
@@ -33,8 +33,11 @@ mk.program @first_of_one_grid [] mesh <2x2> (%c: !C) grid 132 {
 
 !C = !mk.tensor<[1024, 1024], bf16, replicated>
 
-// A reduction with its own single-CTA work is not one; nor is a program of one role.
+// A reduction with its own single-CTA work is not one; nor is a reduction across nodes, or a
+// program of one role.
 // CHECK-LABEL: mk.program @none
+// CHECK-NOT: pool {
+// CHECK-LABEL: mk.program @across_nodes
 // CHECK-NOT: pool {
 // CHECK-LABEL: mk.program @alone
 // CHECK-NOT: pool {
@@ -44,6 +47,14 @@ mk.program @none [] mesh <1x2> (%c: !C) grid 132 {
   }
   mk.role intra_reduce ctas 32 {
     mk.single_cta {}
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {}
+  }
+}
+mk.program @across_nodes [] mesh <2x1> (%c: !C) grid 132 {
+  mk.role compute ctas 100 {
+    mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {}
+  }
+  mk.role inter_reduce ctas 32 {
     mk.tile_grid (%m, %n) over %c tiles [128, 128] : !C {}
   }
 }

@@ -266,9 +266,9 @@ def MkInsertSignals : Pass<"mk-insert-signals", "::mlir::mk::ProgramOp"> {
 def MkPoolRoles : Pass<"mk-pool-roles", "::mlir::mk::ProgramOp"> {
   let summary = "Let CTAs done with their role's work join a reduction role's tiles";
   let description = [{
-    Makes the first reduction role (`intra_reduce`, `inter_reduce`) whose body is one tile grid,
-    walked whole (no row counts, no holder), the program's `pool`, unless the program has one or
-    a single role: its tiles are claimed one at a time at run time, and the CTAs of the other roles
+    Makes the first reduction within a node (`intra_reduce`) whose body is one tile grid, walked
+    whole (no row counts, no holder), the program's `pool`, unless the program has one or a
+    single role: its tiles are claimed one at a time at run time, and the CTAs of the other roles
     join it once their own work is done, so that a split a few CTAs short of it (the cost model's,
     or one chosen at launch) costs little, as mKernel's GEMM+RS and GEMM+AR recycle their
     compute CTAs into the reduce pool. After mk-insert-signals, whose waits and arrivals are part of
