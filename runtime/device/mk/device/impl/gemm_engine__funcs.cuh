@@ -195,22 +195,23 @@ public:
       __syncthreads();
     }
   }
-  /// In a cluster, no CTA leaves while another may still arrive on its barriers; then they end,
-  /// so that the CTA may use their shared memory for another role's (RoleOp's pool).
+  /// In a cluster, no CTA leaves while another may still arrive on its barriers.
   __device__ ~GemmEngine() {
     if constexpr (Config::kCluster > 1)
       ptx::cluster_sync();
-    else
-      __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < Config::kStages; ++s) {
-        ptx::mbarrier_inval(full(s));
-        ptx::mbarrier_inval(empty(s));
-      }
-      for (int slot = 0; slot < Config::kSendSlots; ++slot) {
-        ptx::mbarrier_inval(send_ready(slot));
-        ptx::mbarrier_inval(send_done(slot));
-      }
+  }
+  /// Every thread, once no thread of the cluster uses them: ends the barriers, so that the CTA
+  /// may use their shared memory for another role's (gemm_leave).
+  __device__ void invalidate_barriers() {
+    if (threadIdx.x != 0)
+      return;
+    for (int s = 0; s < Config::kStages; ++s) {
+      ptx::mbarrier_inval(full(s));
+      ptx::mbarrier_inval(empty(s));
+    }
+    for (int slot = 0; slot < Config::kSendSlots; ++slot) {
+      ptx::mbarrier_inval(send_ready(slot));
+      ptx::mbarrier_inval(send_done(slot));
     }
   }
   GemmEngine(const GemmEngine &) = delete;
@@ -939,10 +940,16 @@ gemm_store_rows(GemmEngine<Config> &e, const GemmTile<C> &acc, const int *origin
   });
 }
 
-/// The engine's CTAs leave its role for the pool (RoleOp's pool) with the registers split evenly
-/// again (team_leave): every thread, after gemm_finish.
-template <typename Config> __device__ __forceinline__ void gemm_leave(GemmEngine<Config> &) {
-  __syncthreads(); // every warp of a warpgroup is past its last setmaxnreg
+/// The engine's CTAs leave its role for the pool (RoleOp's pool): its barriers ended once no CTA
+/// of the cluster may still arrive on them, and the registers split evenly again (team_leave).
+/// Every thread, after gemm_finish.
+template <typename Config> __device__ __forceinline__ void gemm_leave(GemmEngine<Config> &e) {
+  // Every warp of a warpgroup is past its last setmaxnreg, and the cluster's past its arrivals.
+  if constexpr (Config::kCluster > 1)
+    ptx::cluster_sync();
+  else
+    __syncthreads();
+  e.invalidate_barriers();
   if (gemm_is_producer())
     ptx::setmaxnreg_inc<kEvenRegisters>();
   else
