@@ -41,6 +41,11 @@
 // CUDA-NEXT: mk::BulkCopier [[COPIER:v[0-9]+]] = mk::BulkCopier();
 // CUDA: mk::copy_region_bulk({{.*}}, mk_smem, [[COPIER]]);
 // CUDA: mk::remote_put([[ARGS]],
+// The team ends once the proxy is done with what it sent: the caller's next write of A must not
+// change it (mk/queue.h, Release).
+// CUDA: mk::await_proxy_reads([[ARGS]]);
+// CUDA-NEXT: } else {
+// CUDA-NEXT: mk::team_idle();
 // CUDA: mk::copy_region_bulk_smem_bytes()
 
 // CUBIN: mkc: allgather_gemm: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -22,3 +22,11 @@
 // RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 3x1 --shape M=1000,N=300,K=96 --seeds 4 | FileCheck %s --check-prefix=SHARDS
 // RUN: mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 1x2 --shape M=1,N=300,K=96 --seeds 4 | FileCheck %s --check-prefix=SHARDS
 // SHARDS: @gemm_reducescatter on #mk.mesh<{{.*}}>: 3 launches x 4 interleavings (seeds 0-3), {{[0-9]+}} steps: no findings
+
+// AG+GEMM on 3x1 sends A's rows to the other nodes through the proxy, straight from the caller's
+// input; a launch counted as done before the proxy had read them, so the host's next write of A
+// changed what it sent (random program 724: rank 2's rows 192-255 of C wrong at seed 0). A launch
+// now ends once the proxy is done with its commands' sources (mk/queue.h, Release), in mk-sim as
+// in the runtime.
+// RUN: mk-sim %S/Inputs/allgather_gemm_proxy_source.mlir --topology 3x1 --shape M=384,N=768,K=48 --seeds 2 | FileCheck %s --check-prefix=PROXY-SOURCE
+// PROXY-SOURCE: @random_724 on #mk.mesh<3x1>: 3 launches x 2 interleavings (seeds 0-1), {{[0-9]+}} steps: no findings

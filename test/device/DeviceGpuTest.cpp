@@ -562,7 +562,7 @@ void testProxyPush(const Module &module) {
   while (received.size() < total && std::chrono::steady_clock::now() < deadline) {
     if (std::optional<mk_command> command = queue.next()) {
       received.push_back(*command);
-      queue.consume();
+      queue.release(queue.take());
     }
   }
   CU(cuCtxSynchronize());

@@ -195,7 +195,7 @@ void Machine::startLaunch(int64_t r) {
 
 void Machine::completeIfDone(int64_t r) {
   Rank &rank = ranks[r];
-  if (!rank.running || rank.live || rank.nvlinkInFlight)
+  if (!rank.running || rank.live || rank.endWaitsFor)
     return;
   rank.running = false;
   for (int64_t id : rank.threads)
@@ -316,6 +316,12 @@ void Machine::runThread(Thread &thread) {
 // Transfers
 //===----------------------------------------------------------------------===//
 
+/// Whether the launch that issues `transfer` ends only once it has landed: a signal through the
+/// proxy reads nothing of the launch's.
+static bool endWaits(const Transfer &transfer) {
+  return transfer.nvlink || transfer.kind != Transfer::Kind::signal;
+}
+
 void Machine::issue(Transfer transfer, Thread &thread) {
   transfer.id = nextTransfer++;
   transfer.thread = thread.id;
@@ -342,8 +348,8 @@ void Machine::issue(Transfer transfer, Thread &thread) {
     live(inFlight);
     inFlight.push_back(transfer.id);
   }
-  if (transfer.nvlink)
-    ++ranks[thread.rank].nvlinkInFlight;
+  if (endWaits(transfer))
+    ++ranks[thread.rank].endWaitsFor;
   pendingIds.push_back(transfer.id);
   pending.emplace(transfer.id, std::move(transfer));
 }
@@ -386,8 +392,8 @@ void Machine::land(uint64_t id) {
     break;
   }
   }
-  if (transfer.nvlink) {
-    --ranks[transfer.from].nvlinkInFlight;
+  if (endWaits(transfer)) {
+    --ranks[transfer.from].endWaitsFor;
     completeIfDone(transfer.from);
   }
 }

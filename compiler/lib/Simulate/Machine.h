@@ -158,7 +158,10 @@ struct Rank {
   bool running = false;
   std::vector<int64_t> threads, ready;
   int64_t live = 0;
-  int64_t nvlinkInFlight = 0;
+  /// Transfers of this launch that its end waits for: over NVLink (the kernel's own stores and
+  /// copies), and data through the proxy, whose sources the launch waits to be read
+  /// (mk/queue.h, Release).
+  int64_t endWaitsFor = 0;
   Clock end;
   double weight = 1;
 };

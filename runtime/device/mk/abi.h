@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 15
+#define MK_ABI_VERSION 16
 
 typedef int mk_i32;
 

@@ -13,13 +13,19 @@
  * writes first), for small payloads or memory outside the heap.
  *
  * Publication. A producer takes a ticket t = atomicAdd(head, 1), waits until t - *tail <
- * capacity (back-pressure: the slot's previous command was consumed; a copy of the tail in device
- * memory, head[MK_QUEUE_TAIL_SEEN], answers that without a PCIe read while the ring has room),
- * writes words 1-7 of slot
- * t mod capacity, then stores word 0 (`ticket` = (u32)t + 1, `op`, `view`) as one 64-bit store
- * with release semantics (st.release.sys on the GPU). The proxy waits for its next ticket with an
- * acquire load of word 0, copies the command out, and advances *tail, which hands the slot back.
- * The ticket tells a fresh command from the one a lap earlier, so slots are never cleared.
+ * capacity (back-pressure: the proxy is done with the slot's previous command; a copy of the tail
+ * in device memory, head[MK_QUEUE_TAIL_SEEN], answers that without a PCIe read while the ring has
+ * room), writes words 1-7 of slot t mod capacity, then stores word 0 (`ticket` = (u32)t + 1,
+ * `op`, `view`) as one 64-bit store with release semantics (st.release.sys on the GPU). The proxy
+ * waits for its next ticket with an acquire load of word 0 and copies the command out. The
+ * ticket tells a fresh command from the one a lap earlier, so slots are never cleared.
+ *
+ * Release. The proxy advances *tail past a ticket once it is done with that command and every
+ * earlier one: the network has read its source (the put's write completed, or its rows were
+ * packed into the proxy's own memory). That hands the slot back, and tells the kernel that the
+ * memory the command names may change: a launch ends only once the proxy is done with its
+ * commands (mk::proxy_wait_reads), so that neither the next launch nor the host, writing the next
+ * launch's inputs, changes what the network is still sending.
  *
  * Ordering. Commands of one queue are carried out in ticket order per destination node as far as
  * flags are concerned: a signal (MK_CMD_SIGNAL, or the flag of MK_CMD_PUT_SIGNAL) becomes visible
@@ -42,7 +48,7 @@
 #ifndef MK_QUEUE_H
 #define MK_QUEUE_H
 
-#define MK_QUEUE_VERSION 2
+#define MK_QUEUE_VERSION 3
 
 typedef unsigned short mk_u16;
 typedef unsigned int mk_u32;
@@ -114,7 +120,7 @@ enum { MK_QUEUE_NEXT_TICKET = 0, MK_QUEUE_TAIL_SEEN = 1, MK_QUEUE_HEAD_WORDS = 2
 typedef struct mk_command_queue {
   mk_command *slots;            /* `capacity` commands, host memory mapped into the device */
   mk_u64 *head;                 /* device memory, two words (MK_QUEUE_NEXT_TICKET, _TAIL_SEEN) */
-  const volatile mk_u64 *tail;  /* tickets consumed by the proxy: host memory */
+  const volatile mk_u64 *tail;  /* tickets the proxy is done with (Release): host memory */
   const volatile mk_u32 *abort; /* MK_QUEUE_RUNNING, or why the proxy stopped: host memory */
   unsigned char *staging;       /* MK_VIEW_STAGING sources: host memory mapped into the device */
   mk_u64 staging_bytes;

@@ -54,10 +54,10 @@ CommandQueue::CommandQueue(LocalMemory &memory, std::uint32_t capacity, std::siz
 }
 
 std::optional<mk_command> CommandQueue::next() const {
-  const mk_command *slot = &host_.slots[tail_ & (host_.capacity - 1)];
+  const mk_command *slot = &host_.slots[taken_ & (host_.capacity - 1)];
   const std::uint64_t header =
       __atomic_load_n(reinterpret_cast<const std::uint64_t *>(slot), __ATOMIC_ACQUIRE);
-  if (static_cast<std::uint32_t>(header) != static_cast<std::uint32_t>(tail_ + 1))
+  if (static_cast<std::uint32_t>(header) != static_cast<std::uint32_t>(taken_ + 1))
     return std::nullopt;
   mk_command command;
   std::memcpy(&command, slot, sizeof command);
@@ -65,8 +65,19 @@ std::optional<mk_command> CommandQueue::next() const {
   return command;
 }
 
-void CommandQueue::consume() {
-  ++tail_;
+std::uint64_t CommandQueue::take() {
+  releasedFrom_.push_back(false);
+  return taken_++;
+}
+
+void CommandQueue::release(std::uint64_t ticket) {
+  releasedFrom_.at(ticket - tail_) = true;
+  if (!releasedFrom_.front())
+    return;
+  while (!releasedFrom_.empty() && releasedFrom_.front()) {
+    releasedFrom_.pop_front();
+    ++tail_;
+  }
   __atomic_store_n(const_cast<mk_u64 *>(host_.tail), tail_, __ATOMIC_RELEASE);
 }
 

@@ -2,7 +2,8 @@
 // providers on loopback, with a host thread in each playing the GPU: it pushes commands into the
 // real ring (mk/queue.h's protocol) and checks what the other node's puts left in its heap.
 // Covered: every byte of puts of every shape (strided rows, rows split across slots, staging
-// sources), flags seen only after their data, both protocols, a ring of a few slots wrapping
+// sources), flags seen only after their data, sources never read once the tail has passed their
+// command, both protocols, a ring of a few slots wrapping
 // hundreds of times under back-pressure, the two rails of a 2 x 2 job side by side, a peer dying
 // mid-transfer, a bad remote key and bad commands, each an error naming the node within a
 // bounded time.
@@ -238,6 +239,17 @@ void exchange(const Setup &setup, int fd, int node, int count, std::size_t maxRo
   done.dst_node = static_cast<std::uint32_t>(other);
   done.signal_offset = Node::signalOffset(node, kDoneWord);
   self.push(done);
+  // Once the tail has passed every command, the proxy reads none of their sources: as a launch's
+  // next inputs would, new bytes there must not reach the other node.
+  const mk_command_queue &queue = self.proxy->queue().hostView();
+  const std::uint64_t pushedAll = mine.size() + 1;
+  for (const auto until = Clock::now() + 30s;
+       __atomic_load_n(queue.tail, __ATOMIC_ACQUIRE) < pushedAll;)
+    if (Clock::now() > until)
+      fail("the proxy was not done with its commands within 30 s: " +
+           self.proxy->error().value_or("no proxy error"));
+  std::memset(self.heap + kSourceOffset, ~kPoison, kSourceBytes);
+  std::memset(queue.staging, ~kPoison, kStagingBytes);
 
   std::vector<bool> written(kHeapBytes, false);
   const auto deadline = Clock::now() + 30s;

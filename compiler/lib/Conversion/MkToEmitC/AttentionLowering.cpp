@@ -312,6 +312,7 @@ LogicalResult StructureLowering::lowerAttentionRole(scf::IfOp branch,
   }
   OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
   call(consumerBegin, loc, {}, "mk::attention_consumer_begin", {engine});
+  awaitProxyReads(consumer);
   OpBuilder end(consumer->getTerminator());
   call(end, loc, {}, "mk::attention_finish", {engine});
   return success();

@@ -194,6 +194,23 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index
   return success();
 }
 
+void StructureLowering::awaitProxyReads(Block *team) {
+  auto toNode = [](Operation *op) {
+    if (auto copy = dyn_cast<CopyOp>(op))
+      return copy.getScope() == PeerScope::node;
+    auto send = dyn_cast<SendRowsOp>(op);
+    return send && send.getScope() == PeerScope::node;
+  };
+  if (!team->walk([&](Operation *op) {
+             return toNode(op) ? WalkResult::interrupt() : WalkResult::advance();
+           })
+           .wasInterrupted())
+    return;
+  Operation *end = team->getTerminator();
+  OpBuilder b(end);
+  call(b, end->getLoc(), {}, "mk::await_proxy_reads", {kernelArgs(end)});
+}
+
 LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
   Location loc = branch.getLoc();
   WalkResult unfit = branch.getThenRegion().walk([](Operation *op) {
@@ -253,6 +270,7 @@ LogicalResult StructureLowering::lowerTeamRole(scf::IfOp branch) {
     OpBuilder teamEnd(team.thenBlock()->getTerminator());
     call(teamEnd, loc, {}, "mk::tma_reduce_finish", {reducer});
   }
+  awaitProxyReads(team.thenBlock());
   return success();
 }
 
@@ -380,6 +398,7 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
   beginProducer(producer, engine, "mk::gemm_producer_begin", "mk::gemm_loader");
   OpBuilder consumerBegin = OpBuilder::atBlockBegin(consumer);
   call(consumerBegin, loc, {}, "mk::gemm_consumer_begin", {engine});
+  awaitProxyReads(consumer);
   OpBuilder end(consumer->getTerminator());
   call(end, loc, {}, "mk::gemm_finish", {engine});
   if (pooled) {

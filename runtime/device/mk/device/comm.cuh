@@ -73,6 +73,12 @@ __device__ __forceinline__ bool proxy_aborted(const mk_command_queue &q);
 /// command is dropped) once the proxy has stopped.
 __device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_command &command);
 
+/// Returns once the proxy of queue `q` is done with every command this CTA handed it in this
+/// launch (mk/queue.h: their sources read), or has stopped; the team's first thread, which handed
+/// them, waits. A role that sends through the proxy ends so: the launch must not end while the
+/// network still reads memory that the caller, or the next launch, may write.
+__device__ __forceinline__ void proxy_wait_reads(const mk_command_queue &q);
+
 /// The reduction of received tiles through the bulk tensor copy engine: kSlots R x C tiles of T
 /// (the copies of one tile that ranks put into a [slots x rows x cols] buffer) are loaded with
 /// TMA, combined in f32 and converted to Out in shared memory by the team, and stored with TMA to

@@ -72,16 +72,18 @@ __shared__ mk_u32 launch_epoch;
 __shared__ mk_u32 launch_role_ctas[MK_MAX_ROLES];
 } // namespace detail
 
-/// Every thread of the CTA, first thing: takes the launch's epoch (mk_launch_count), and, of its
-/// first `counted_roles` roles (those whose CTAs the kernel's waits count arrivals of), the CTAs
-/// over every launch through this one. With `advance`, the grid's last CTA to take them advances
-/// them for the next launch, which the stream orders after this one.
+/// Every thread of the CTA, first thing: takes the launch's epoch (mk_launch_count), no commands
+/// handed to the proxy yet (proxy_wait_reads), and, of its first `counted_roles` roles (those whose
+/// CTAs the kernel's waits count arrivals of), the CTAs over every launch through this one. With
+/// `advance`, the grid's last CTA to take them advances them for the next launch, which the stream
+/// orders after this one.
 __device__ __forceinline__ void begin_launch(const mk_kernel_args &args, bool advance,
                                              int counted_roles) {
   if (threadIdx.x == 0) {
     mk_launch_count *launches = args.launches;
     const mk_u32 taken = *static_cast<volatile mk_u32 *>(&launches->epoch);
     detail::launch_epoch = taken;
+    detail::proxy_pushed = 0;
     for (int r = 0; r < counted_roles; ++r)
       detail::launch_role_ctas[r] =
           *static_cast<volatile mk_u32 *>(&launches->role_ctas[r]) + args.roles[r].ctas;
@@ -245,6 +247,11 @@ __device__ __forceinline__ void signal_node(const mk_kernel_args &args, int64_t 
   command.dst_node = static_cast<mk_u32>(node);
   command.signal_offset = net_flag_offset(args, offset);
   proxy_push(args.queue, command);
+}
+
+/// The end of a role's team that sends through the proxy: proxy_wait_reads.
+__device__ __forceinline__ void await_proxy_reads(const mk_kernel_args &args) {
+  proxy_wait_reads(args.queue);
 }
 
 /// A role without the GEMM engine runs on its team (threads 0-255), which takes the registers of

@@ -116,9 +116,11 @@ bool ProxyEngine::intake() {
     std::optional<mk_command> command = queue_.next();
     if (!command)
       return progress;
-    queue_.consume();
+    executing_ = queue_.take();
     ++commands;
     execute(*command);
+    if (!sourceHolds_.contains(executing_))
+      queue_.release(executing_);
     progress = true;
   }
 }
@@ -226,9 +228,23 @@ void ProxyEngine::enqueue(Write write, Purpose purpose, int valueSlot, std::uint
     context = freeContexts_.back();
     freeContexts_.pop_back();
   }
-  inFlight_[context] = {purpose, write.peer, valueSlot, tag, false, {}};
+  inFlight_[context] = {
+      purpose, write.peer, valueSlot, tag, purpose == Purpose::Data ? holdSource() : 0, false, {}};
   write.context = context;
   toPost_.push_back(write);
+}
+
+std::uint64_t ProxyEngine::holdSource() {
+  ++sourceHolds_[executing_];
+  return executing_;
+}
+
+void ProxyEngine::releaseSource(std::uint64_t ticket) {
+  auto held = sourceHolds_.find(ticket);
+  if (--held->second)
+    return;
+  sourceHolds_.erase(held);
+  queue_.release(ticket);
 }
 
 bool ProxyEngine::drainPosts() {
@@ -273,6 +289,8 @@ bool ProxyEngine::pollEvents() {
     case Event::Kind::Completed: {
       InFlight &entry = inFlight_.at(event.context);
       --incomplete_[entry.peer];
+      if (entry.purpose == Purpose::Data)
+        releaseSource(entry.source);
       completed(entry);
       if (entry.valueSlot >= 0)
         freeValueSlots_.push_back(entry.valueSlot);

@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace mkc::net {
@@ -56,13 +57,15 @@ public:
 protected:
   using Clock = std::chrono::steady_clock;
 
-  /// What a write is for: what its completion means to the protocol.
+  /// What a write is for: what its completion means to the protocol. A Data write reads the
+  /// source of the command that made it (holdSource()), released as it completes.
   enum class Purpose : std::uint8_t { Data, Flag, Credit, Slot };
   struct InFlight {
     Purpose purpose;
     int peer;
-    int valueSlot = -1;    // Flag, Credit: the slot of the value ring it reads
-    std::uint64_t tag = 0; // the protocol's: a data write's number, a flag's word, a send slot
+    int valueSlot = -1;       // Flag, Credit: the slot of the value ring it reads
+    std::uint64_t tag = 0;    // the protocol's: a data write's number, a flag's word, a send slot
+    std::uint64_t source = 0; // Data: the ticket of the command whose source it reads
     bool posted = false;
     Clock::time_point postedAt;
   };
@@ -111,6 +114,11 @@ protected:
   int takeValueSlot(std::uint64_t value);
   /// Queues `write` for posting; its completion comes back through completed().
   void enqueue(Write write, Purpose purpose, int valueSlot = -1, std::uint64_t tag = 0);
+  /// The command being carried out reads its source until releaseSource() of the ticket this
+  /// returns; a command is done (CommandQueue::release) once each of its holds is released, at
+  /// once if it took none.
+  std::uint64_t holdSource();
+  void releaseSource(std::uint64_t ticket);
 
   Transport &transport_;
   LocalMemory &memory_;
@@ -135,6 +143,8 @@ private:
   SharedMemory values_;
   std::vector<int> freeValueSlots_;
   std::vector<InFlight> inFlight_; // by context
+  std::uint64_t executing_ = 0;    // the ticket of execute()'s command
+  std::unordered_map<std::uint64_t, std::uint32_t> sourceHolds_; // by ticket: holds not released
   std::vector<std::uint64_t> freeContexts_;
   std::size_t writesInFlight_ = 0;
   std::vector<std::size_t> incomplete_; // by node: writes posted and not complete

@@ -100,6 +100,7 @@ private:
     struct Pending {
       Piece piece;
       std::uint64_t signalOffset;
+      std::uint64_t source = 0; // with a payload: the ticket of the command it reads
     };
     std::deque<Pending> backlog;
     // Receiving: arrivals by sequence until their turn, slots being unpacked, credits.
@@ -118,6 +119,7 @@ private:
     std::uint64_t bytes; // header and payload
     std::uint32_t inboxSlot;
     std::uint64_t token;
+    std::vector<std::uint64_t> sources; // the commands its payloads were copied from
   };
 
   void put(int node, const mk_command &command, bool signal) override;
@@ -222,7 +224,8 @@ void StagedEngine::queuePieces(int node, std::uint64_t src, const mk_command &c,
   }
   std::vector<Piece> pieces = split(src, c.dst_offset, c, slotPayload_);
   for (std::size_t i = 0; i < pieces.size(); ++i)
-    p.backlog.push_back({pieces[i], i + 1 == pieces.size() ? signalOffset : MK_NO_SIGNAL});
+    p.backlog.push_back(
+        {pieces[i], i + 1 == pieces.size() ? signalOffset : MK_NO_SIGNAL, holdSource()});
   backlogged_ += pieces.size();
   bytes += std::uint64_t(c.rows) * c.row_bytes;
 }
@@ -239,11 +242,15 @@ bool StagedEngine::packPieces() {
       auto *slot = static_cast<unsigned char *>(send_.host) + slotAt;
       SlotHeader header{};
       header.sequence = p.slotsSent;
-      Packing packing{node, sendSlot, kSlotHeaderBytes,
-                      static_cast<std::uint32_t>(p.slotsSent % options_.slotsPerPeer), 0};
+      Packing packing{node,
+                      sendSlot,
+                      kSlotHeaderBytes,
+                      static_cast<std::uint32_t>(p.slotsSent % options_.slotsPerPeer),
+                      0,
+                      {}};
       // As many waiting pieces as fit (the first always does: split() sized it).
       while (!p.backlog.empty() && header.pieces < kPiecesPerSlot) {
-        const auto [piece, signalOffset] = p.backlog.front();
+        const auto [piece, signalOffset, source] = p.backlog.front();
         const std::uint64_t payload = piece.rows * piece.rowBytes;
         const std::uint64_t at =
             (packing.bytes + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
@@ -265,6 +272,7 @@ bool StagedEngine::packPieces() {
           packing.token = memory_.copy(send_.device + slotAt + at, piece.rowBytes, piece.src,
                                        piece.srcPitch, piece.rowBytes, piece.rows);
           packing.bytes = at + payload;
+          packing.sources.push_back(source);
         }
       }
       std::memcpy(slot, &header, sizeof header);
@@ -280,8 +288,11 @@ bool StagedEngine::postPacked() {
   bool progress = false;
   while (!packing_.empty() &&
          (packing_.front().token == 0 || memory_.complete(packing_.front().token))) {
-    const Packing packing = packing_.front();
+    const Packing packing = std::move(packing_.front());
     packing_.pop_front();
+    // Its payloads are in the slot: their sources may change.
+    for (std::uint64_t source : packing.sources)
+      releaseSource(source);
     Write write;
     write.localRegion = sendRegion_.id;
     write.localOffset = std::uint64_t(packing.sendSlot) * options_.slotBytes;

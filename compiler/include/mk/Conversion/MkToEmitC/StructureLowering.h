@@ -41,6 +41,10 @@ private:
   /// thread `loader` (a device-library predicate) picks, which waits, walks the tiles and loads:
   /// the producer's other threads would read what its waits order (row counts) too early.
   static void beginProducer(Block *producer, Value engine, StringRef begin, StringRef loader);
+  /// Ends `team`'s block (a team's, or an engine's consumers') with mk::await_proxy_reads if it
+  /// copies to other nodes: a launch must not end while the proxy still reads what its copies
+  /// send, which the caller's next writes may change (mk/queue.h, Release).
+  static void awaitProxyReads(Block *team);
   /// Splits a role's CTAs into the GEMM engine's producer and consumers.
   LogicalResult lowerEngineRole(scf::IfOp branch, GemmEngineAttr engine);
   /// Splits a role's `ctas` CTAs into the attention engine's producer and consumers.

@@ -189,6 +189,7 @@ __device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_c
   ptx::bulk_wait_all();
   ptx::fence_proxy_async();
   const mk_u64 ticket = atomicAdd(&q.head[MK_QUEUE_NEXT_TICKET], 1ull);
+  detail::proxy_pushed = ticket + 1;
   // The slot is free once the proxy has consumed the command a lap before. The tail a producer
   // last read (in device memory) usually shows it, saving a read across PCIe.
   mk_u64 *tail_seen = &q.head[MK_QUEUE_TAIL_SEEN];
@@ -211,6 +212,19 @@ __device__ __forceinline__ void proxy_push(const mk_command_queue &q, const mk_c
   const mk_u64 header = static_cast<mk_u32>(ticket + 1) | static_cast<mk_u64>(command.op) << 32 |
                         static_cast<mk_u64>(command.view) << 48;
   ptx::store_release_sys(slot, header);
+}
+
+__device__ __forceinline__ void proxy_wait_reads(const mk_command_queue &q) {
+  if (team_thread() != 0 || detail::proxy_pushed == 0)
+    return;
+  // The tail passes a ticket once the proxy is done with it and with every earlier one.
+  detail::Backoff backoff;
+  for (unsigned spins = 1;
+       static_cast<long long>(ptx::load_acquire_sys(q.tail) - detail::proxy_pushed) < 0; ++spins) {
+    if (spins % detail::kAbortCheckSpins == 0 && proxy_aborted(q))
+      return;
+    backoff.pause();
+  }
 }
 
 namespace detail {

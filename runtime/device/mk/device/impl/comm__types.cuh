@@ -32,12 +32,17 @@ struct BulkBatch {
   int bytes;
 };
 
-/// Exponential backoff for polling threads: they leave the issue slots (and the NVLink or PCIe
-/// bandwidth) to the rest of the SM, adding at most about a microsecond of latency.
 /// Waits on the network check the host's abort word once per this many pauses (about 0.25 ms
 /// once the backoff has grown).
 constexpr unsigned kAbortCheckSpins = 256;
 
+/// The ticket after the last command this CTA handed its proxy in this launch, 0 for none:
+/// proxy_push sets it, proxy_wait_reads waits for the proxy to be done with it, begin_launch
+/// clears it.
+__shared__ mk_u64 proxy_pushed;
+
+/// Exponential backoff for polling threads: they leave the issue slots (and the NVLink or PCIe
+/// bandwidth) to the rest of the SM, adding at most about a microsecond of latency.
 struct Backoff {
   unsigned nanoseconds = 32;
   __device__ __forceinline__ void pause() {

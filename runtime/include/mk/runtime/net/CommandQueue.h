@@ -2,13 +2,15 @@
 //
 // The host's side of mk/queue.h: a ring of commands in pinned host memory mapped into the GPU, the
 // tail and abort words next to it, the head in device memory. Kernels produce (device library,
-// mk::proxy_push); the proxy consumes with next()/consume(). Host threads can produce too with
-// pushCommand(), which follows the kernels' protocol to the letter: the proxy's tests use it to
-// play the GPU's part.
+// mk::proxy_push); the proxy takes commands with next()/take() and releases each once it is done
+// with it (release(): its source read), in any order; the tail moves over the released ones in
+// ticket order. Host threads can produce too with pushCommand(), which follows the kernels'
+// protocol to the letter: the proxy's tests use it to play the GPU's part.
 //
 //   CommandQueue queue(memory, 4096, 1 << 20, heapBase);
 //   args.queue = queue.deviceView();
-//   while (auto command = queue.next()) { ...; queue.consume(); }
+//   while (auto command = queue.next()) { std::uint64_t ticket = queue.take(); ...;
+//                                         queue.release(ticket); }
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 
 namespace mkc::net {
@@ -36,10 +39,14 @@ public:
   /// The queue as host producers see it: host addresses.
   const mk_command_queue &hostView() const { return host_; }
 
-  /// The command at the tail once its producer has published it.
+  /// The next command not yet taken, once its producer has published it.
   std::optional<mk_command> next() const;
-  /// Hands the tail's slot back to the producers.
-  void consume();
+  /// Takes the command next() returned; returns its ticket.
+  std::uint64_t take();
+  /// The proxy is done with command `ticket` (taken): once every earlier one is released too, the
+  /// tail passes it, which hands its slot back to the producers and tells its kernel that the
+  /// memory it names may change.
+  void release(std::uint64_t ticket);
 
   /// Tells kernels (and host producers) to stop waiting: the proxy stopped for `reason` (an
   /// MK_QUEUE_* code). The first reason stays.
@@ -52,7 +59,9 @@ public:
 private:
   mk_command_queue device_{};
   mk_command_queue host_{};
-  std::uint64_t tail_ = 0;
+  std::uint64_t taken_ = 0;       // tickets taken
+  std::uint64_t tail_ = 0;        // tickets released, in order: the published tail
+  std::deque<bool> releasedFrom_; // whether ticket tail_ + i is released, up to taken_
 };
 
 /// What pushCommand() found.

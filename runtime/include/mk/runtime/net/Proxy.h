@@ -26,6 +26,11 @@
 //   has completed it returns the slot with a credit write. Credits bound what a sender has in
 //   flight per destination.
 //
+// Either way the proxy is done with a command once the network has read its source (the direct
+// write completed, or its rows were packed into a send slot): the queue's tail passes it then, in
+// ticket order (mk/queue.h, Release), and a kernel's launch ends only after that, so that the
+// caller's next writes never change what is still being sent.
+//
 // Every write in flight is timed: one that neither completes nor fails within the timeout stops
 // the proxy with an error naming the node. On any error the proxy stores MK_QUEUE_FAILED (or
 // MK_QUEUE_BAD_COMMAND) into the queue's abort word, so that spinning kernels give up, and keeps
