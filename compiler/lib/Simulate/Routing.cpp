@@ -213,7 +213,7 @@ void Machine::runRouting(Thread &thread, RoutePackOp op) {
           thread.clock);
   auto nodeOf = [&](int64_t t, int64_t j) {
     int64_t x = integerAt(experts.data, {firstToken + t, j});
-    return x >= 0 && x < op.getNumExperts() ? x / nodeExperts : -1;
+    return x >= 0 && x < static_cast<int64_t>(op.getNumExperts()) ? x / nodeExperts : -1;
   };
   writeBox(r, idOf(op.getReturnAt()), Box{{firstToken + begin, 0}, {firstToken + end, topK}}, me,
            thread.clock, /*combine=*/false);
