@@ -183,6 +183,10 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   std::string failure, key;
   try {
     setCompilerOptions(options, compilerOptions);
+    // Ranks at once on one GPU: a grid of clusters did not fit beside another where one of
+    // single CTAs did (GpuPlace.cpp).
+    if (runtime.ranksAtOnce && !options.pipeline.gemmCluster)
+      options.pipeline.gemmCluster = 1;
     program = read();
     kernel = loadResident(runtime, program, options, key);
   } catch (const std::exception &error) {

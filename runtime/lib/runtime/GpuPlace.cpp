@@ -9,6 +9,8 @@
 
 #include "runtime/RuntimeState.h"
 
+#include "mk/runtime/support/Log.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -108,19 +110,22 @@ void Runtime::State::checkPlacement(const RuntimeOptions &options) {
                                      busId));
     ranksSharingGpu.push_back(peer);
   }
-  // Under MPS the ranks' kernels run at once, not in turns: there GEMM+AllReduce on 1x2 gave the
-  // same wrong sums on both ranks and then a wait that never completed (docs/notes/controller.md).
+  // Under MPS the ranks' kernels run at once, each on its share of the SMs, and every rank's
+  // persistent grid must be resident beside the others': the share is a cap, not SMs of its own.
+  // Grids of the whole share were not (H100, two ranks at 50%: grids of 64 CTAs, the second
+  // waiting for SMs the first held, whose waits for it gave up; notes/controller.md v3); grids
+  // that leave 15% of the share free, without clusters (Compile.cpp), were.
   int mps = 0;
   if (!ranksSharingGpu.empty() &&
       driver.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, context.device()) ==
           CUDA_SUCCESS &&
-      mps)
-    throw RuntimeError(fmt::format(
-        "ranks {} and {} share the GPU at {} under MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED), where "
-        "their kernels run at once; mkc's ops are not right there yet (GEMM+AllReduce on 1x2 "
-        "gave wrong sums; docs/notes/controller.md): stop the MPS daemon to let them take turns "
-        "(MKC_SHARE_GPU=1), or give each rank its own GPU",
-        group.rank(), fmt::join(ranksSharingGpu, ", "), busId));
+      mps) {
+    ranksAtOnce = true;
+    smCount -= (smCount * 15 + 99) / 100;
+    log::info("runtime: ranks {} and {} share the GPU at {} under MPS and run at once: grids of "
+              "{} CTAs, without clusters, so that theirs all fit",
+              group.rank(), fmt::join(ranksSharingGpu, ", "), busId, smCount);
+  }
   for (int rank = 0; rank < group.worldSize(); ++rank)
     if (fields(everyone[rank])[0] != topology)
       throw RuntimeError(fmt::format("rank {} sees the job as {} (nodes x ranks per node), rank {} "
