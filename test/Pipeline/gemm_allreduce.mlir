@@ -113,6 +113,8 @@
 // CUDA: extern "C" __device__ const mk_kernel_manifest gemm_allreduce_manifest = {
 // CUDA-NEXT: /* abi_version */ MK_ABI_VERSION,
 // CUDA-NEXT: /* grid */ 129,
+// The pool is marked so: the runtime's controller may leave it few CTAs of its own.
+// CUDA: /* sm_split */ {{[{][{]}}"compute", {{[0-9]+}}, 0}, {"intra_reduce", {{[0-9]+}}, MK_ROLE_POOL}, {"inter_reduce", {{[0-9]+}}, 0}},
 
 // DECODE: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 8>(), false, 2, 1, 8>
 // DECODE: {64, 8}

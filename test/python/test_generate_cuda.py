@@ -62,7 +62,8 @@ class GenerateCuda(unittest.TestCase):
         self.assertIn("mk::role_ctas(v1, 1)", fixed)
         self.assertNotIn("mk::claim", fixed)
         # The split the runtime reads back (FusedOp.sm_split).
-        self.assertIn('/* sm_split */ {{"compute", 116, 0}, {"intra_reduce", 16, 0}}', roles)
+        self.assertIn('/* sm_split */ {{"compute", 116, 0}, '
+                      '{"intra_reduce", 16, MK_ROLE_POOL}}', roles)
         # Copies by copy engines, which the module lists for the runtime; none by default.
         self.assertIn("/* engine_copy_count */ 0,", default)
         engines = mkc.generate_cuda(support.GEMM_ALLREDUCE, topology="1x2", **SHAPES,

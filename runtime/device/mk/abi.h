@@ -12,7 +12,7 @@
 
 #include "mk/queue.h"
 
-#define MK_ABI_VERSION 16
+#define MK_ABI_VERSION 17
 
 typedef int mk_i32;
 
@@ -116,8 +116,12 @@ typedef struct mk_argument_type {
 typedef struct mk_role_ctas {
   char kind[MK_ROLE_KIND_BYTES];
   mk_u32 ctas;
-  mk_u32 reserved;
+  mk_u32 flags; /* MK_ROLE_POOL */
 } mk_role_ctas;
+
+/* The role is the kernel's pool (mk.role's `pool`): every CTA joins it once done with its own
+ * role, so its own CTAs may be few. */
+#define MK_ROLE_POOL 1u
 
 /* How a generated kernel is launched: the global `<kernel>_manifest` of its module, which the
  * runtime reads (cuModuleGetGlobal) once it has loaded it. `abi_version` comes first, so that a

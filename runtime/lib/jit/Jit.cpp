@@ -497,8 +497,11 @@ LaunchParameters decodeManifest(const std::string &kernel, std::string_view byte
     }
     launch.argumentTypes.push_back(std::move(type));
   }
-  for (const mk_role_ctas &role : std::span(m.sm_split, m.roles))
+  for (const mk_role_ctas &role : std::span(m.sm_split, m.roles)) {
+    if (role.flags & MK_ROLE_POOL)
+      launch.poolRole = launch.smSplit.roles.size();
     launch.smSplit.roles.push_back({paddedName(role.kind), role.ctas});
+  }
   if (std::optional<std::string> error = launch.smSplit.checkRoles())
     throw malformed("has an SM split mkc would not make: " + *error);
   launch.tensorMaps.assign(m.tensor_maps, m.tensor_maps + m.tensor_map_count);

@@ -172,7 +172,7 @@ void FusedOp::State::startControl(const std::string &key) {
   const cuda::Driver &cu = runtime->driver;
   MK_CU_CHECK(cu, cuEventCreate(&control.start, CU_EVENT_DEFAULT));
   MK_CU_CHECK(cu, cuEventCreate(&control.end, CU_EVENT_DEFAULT));
-  control.search = std::make_unique<SplitSearch>(split, clusterWidth);
+  control.search = std::make_unique<SplitSearch>(split, clusterWidth, kernel->launch().poolRole);
   control.searching = !control.search->done();
 }
 

@@ -9,9 +9,14 @@ namespace mkc {
 
 using mlir::mk::SmSplit;
 
-SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster)
+SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster,
+                         std::optional<std::size_t> pool)
     : compiled_(compiled), best_(compiled), candidate_(compiled),
-      cluster_(std::max<std::int64_t>(cluster, 1)), directions_{{0.5}, {2, 4}}, tried_{compiled} {
+      cluster_(std::max<std::int64_t>(cluster, 1)),
+      pool_(pool), directions_{pool ? std::vector<double>{0.5, 0.25, 0.125}
+                                    : std::vector<double>{0.5},
+                               {2, 4}},
+      tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
 }
@@ -29,7 +34,7 @@ std::optional<SmSplit> SplitSearch::scaled(double factor) const {
   }
   split.roles[0].ctas = grid - others;
   for (std::size_t i = 0; i < split.roles.size(); ++i)
-    if (2 * split.roles[i].ctas < compiled_.roles[i].ctas)
+    if (i != pool_ && 2 * split.roles[i].ctas < compiled_.roles[i].ctas)
       return std::nullopt;
   if (split.checkLaunch(compiled_, cluster_) ||
       std::find(tried_.begin(), tried_.end(), split) != tried_.end())

@@ -7,7 +7,9 @@
 // It starts from the compiler's split (the cost model's), then scales the CTAs of every role but
 // the first (compute keeps the rest of the grid) down by 2, then up by 2 and 4, in whole
 // clusters, never leaving a role fewer than half its compiled CTAs: a role's time grows at most
-// as its CTAs shrink, so no candidate is much slower than twice the compiler's split. Each
+// as its CTAs shrink, so no candidate is much slower than twice the compiler's split. The pool
+// (mk-pool-roles: every CTA joins it once done with its own role) goes on down by 4 and 8, to
+// one cluster: the CTAs it gives up still do its work once theirs is done. Each
 // candidate is timed on kLaunchesPerCandidate launches, the best of them counting, as the slowest
 // rank took it (the caller gathers it, so every rank sees the same times and takes the same
 // steps); one whose first launch took more than twice the best time gets no second; a direction
@@ -35,8 +37,10 @@ class SplitSearch {
 public:
   static constexpr int kLaunchesPerCandidate = 2;
 
-  /// A search from `compiled` (the kernel's split) for a kernel in clusters of `cluster` CTAs.
-  SplitSearch(const mlir::mk::SmSplit &compiled, std::int64_t cluster);
+  /// A search from `compiled` (the kernel's split) for a kernel in clusters of `cluster` CTAs,
+  /// whose role `pool`, if any, is the pool.
+  SplitSearch(const mlir::mk::SmSplit &compiled, std::int64_t cluster,
+              std::optional<std::size_t> pool = std::nullopt);
 
   /// Whether it has settled: best() is the answer.
   bool done() const { return done_; }
@@ -52,13 +56,14 @@ public:
 private:
   /// The compiler's split with every role but the first scaled by `factor` (whole clusters, one
   /// at least; the first keeps the rest), if that differs from the splits tried, fits, and leaves
-  /// every role half its compiled CTAs or more.
+  /// every role but the pool half its compiled CTAs or more.
   std::optional<mlir::mk::SmSplit> scaled(double factor) const;
   /// Moves on to the next candidate of the ladder, or settles.
   void advance();
 
   mlir::mk::SmSplit compiled_, best_, candidate_;
   std::int64_t cluster_;
+  std::optional<std::size_t> pool_;
   std::optional<double> bestTime_;
   /// The candidate's best time over its launches so far, and how many.
   double candidateTime_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 using mkc::SplitSearch;
 using mlir::mk::SmSplit;
@@ -25,8 +26,9 @@ struct Run {
 /// The search driven to its end by `time` (the slowest rank's milliseconds at a split), as a
 /// runtime's launches would.
 Run search(const SmSplit &compiled, std::int64_t cluster,
-           const std::function<double(const SmSplit &)> &time) {
-  SplitSearch search(compiled, cluster);
+           const std::function<double(const SmSplit &)> &time,
+           std::optional<std::size_t> pool = std::nullopt) {
+  SplitSearch search(compiled, cluster, pool);
   Run run;
   while (!search.done() && run.launches < 100) {
     const SmSplit &at = search.current();
@@ -69,6 +71,20 @@ TEST_CASE("the search settles on the best split within 10 launches", "[controlle
     // One step each way, then settled: 3 candidates, 2 launches each.
     CHECK(run.launches == 3 * SplitSearch::kLaunchesPerCandidate);
   }
+}
+
+TEST_CASE("a pool role goes on down to one cluster, within 10 launches", "[controller]") {
+  // GEMM+AR with recycling, ranks at once on an H100 (notes/controller.md v3): the fewer CTAs of
+  // its own the reduction pool keeps, the faster.
+  const auto fewerFaster = [](const SmSplit &at) { return 1.0 + 0.01 * at.roles[1].ctas; };
+  Run pooled = search(split(46, 10), 1, fewerFaster, 1);
+  CHECK(pooled.settled == split(55, 1));
+  CHECK(pooled.launches <= 10);
+  Run clustered = search(split(44, 12), 2, fewerFaster, 1);
+  CHECK(clustered.settled == split(54, 2));
+  CHECK(clustered.launches <= 10);
+  // Without a pool, half the compiled CTAs is the floor.
+  CHECK(search(split(46, 10), 1, fewerFaster).settled == split(51, 5));
 }
 
 TEST_CASE("the search never settles on a split slower than the compiler's", "[controller]") {

@@ -58,9 +58,12 @@ FailureOr<emitc::FuncOp> StructureLowering::run() {
     if (attentionEngineOf(role) && pooled)
       return role.emitOpError() << "runs the attention engine beside a pool role, which its CTAs "
                                    "cannot join (compile with recycle-ctas=false)";
-  for (RoleOp role : roles)
+  for (auto [index, role] : llvm::enumerate(roles)) {
     layout.split.roles.push_back({stringifyRoleKind(role.getKind()).str(),
                                   static_cast<int64_t>(role.getCtas().value_or(0))});
+    if (role.getPool())
+      layout.poolRole = index;
+  }
 
   OpBuilder b(program);
   // __grid_constant__: read in place, never copied, even where indexed at run time.

@@ -31,8 +31,9 @@ FailureOr<std::string> kernelManifest(Location loc, const KernelLayout &layout) 
     argumentTypes.push_back("{\"" + element + "\", " + std::to_string(extents.size()) + ", 0, " +
                             braced(extents) + "}");
   }
-  for (const SmSplit::Role &role : layout.split.roles)
-    roles.push_back("{\"" + role.kind + "\", " + std::to_string(role.ctas) + ", 0}");
+  for (auto [index, role] : llvm::enumerate(layout.split.roles))
+    roles.push_back("{\"" + role.kind + "\", " + std::to_string(role.ctas) + ", " +
+                    (layout.poolRole == index ? "MK_ROLE_POOL" : "0") + "}");
   if (layout.tensorMaps.size() > MK_MAX_TENSOR_MAPS)
     return emitError(loc) << "takes " << layout.tensorMaps.size()
                           << " TMA tensor maps, more than a kernel can (" << MK_MAX_TENSOR_MAPS

@@ -75,6 +75,8 @@ struct KernelLayout {
   std::string name;
   int64_t grid = 0;
   SmSplit split;
+  /// The index in `split` of the pool role, if the kernel has one (MK_ROLE_POOL).
+  std::optional<size_t> poolRole;
 
   /// The index of the map over tensor `index` (of `type`) held by this rank (no `gpu`) or by GPU
   /// `gpu` of the node, moving `box` (innermost first) through 128-byte swizzled shared memory.

@@ -130,8 +130,9 @@ struct LaunchParameters {
   std::vector<TensorType> argumentTypes;
   /// The TMA tensor maps the kernel takes (mk_kernel_args::maps), built at launch.
   std::vector<mk_tensor_map_spec> tensorMaps;
-  /// The grid's CTAs per role, as the compiler chose them.
+  /// The grid's CTAs per role, as the compiler chose them, and which role is the pool, if any.
   mlir::mk::SmSplit smSplit;
+  std::optional<std::size_t> poolRole;
   /// The copies copy engines make beside the kernel, in the order each GPU issues its own.
   std::vector<mk_engine_copy> engineCopies;
   /// The experts the kernel routes tokens to (mk.dispatch), reporting on it; 0: it routes none.
