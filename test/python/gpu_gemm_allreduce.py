@@ -47,10 +47,21 @@ def check_raises(error_type, expected, call, what):
     check(False, f"{what}: no {error_type.__name__}")
 
 
-def launch_ranks(script, ranks=RANKS):
-    """Starts `ranks` ranks of `script` under torch.distributed.run, one per GPU, or, with
-    MKC_TEST_SHARED_GPU=1 on a machine with fewer GPUs, taking turns on them; returns their exit
-    status."""
+def row_parallel_operands(torch, rank, world, M, N, K, seed):
+    """Rank `rank`'s shards A[:, K_r] and B[K_r, :] of random bf16 A (M x K) and B (K x N), the
+    same on every rank for `seed`, and the f32 product A B that the ranks' partials sum to."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    a_full = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
+    b_full = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
+    shard = slice(rank * K // world, (rank + 1) * K // world)
+    return (a_full[:, shard].contiguous(), b_full[shard].contiguous(),
+            a_full.float() @ b_full.float())
+
+
+def launch_ranks(script, ranks=RANKS, arguments=()):
+    """Starts `ranks` ranks of `script` (given `arguments`) under torch.distributed.run, one per
+    GPU, or, with MKC_TEST_SHARED_GPU=1 on a machine with fewer GPUs, taking turns on them;
+    returns their exit status."""
     try:
         import torch
     except ImportError:
@@ -67,7 +78,7 @@ def launch_ranks(script, ranks=RANKS):
         print(f"SKIP: needs {ranks} GPUs, this machine has {gpus}")
         return SKIPPED
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={ranks}", script]).returncode
+                           f"--nproc-per-node={ranks}", script, *arguments]).returncode
 
 
 def run_topologies(script, topologies, networks, before=None):
@@ -230,12 +241,7 @@ def rank_main():
                          options=compiler_options())
     check(op.arguments[2].symmetric, f"rank {rank}: {op!r}")
 
-    generator = torch.Generator(device="cuda").manual_seed(SEED)
-    a_full = torch.randn(M, K, generator=generator, device="cuda").to(torch.bfloat16)
-    b_full = torch.randn(K, N, generator=generator, device="cuda").to(torch.bfloat16)
-    shard = slice(rank * K // world, (rank + 1) * K // world)
-    a, b = a_full[:, shard].contiguous(), b_full[shard].contiguous()
-    reference = a_full.float() @ b_full.float()
+    a, b, reference = row_parallel_operands(torch, rank, world, M, N, K, SEED)
 
     c = runtime.empty((M, N), torch.bfloat16)
     c_view = c.torch()

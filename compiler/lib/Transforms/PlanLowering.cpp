@@ -82,7 +82,7 @@ void skipMaskedBlocks(ProgramOp program) {
     auto sequence = positions[1].getDefiningOp<SequenceTileOp>();
     if (sequence && sequence.getIndex() == loop.getInductionVar() &&
         sequence.getTensor().getType().getPlacement().getZigzag()) {
-      if (rows != keys || sequence.getTile() != keys)
+      if (rows != keys || static_cast<int64_t>(sequence.getTile()) != keys)
         return;
       if (std::optional<Value> seen =
               seenOfZigzag(ops, loop, positions[0], sequence, program.getMesh()))
