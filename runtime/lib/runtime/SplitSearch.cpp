@@ -15,7 +15,7 @@ SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster,
       cluster_(std::max<std::int64_t>(cluster, 1)),
       pool_(pool), directions_{pool ? std::vector<double>{0.5, 0.25, 0.125}
                                     : std::vector<double>{0.5},
-                               {2, 4}},
+                               {2, 4, 8}},
       tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
@@ -69,6 +69,9 @@ void SplitSearch::advance() {
   candidateTime_ = 0;
   candidateLaunches_ = 0;
   while (direction_ < directions_.size()) {
+    // A direction that gained shows which side the best split lies on: the other is not tried.
+    if (step_ == 0 && direction_ > 0 && best_ != compiled_)
+      break;
     if (step_ < directions_[direction_].size())
       if (std::optional<SmSplit> next = scaled(directions_[direction_][step_])) {
         candidate_ = *next;

@@ -87,6 +87,19 @@ TEST_CASE("a pool role goes on down to one cluster, within 10 launches", "[contr
   CHECK(search(split(46, 10), 1, fewerFaster).settled == split(51, 5));
 }
 
+TEST_CASE("a role the cost model starves grows up to 8 times, within 10 launches",
+          "[controller]") {
+  // AG+GEMM's transfer role, ranks at once on an H100 (notes/controller.md v3): compiled at one
+  // CTA, best at 8.
+  const auto transfer = [](const SmSplit &at) {
+    const double ctas = static_cast<double>(at.roles[1].ctas);
+    return 1.0 / std::min(ctas, 8.0) + 0.01 * ctas;
+  };
+  Run run = search(split(52, 1), 1, transfer);
+  CHECK(run.settled == split(45, 8));
+  CHECK(run.launches <= 10);
+}
+
 TEST_CASE("the search never settles on a split slower than the compiler's", "[controller]") {
   // Noise: each launch of a split 5% slower or faster in turn; the compiler's split is best.
   int launch = 0;
