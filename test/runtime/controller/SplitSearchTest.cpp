@@ -87,8 +87,7 @@ TEST_CASE("a pool role goes on down to one cluster, within 10 launches", "[contr
   CHECK(search(split(46, 10), 1, fewerFaster).settled == split(51, 5));
 }
 
-TEST_CASE("a role the cost model starves grows up to 8 times, within 10 launches",
-          "[controller]") {
+TEST_CASE("a role the cost model starves grows up to 8 times, within 10 launches", "[controller]") {
   // AG+GEMM's transfer role, ranks at once on an H100 (notes/controller.md v3): compiled at one
   // CTA, best at 8.
   const auto transfer = [](const SmSplit &at) {
