@@ -15,6 +15,10 @@ controller  for each op (--ops) and M (--ms, N = K = 8192): every split of its s
             CTAs), then a fresh op with the controller on (MKC_SM_CONTROLLER=on) after its search
             launches; its settled time against the best static split and the compiler's.
 
+The controller's sweep compiles two ops per shape, whose symmetric buffers stay in the heap until
+the runtime ends: give it room (MKC_SYMMETRIC_BYTES=8G; the default 1G lasts about 12 ops of
+8192 x 8192).
+
 Times: medians of launches between CUDA events after warm-up launches, the slowest rank's. With
 ranks sharing one GPU, "NVLink" is the GPU's own memory and every rank's grid is smaller than the
 GPU (the runtime leaves part of its share free under MPS): read the ratios, not the times.
