@@ -66,16 +66,17 @@ std::optional<mk_command> CommandQueue::next() const {
 }
 
 std::uint64_t CommandQueue::take() {
-  releasedFrom_.push_back(false);
+  holdsFrom_.push_back(1);
   return taken_++;
 }
 
+void CommandQueue::hold(std::uint64_t ticket) { ++holdsFrom_.at(ticket - tail_); }
+
 void CommandQueue::release(std::uint64_t ticket) {
-  releasedFrom_.at(ticket - tail_) = true;
-  if (!releasedFrom_.front())
+  if (--holdsFrom_.at(ticket - tail_) || ticket != tail_)
     return;
-  while (!releasedFrom_.empty() && releasedFrom_.front()) {
-    releasedFrom_.pop_front();
+  while (!holdsFrom_.empty() && !holdsFrom_.front()) {
+    holdsFrom_.pop_front();
     ++tail_;
   }
   __atomic_store_n(const_cast<mk_u64 *>(host_.tail), tail_, __ATOMIC_RELEASE);

@@ -119,8 +119,7 @@ bool ProxyEngine::intake() {
     executing_ = queue_.take();
     ++commands;
     execute(*command);
-    if (!sourceHolds_.contains(executing_))
-      queue_.release(executing_);
+    queue_.release(executing_); // carried out; its writes hold it while they read its source
     progress = true;
   }
 }
@@ -235,16 +234,8 @@ void ProxyEngine::enqueue(Write write, Purpose purpose, int valueSlot, std::uint
 }
 
 std::uint64_t ProxyEngine::holdSource() {
-  ++sourceHolds_[executing_];
+  queue_.hold(executing_);
   return executing_;
-}
-
-void ProxyEngine::releaseSource(std::uint64_t ticket) {
-  auto held = sourceHolds_.find(ticket);
-  if (--held->second)
-    return;
-  sourceHolds_.erase(held);
-  queue_.release(ticket);
 }
 
 bool ProxyEngine::drainPosts() {
@@ -290,7 +281,7 @@ bool ProxyEngine::pollEvents() {
       InFlight &entry = inFlight_.at(event.context);
       --incomplete_[entry.peer];
       if (entry.purpose == Purpose::Data)
-        releaseSource(entry.source);
+        queue_.release(entry.source);
       completed(entry);
       if (entry.valueSlot >= 0)
         freeValueSlots_.push_back(entry.valueSlot);

@@ -35,7 +35,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace mkc::net {
@@ -114,11 +113,9 @@ protected:
   int takeValueSlot(std::uint64_t value);
   /// Queues `write` for posting; its completion comes back through completed().
   void enqueue(Write write, Purpose purpose, int valueSlot = -1, std::uint64_t tag = 0);
-  /// The command being carried out reads its source until releaseSource() of the ticket this
-  /// returns; a command is done (CommandQueue::release) once each of its holds is released, at
-  /// once if it took none.
+  /// The command being carried out reads its source until queue_.release() of the ticket this
+  /// returns (CommandQueue::hold).
   std::uint64_t holdSource();
-  void releaseSource(std::uint64_t ticket);
 
   Transport &transport_;
   LocalMemory &memory_;
@@ -144,7 +141,6 @@ private:
   std::vector<int> freeValueSlots_;
   std::vector<InFlight> inFlight_; // by context
   std::uint64_t executing_ = 0;    // the ticket of execute()'s command
-  std::unordered_map<std::uint64_t, std::uint32_t> sourceHolds_; // by ticket: holds not released
   std::vector<std::uint64_t> freeContexts_;
   std::size_t writesInFlight_ = 0;
   std::vector<std::size_t> incomplete_; // by node: writes posted and not complete

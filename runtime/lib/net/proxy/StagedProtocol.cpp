@@ -292,7 +292,7 @@ bool StagedEngine::postPacked() {
     packing_.pop_front();
     // Its payloads are in the slot: their sources may change.
     for (std::uint64_t source : packing.sources)
-      releaseSource(source);
+      queue_.release(source);
     Write write;
     write.localRegion = sendRegion_.id;
     write.localOffset = std::uint64_t(packing.sendSlot) * options_.slotBytes;

@@ -2,10 +2,11 @@
 //
 // The host's side of mk/queue.h: a ring of commands in pinned host memory mapped into the GPU, the
 // tail and abort words next to it, the head in device memory. Kernels produce (device library,
-// mk::proxy_push); the proxy takes commands with next()/take() and releases each once it is done
-// with it (release(): its source read), in any order; the tail moves over the released ones in
-// ticket order. Host threads can produce too with pushCommand(), which follows the kernels'
-// protocol to the letter: the proxy's tests use it to play the GPU's part.
+// mk::proxy_push); the proxy takes commands with next()/take(), holding each while it carries it
+// out and once more for each write that still reads its source (hold()), and releases the holds
+// in any order; the tail moves over the commands without holds in ticket order. Host threads can
+// produce too with pushCommand(), which follows the kernels' protocol to the letter: the proxy's
+// tests use it to play the GPU's part.
 //
 //   CommandQueue queue(memory, 4096, 1 << 20, heapBase);
 //   args.queue = queue.deviceView();
@@ -41,11 +42,13 @@ public:
 
   /// The next command not yet taken, once its producer has published it.
   std::optional<mk_command> next() const;
-  /// Takes the command next() returned; returns its ticket.
+  /// Takes the command next() returned, held once; returns its ticket.
   std::uint64_t take();
-  /// The proxy is done with command `ticket` (taken): once every earlier one is released too, the
-  /// tail passes it, which hands its slot back to the producers and tells its kernel that the
-  /// memory it names may change.
+  /// One more hold on command `ticket` (taken, still held): a write still reads its source.
+  void hold(std::uint64_t ticket);
+  /// Ends a hold on command `ticket`. Once it has none, and no earlier command has, the tail
+  /// passes it, which hands its slot back to the producers and tells its kernel that the memory
+  /// it names may change.
   void release(std::uint64_t ticket);
 
   /// Tells kernels (and host producers) to stop waiting: the proxy stopped for `reason` (an
@@ -59,9 +62,9 @@ public:
 private:
   mk_command_queue device_{};
   mk_command_queue host_{};
-  std::uint64_t taken_ = 0;       // tickets taken
-  std::uint64_t tail_ = 0;        // tickets released, in order: the published tail
-  std::deque<bool> releasedFrom_; // whether ticket tail_ + i is released, up to taken_
+  std::uint64_t taken_ = 0;             // tickets taken
+  std::uint64_t tail_ = 0;              // tickets done with, in order: the published tail
+  std::deque<std::uint32_t> holdsFrom_; // holds on ticket tail_ + i, up to taken_
 };
 
 /// What pushCommand() found.
