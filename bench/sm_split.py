@@ -10,10 +10,13 @@ recycling   GEMM+AllReduce 1x2 (not in place: a compute role and a reduction rol
             and without in-kernel recycling (recycle-ctas), each at the compiler's split, an even
             one and splits that starve the reduction role: every result checked against an f32
             GEMM, then timed; the ratio is no recycling / recycling.
-controller  for each op (--ops) and M (--ms, N = K = 8192): every split of its second role on a
-            ladder (exhaustive for the controller's purpose: it never goes below half the compiled
-            CTAs), then a fresh op with the controller on (MKC_SM_CONTROLLER=on) after its search
+controller  for each op (--ops: the tensor-parallel GEMMs at N = K = 8192, ring attention, MoE) and
+            size (--sizes): every total of its roles but the first on a ladder, in the compiled
+            proportions (exhaustive for the controller's purpose: it scales those roles together),
+            then a fresh op with the controller on (MKC_SM_CONTROLLER=on) after its search
             launches; its settled time against the best static split and the compiler's.
+            --network emulated makes the two ranks nodes over the emulated NIC
+            (--bandwidth-gbps).
 
 The controller's sweep compiles two ops per shape, whose symmetric buffers stay in the heap until
 the runtime ends: give it room (MKC_SYMMETRIC_BYTES=8G; the default 1G lasts about 12 ops of
@@ -83,50 +86,96 @@ def recycling(runtime, torch, dist, mkc, M, N, K):
                   f"{on:.3f} ms, none {off:.3f} ms, ratio {off / on:.3f}", flush=True)
 
 
-def controller(runtime, torch, dist, mkc, ops, ms, N, K):
+# The controller's problems: (per-rank size -> the program's shape bindings, its options).
+PROBLEMS = {
+    "gemm_allreduce": (lambda m, w: dict(M=m, N=8192, K=8192), {"in-place-all-reduce": False}),
+    "gemm_reducescatter": (lambda m, w: dict(M=m, N=8192, K=8192), None),
+    "allgather_gemm": (lambda m, w: dict(M=m, N=8192, K=8192), None),
+    # S the whole sequence: each rank holds S / W of it.
+    "ring_attention": (lambda s, w: dict(B=1, H=8, S=s * w, D=128), None),
+    # T the tokens of all ranks: each rank routes T / W of them.
+    "moe_dispatch_gemm_combine": (lambda t, w: dict(T=t * w, Hd=4096, I=2048, E=8, TopK=2), None),
+}
+SIZES = {"ring_attention": "4096,8192,16384,32768", "moe_dispatch_gemm_combine": "1024,2048,4096,8192"}
+
+
+def operands(runtime, torch, op, shapes, g):
+    """Random operands for `op`: bf16 normal, and for MoE a router's output (distinct experts per
+    token, softmax weights); each argument placed where the op wants it."""
+    args = []
+    for argument in op.arguments:
+        shape = tuple(argument.shape)
+        if argument.element == "i32":  # experts [T, TopK]
+            scores = torch.randn(shape[0], shapes["E"], generator=g, device="cuda")
+            top, experts = scores.topk(shape[1], dim=1)
+            value, weights = experts.to(torch.int32), top.softmax(dim=1)
+        elif argument.element == "f32":  # the routing weights of the experts just drawn
+            value = weights
+        else:
+            scale = shape[-2] ** -0.5 if len(shape) == 3 else 1.0  # MoE's expert weights
+            value = (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+        if argument.symmetric:
+            placed = runtime.empty(shape, value.dtype)
+            placed.torch().copy_(value)
+            value = placed
+        args.append(value)
+    return args
+
+
+def spread(total, compiled, grid, unit):
+    """A split of `grid` CTAs whose roles but the first have `total` CTAs among them, in the
+    compiled split's proportions, whole units of at least one each."""
+    rest = compiled[1:]
+    counts = [max(unit, round(total * c / sum(rest) / unit) * unit) for c in rest]
+    return [grid - sum(counts)] + counts if grid - sum(counts) >= unit else None
+
+
+def controller(runtime, torch, dist, mkc, ops, sizes):
     rank = runtime.rank
     g = torch.Generator(device="cuda").manual_seed(5)
     for name in ops:
-        for M in ms:
-            options = {"in-place-all-reduce": False} if name == "gemm_allreduce" else None
-            op = runtime.compile(mkc.library_program(name), M=M, N=N, K=K, options=options)
-            if len(op.roles) != 2:
+        bind, options = PROBLEMS[name]
+        for size in sizes.get(name, sizes["default"]):
+            shapes = bind(size, runtime.world_size)
+            op = runtime.compile(mkc.library_program(name), shapes=shapes, options=options)
+            if len(op.roles) < 2:
                 if rank == 0:
-                    print(f"{name} M={M}: roles {op.roles}, not two: nothing to split", flush=True)
+                    print(f"{name} {shapes}: roles {op.roles}: nothing to split", flush=True)
                 op.close()
                 continue
             compiled = [c for _, c in op.roles]
             grid = sum(compiled)
             unit = 2 if all(c % 2 == 0 for c in compiled) else 1
-            args = []
-            for argument in op.arguments:
-                shape = tuple(argument.shape)
-                if argument.symmetric:
-                    args.append(runtime.empty(shape, torch.bfloat16))
-                else:
-                    args.append(torch.randn(shape, generator=g, device="cuda").to(torch.bfloat16))
-            ladder = [1, 2, 4, 6, 8, 12, 16, 24, 32, grid // 2, compiled[1]]
-            seconds = sorted({max(unit, min(grid - unit, x // unit * unit)) for x in ladder})
+            args = operands(runtime, torch, op, shapes, g)
+            # Every total of the roles but the first on a ladder: exhaustive for the controller's
+            # purpose (it scales those roles together, never past x8 or below one unit each).
+            ladder = [1, 2, 4, 6, 8, 12, 16, 24, 32, grid // 2, sum(compiled[1:])]
+            splits = {}
+            for total in ladder:
+                split = spread(total, compiled, grid, unit)
+                if split:
+                    splits[tuple(split)] = split
             static = {}
-            for count in seconds:
-                op.set_sm_split([grid - count, count])
-                static[count] = timed(op, args, torch, dist, launches=12, warmup=2)
+            for key, split in splits.items():
+                op.set_sm_split(split)
+                static[key] = timed(op, args, torch, dist, launches=12, warmup=2)
             op.close()
             best = min(static, key=static.get)
             # A fresh op of the same key: the controller searches over its first launches.
-            again = runtime.compile(mkc.library_program(name), M=M, N=N, K=K, options=options)
+            again = runtime.compile(mkc.library_program(name), shapes=shapes, options=options)
             for _ in range(12):
                 again(*args)
             torch.cuda.synchronize()
-            settled = again.roles
+            settled = [c for _, c in again.roles]
             converged = timed(again, args, torch, dist, launches=12, warmup=2)
             again.close()
             if rank == 0:
-                sweep = ", ".join(f"{c}:{t:.3f}" for c, t in sorted(static.items()))
-                print(f"{name} M={M} N={N} K={K} grid {grid} compiled {compiled}: sweep "
-                      f"{{{sweep}}}; best {best} {static[best]:.3f} ms; compiler "
-                      f"{static[compiled[1]]:.3f}; controller {settled} {converged:.3f} ms = "
-                      f"{static[best] / converged:.3f} of best", flush=True)
+                sweep = ", ".join(f"{'+'.join(map(str, k[1:]))}:{t:.3f}"
+                                  for k, t in sorted(static.items(), key=lambda x: x[0][1:]))
+                print(f"{name} {shapes} grid {grid} compiled {compiled}: sweep {{{sweep}}}; "
+                      f"best {list(best)} {static[best]:.3f} ms; compiler "
+                      f"{static[tuple(compiled)]:.3f}; controller {settled} {converged:.3f} ms "
+                      f"= {static[best] / converged:.3f} of best", flush=True)
 
 
 def rank_main(args):
@@ -141,8 +190,10 @@ def rank_main(args):
     if args.what == "recycling":
         recycling(runtime, torch, dist, mkc, args.m, 8192, 8192)
     else:
-        controller(runtime, torch, dist, mkc, args.ops.split(","),
-                   [int(m) for m in args.ms.split(",")], 8192, 8192)
+        # --sizes for every op, else each op's own (the GEMMs' M: 1024 to 8192).
+        texts = {"default": args.sizes or "1024,2048,4096,8192", **({} if args.sizes else SIZES)}
+        sizes = {name: [int(x) for x in text.split(",")] for name, text in texts.items()}
+        controller(runtime, torch, dist, mkc, args.ops.split(","), sizes)
     return 0
 
 
@@ -152,12 +203,19 @@ def main():
     parser.add_argument("what", choices=["recycling", "controller"])
     parser.add_argument("--m", type=int, default=4096, help="recycling: rows of A and C")
     parser.add_argument("--ops", default="gemm_allreduce,gemm_reducescatter,allgather_gemm")
-    parser.add_argument("--ms", default="1024,2048,4096,8192")
+    parser.add_argument("--sizes", help="controller: each op's per-rank sizes (M of the GEMMs, S "
+                        "per rank of ring attention, T per rank of MoE; default: each op's own)")
+    parser.add_argument("--network", choices=("none", "emulated"), default="none",
+                        help="emulated: the two ranks are nodes, linked by the emulated NIC")
+    parser.add_argument("--bandwidth-gbps", default="50", help="the emulated NIC's bandwidth")
     args = parser.parse_args()
     if "RANK" in os.environ:
         return rank_main(args)
     if args.what == "controller":
         os.environ["MKC_SM_CONTROLLER"] = "on"
+    if args.network == "emulated":
+        os.environ.update(MKC_GPUS_PER_NODE="1", MKC_NET="emulated",
+                          MKC_NET_BANDWIDTH_GBPS=args.bandwidth_gbps)
     return common.launch_ranks(__file__, ranks=2, arguments=sys.argv[1:])
 
 
