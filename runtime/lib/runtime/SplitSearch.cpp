@@ -13,9 +13,7 @@ SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster,
                          std::optional<std::size_t> pool)
     : compiled_(compiled), best_(compiled), candidate_(compiled),
       cluster_(std::max<std::int64_t>(cluster, 1)),
-      pool_(pool), directions_{pool ? std::vector<double>{0.5, 0.25, 0.125}
-                                    : std::vector<double>{0.5},
-                               {2, 4, 8}},
+      pool_(pool), directions_{{0.5, 0.25, 0.125}, {2, 4, 8}},
       tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
@@ -33,8 +31,10 @@ std::optional<SmSplit> SplitSearch::scaled(double factor) const {
     others += split.roles[i].ctas;
   }
   split.roles[0].ctas = grid - others;
+  // The best split is the last step's, which gained (or the compiler's, at a direction's first):
+  // halving a role from there at most doubles its time, which was within the compiler's time.
   for (std::size_t i = 0; i < split.roles.size(); ++i)
-    if (i != pool_ && 2 * split.roles[i].ctas < compiled_.roles[i].ctas)
+    if (i != pool_ && 2 * split.roles[i].ctas < best_.roles[i].ctas)
       return std::nullopt;
   if (split.checkLaunch(compiled_, cluster_) ||
       std::find(tried_.begin(), tried_.end(), split) != tried_.end())

@@ -5,11 +5,12 @@
 // its grid, and the split is a launch parameter (mk_kernel_args::roles), so the controller can try
 // splits on the launches an application makes anyway: every one still computes the right result.
 // It starts from the compiler's split (the cost model's), then scales the CTAs of every role but
-// the first (compute keeps the rest of the grid) down by 2, then, unless that gained, up by 2, 4
-// and 8, in whole clusters, never leaving a role fewer than half its compiled CTAs: a role's time
-// grows at most as its CTAs shrink, so no candidate is much slower than twice the compiler's
-// split. The pool (mk-pool-roles: every CTA joins it once done with its own role) goes on down by
-// 4 and 8, to one cluster: the CTAs it gives up still do its work once theirs is done. Each
+// the first (compute keeps the rest of the grid) down by 2, 4 and 8, then, unless that gained, up
+// by 2, 4 and 8, in whole clusters. A direction goes a step further only where the last gained,
+// and a step never leaves a role fewer than half its CTAs in that last split: a role's time grows
+// at most as its CTAs shrink, so no candidate is much slower than twice the compiler's split. The
+// pool (mk-pool-roles: every CTA joins it once done with its own role) has no floor, down to one
+// cluster: the CTAs it gives up still do its work once theirs is done. Each
 // candidate is timed on kLaunchesPerCandidate launches, the best of them counting, as the slowest
 // rank took it (the caller gathers it, so every rank sees the same times and takes the same
 // steps); one whose first launch took more than twice the best time gets no second; a direction
@@ -56,7 +57,7 @@ public:
 private:
   /// The compiler's split with every role but the first scaled by `factor` (whole clusters, one
   /// at least; the first keeps the rest), if that differs from the splits tried, fits, and leaves
-  /// every role but the pool half its compiled CTAs or more.
+  /// every role but the pool half its CTAs in the best split or more.
   std::optional<mlir::mk::SmSplit> scaled(double factor) const;
   /// Moves on to the next candidate of the ladder, or settles.
   void advance();

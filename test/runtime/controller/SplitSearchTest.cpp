@@ -55,9 +55,9 @@ std::function<double(const SmSplit &)> bestAt(std::int64_t best) {
 
 TEST_CASE("the search settles on the best split within 10 launches", "[controller]") {
   const SmSplit compiled = split(120, 12);
-  SECTION("fewer reduce CTAs, down to half the compiler's") {
+  SECTION("fewer reduce CTAs, halving while it gains") {
     Run run = search(compiled, 1, bestAt(3));
-    CHECK(run.settled == split(126, 6));
+    CHECK(run.settled == split(129, 3));
     CHECK(run.launches <= 10);
   }
   SECTION("more") {
@@ -83,8 +83,8 @@ TEST_CASE("a pool role goes on down to one cluster, within 10 launches", "[contr
   Run clustered = search(split(44, 12), 2, fewerFaster, 1);
   CHECK(clustered.settled == split(54, 2));
   CHECK(clustered.launches <= 10);
-  // Without a pool, half the compiled CTAs is the floor.
-  CHECK(search(split(46, 10), 1, fewerFaster).settled == split(51, 5));
+  // Without a pool, a step keeps half the CTAs of the last (10, 5, 3): never 1 from 3.
+  CHECK(search(split(46, 10), 1, fewerFaster).settled == split(53, 3));
 }
 
 TEST_CASE("a role the cost model starves grows up to 8 times, within 10 launches", "[controller]") {
@@ -111,6 +111,16 @@ TEST_CASE("the search never settles on a split slower than the compiler's", "[co
 
 TEST_CASE("exploring stays under twice the compiler's time where time grows away from it",
           "[controller]") {
+  // Each role's time its work over its CTAs, the launch's the slower role's: the compiler gave
+  // the reduce role 4 times what it needs, and the search halves it while that gains, then stops
+  // at the step that starves it, twice the time at most.
+  const auto roles = [](const SmSplit &at) {
+    return std::max(120.0 / static_cast<double>(at.roles[0].ctas),
+                    3.0 / static_cast<double>(at.roles[1].ctas));
+  };
+  Run starved = search(split(116, 16), 1, roles);
+  CHECK(starved.settled == split(128, 4));
+  CHECK(starved.worst <= 2 * roles(split(116, 16)));
   // A reduce role starved below 6 CTAs is 3x slower: the search never takes a role below half its
   // compiled CTAs, so it never gets there.
   const auto cliff = [](const SmSplit &at) { return at.roles[1].ctas < 6 ? 3.0 : 1.0; };
