@@ -13,8 +13,7 @@ SplitSearch::SplitSearch(const SmSplit &compiled, std::int64_t cluster,
                          std::optional<std::size_t> pool)
     : compiled_(compiled), best_(compiled), candidate_(compiled),
       cluster_(std::max<std::int64_t>(cluster, 1)),
-      pool_(pool), directions_{{0.5, 0.25, 0.125}, {2, 4, 8}},
-      tried_{compiled} {
+      pool_(pool), directions_{{0.5, 0.25, 0.125}, {2, 4, 8}}, tried_{compiled} {
   // One role has the whole grid: nothing to choose.
   done_ = compiled.roles.size() < 2;
 }
