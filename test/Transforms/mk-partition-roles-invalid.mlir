@@ -1,10 +1,13 @@
 // RUN: mk-opt %s -split-input-file -verify-diagnostics -mk-partition-roles
 // RUN: not mk-opt %s -split-input-file -mk-partition-roles="sm-count=0" 2>&1 | FileCheck %s --check-prefix=SM-COUNT
+// RUN: not mk-opt %s -split-input-file -mk-partition-roles="sm-count=66 gpu-sm-count=64" 2>&1 | FileCheck %s --check-prefix=GPU-SM-COUNT
 
 // What mk-partition-roles rejects.
 
 // An sm-count that no GPU has, on every program.
-// SM-COUNT: mk-partition-roles-invalid.mlir:[[# @LINE + 4]]:1: error: sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
+// SM-COUNT: mk-partition-roles-invalid.mlir:[[# @LINE + 6]]:1: error: sm-count=0: the persistent grid has 1 to 1024 CTAs, one per SM (an H200 has 132)
+// A grid of more CTAs than its GPU has SMs.
+// GPU-SM-COUNT: mk-partition-roles-invalid.mlir:[[# @LINE + 4]]:1: error: gpu-sm-count is 64, fewer than the grid's sm-count 66
 
 // A split that leaves a role without CTAs.
 // expected-error @+1 {{the sm split gives no CTAs to role intra_reduce}}

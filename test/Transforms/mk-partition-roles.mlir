@@ -1,6 +1,7 @@
 // RUN: mk-opt %s -split-input-file -mk-partition-roles | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-partition-roles="sm-split=compute=100,intra_reduce=20,republish=30,dispatch=2" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: mk-opt %s -split-input-file -mk-partition-roles="explain=true" 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
+// RUN: not mk-opt %s -split-input-file -mk-partition-roles="explain=true sm-count=56 gpu-sm-count=132" 2>&1 >/dev/null | FileCheck %s --check-prefix=SHARE
 
 // mk-partition-roles splits the SMs between the roles from a cost model (compute from matmul
 // FLOPs, transfers from bytes per CTA, capped by link bandwidth) and sets the grid to what they
@@ -26,6 +27,11 @@
 // EXPLAIN: remark: SM split of @gemm_allreduce on 130 CTAs (of 132 SMs), from the cost model:
 // EXPLAIN-NEXT: compute 108 CTAs: {{.*}} ms for 274.9 GFLOP
 // EXPLAIN-NEXT: intra_reduce 22 CTAs: {{.*}} ms, {{.*}} MB through CTAs, {{.*}} MB over NVLink
+// A grid with a share of the GPU (MPS: 56 of 132 SMs) computes at 56/132 of its rate, not all of
+// it: compute takes 46 CTAs, where a 56-SM GPU's cost model would give it 40.
+// SHARE: remark: SM split of @gemm_allreduce on 56 CTAs (of 56 SMs, a share of the GPU's 132), from the cost model:
+// SHARE-NEXT: compute 46 CTAs: 1.228 ms for 274.9 GFLOP
+// SHARE-NEXT: intra_reduce 10 CTAs
 mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
   %s = mk.buffer : !S
   %c2 = arith.constant 2 : index
@@ -62,6 +68,8 @@ mk.program @gemm_allreduce [] mesh <1x2> (%a: !A, %b: !B, %c: !C) {
 // OVERRIDE-LABEL: mk.program @author
 // OVERRIDE: mk.role compute ctas 100
 // OVERRIDE: mk.role republish ctas 30
+// A grid with a share of the GPU has fewer CTAs than the author's split asks for.
+// SHARE: mk-partition-roles.mlir:[[# @LINE + 1]]:1: error: the sm split needs 132 CTAs, but the grid has 56
 mk.program @author [] mesh <1x2> () attributes {mk.sm_split = {compute = 96, republish = 36}} {
   mk.role compute {
   }

@@ -27,6 +27,11 @@ cl::opt<std::string> smSplit("sm-split", cl::desc("CTAs per role instead of the 
 cl::opt<int64_t> smCount("sm-count",
                          cl::desc("CTAs of the persistent grid, 1 to 1024 (one per SM)"),
                          cl::init(132), cl::cat(pipelineCategory));
+cl::opt<int64_t> gpuSmCount("gpu-sm-count",
+                            cl::desc("SMs of the whole GPU, whose compute rate the cost model "
+                                     "shares among them (default: --sm-count); more where the "
+                                     "grid has a share of the GPU (MPS)"),
+                            cl::init(0), cl::cat(pipelineCategory));
 cl::opt<bool> explainSplit("explain-sm-split", cl::desc("Explain the SM split chosen"),
                            cl::cat(pipelineCategory));
 cl::opt<bool> inPlaceAllReduce("in-place-all-reduce",
@@ -90,6 +95,7 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
     return std::nullopt;
   }
   options.smCount = smCount;
+  options.gpuSmCount = gpuSmCount;
   options.gemmTileN = gemmTileN;
   options.gemmTileM = gemmTileM;
   options.explainSplit = explainSplit;

@@ -35,6 +35,9 @@ struct PipelineOptions {
   SmSplit smSplit;
   /// CTAs of the persistent grid.
   int64_t smCount = 132;
+  /// SMs of the whole GPU, whose compute rate the cost model divides among them (0: smCount);
+  /// more than smCount where the grid has a share of the GPU (MPS).
+  int64_t gpuSmCount = 0;
   /// Columns of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
   int64_t gemmTileN = 0;
   /// Rows of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).

@@ -39,6 +39,7 @@ void buildSchedulePipeline(OpPassManager &pm, const PipelineOptions &options) {
   programs.addPass(createMkExpandCollectives(expand));
   MkPartitionRolesOptions partition;
   partition.smCount = options.smCount;
+  partition.gpuSmCount = options.gpuSmCount;
   partition.smSplit = options.smSplit.str();
   partition.explain = options.explainSplit;
   programs.addPass(createMkPartitionRoles(partition));

@@ -344,6 +344,11 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
       program.emitError() << *error;
       return signalPassFailure();
     }
+    if (gpuSmCount && gpuSmCount < smCount) {
+      program.emitError() << "gpu-sm-count is " << static_cast<int64_t>(gpuSmCount)
+                          << ", fewer than the grid's sm-count " << static_cast<int64_t>(smCount);
+      return signalPassFailure();
+    }
     auto roles = program.getBodyBlock().getOps<RoleOp>();
     if (roles.empty()) {
       program.emitError() << "@" << program.getSymName()
@@ -360,8 +365,9 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
                           << "sm-count is " << static_cast<int64_t>(smCount);
       return signalPassFailure();
     }
-    CostModel model{computeTflops * 1e12 / smCount, ctaCopyGBps * 1e9, nvlinkGBps * 1e9,
-                    networkGBps * 1e9, proxyPushUs * 1e-6};
+    // A CTA computes at its SM's share of the whole GPU's rate, however many the grid has.
+    CostModel model{computeTflops * 1e12 / (gpuSmCount ? gpuSmCount : smCount), ctaCopyGBps * 1e9,
+                    nvlinkGBps * 1e9, networkGBps * 1e9, proxyPushUs * 1e-6};
 
     std::string source;
     if (failed(split(program, partitioner, works, model, source)))
@@ -487,7 +493,10 @@ struct PartitionRolesPass : mk::impl::MkPartitionRolesBase<PartitionRolesPass> {
     for (const RoleWork &work : works)
       grid += work.ctas;
     os << "SM split of @" << program.getSymName() << " on " << grid << " CTAs (of "
-       << static_cast<int64_t>(smCount) << " SMs), from " << source << ":";
+       << static_cast<int64_t>(smCount) << " SMs";
+    if (gpuSmCount > smCount)
+      os << ", a share of the GPU's " << static_cast<int64_t>(gpuSmCount);
+    os << "), from " << source << ":";
     for (const RoleWork &work : works) {
       os << "\n  " << stringifyRoleKind(work.kind) << " " << work.ctas
          << " CTAs: " << llvm::formatv("{0:F3} ms", 1e3 * model.seconds(work, work.ctas));

@@ -221,6 +221,9 @@ def MkPartitionRoles : Pass<"mk-partition-roles", "::mlir::mk::ProgramOp"> {
   let options = [
     Option<"smCount", "sm-count", "int64_t", "132",
            "CTAs of the persistent grid, 1 to 1024 (one per SM)">,
+    Option<"gpuSmCount", "gpu-sm-count", "int64_t", "0",
+           "SMs of the whole GPU, whose rate compute-tflops is (0: sm-count); more than sm-count "
+           "where the grid has a share of the GPU (MPS)">,
     Option<"smSplit", "sm-split", "std::string", "\"\"",
            "role=ctas,... overriding the cost model, e.g. compute=120,intra_reduce=12">,
     // Measured on an H200 (docs/notes/runtime.md): the device library's matmul in a generated
