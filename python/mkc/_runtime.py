@@ -208,7 +208,7 @@ class FusedOp:
     `name` is the program's name, `arguments` its Arguments as this rank holds them, `roles` the
     kernel's roles in order with the CTAs its launches give them ([("compute", 120),
     ("intra_reduce", 12)]: the compiler's choice, then the SM controller's as it searches over the
-    first launches (with MKC_SM_CONTROLLER=on), or set_sm_split's), `sm_split`
+    first launches (unless MKC_SM_CONTROLLER=off), or set_sm_split's), `sm_split`
     the same per kind ({"compute": 120, "intra_reduce": 12}: what Runtime.compile's sm_split
     takes; a kind with several roles, as ring attention's two transfers, maps to the CTAs of its
     first). Calling it launches it on a stream; close() destroys it (its runtime does so when

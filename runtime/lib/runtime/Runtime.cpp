@@ -17,8 +17,7 @@ namespace mkc {
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device), smCount(contextSmCount(driver, context.device())),
-      nvrtcOptions(options.nvrtcOptions), smController(options.smController),
-      jit(options.cacheDirectory) {
+      nvrtcOptions(options.nvrtcOptions), jit(options.cacheDirectory) {
   char name[128] = {};
   MK_CU_CHECK(driver, cuDeviceGetName(name, sizeof name, context.device()));
   gpuName = name;
@@ -30,6 +29,7 @@ Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &opt
   arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
 
   checkPlacement(options);
+  smController = options.smController.value_or(ranksSharingGpu.empty() || ranksAtOnce);
 
   NodePlace place;
   place.localRank = group.localRank();

@@ -83,7 +83,7 @@ struct Runtime::State {
   std::string busId;                     ///< the GPU's PCI address, e.g. 0000:00:06.0
   std::vector<int> ranksSharingGpu;      ///< the other ranks of the node on it (MKC_SHARE_GPU=1)
   bool ranksAtOnce = false;              ///< they run at once (MPS), not in turns
-  bool smController;                     ///< MKC_SM_CONTROLLER
+  bool smController = false;             ///< MKC_SM_CONTROLLER, or where times mean something
   std::string gpuName;                   ///< cuDeviceGetName's, for the controller's answers
   /// How this GPU's kernels' waits give up (mk_wait_watch in mk/abi.h): the watch every loaded
   /// module gets, the word it raises (device memory) and where it describes the first failure

@@ -75,13 +75,13 @@ struct RuntimeOptions {
   /// Whether ranks may take turns on fewer GPUs than there are ranks (MKC_SHARE_GPU=1): the
   /// device (chosen, or the local rank's) is taken modulo the GPUs this process sees. The ranks'
   /// persistent kernels then wait on each other across contexts, which the GPU time-slices:
-  /// correct, but slow. For testing multi-GPU programs on a machine with one GPU. Refused under
-  /// MPS, where the kernels run at once (not right yet: docs/notes/controller.md).
+  /// correct, but slow. For testing multi-GPU programs on a machine with one GPU. Under MPS they
+  /// run at once instead, each grid leaving part of its share free (docs/notes/controller.md v3).
   bool shareGpu = false;
   /// Whether the SM-partition controller chooses each op's split from its first launches' times
-  /// and keeps the answer beside the JIT's cache (MKC_SM_CONTROLLER=on|off). Off until it has run
-  /// on a GPU (docs/notes/controller.md v1).
-  bool smController = false;
+  /// and keeps the answer beside the JIT's cache (MKC_SM_CONTROLLER=on|off). Unset: on, except
+  /// where ranks take turns on a GPU, whose times are each other's time slices.
+  std::optional<bool> smController;
   /// The JIT's on-disk cache: $MKC_CACHE_DIR, else under $XDG_CACHE_HOME or ~/.cache.
   std::filesystem::path cacheDirectory = Jit::defaultCacheDirectory();
   /// Jobs across nodes: the network backend ("fabric", "verbs" or "emulated") and its settings
