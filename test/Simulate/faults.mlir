@@ -30,3 +30,14 @@
 // RUN: sed -e 's/mk.accumulate sum/mk.accumulate max/' %t.rs.mlir > %t.wrong.mlir
 // RUN: not mk-sim %mkc_lib/gemm_reducescatter.mlir --topology 2x1 --shape M=256,N=512,K=256 --scheduled %t.wrong.mlir --seeds 1 2>&1 | FileCheck %s --check-prefix=WRONG
 // WRONG: error: wrong result: launch 1 got {{[0-9]+}} elements of argument #2 wrong on rank {{[01]}}: the first at [{{[0-9]+}}, {{[0-9]+}}] is {{.*}}, the program means {{.*}} (seed 0)
+
+// A wait that counts the compiled split's CTAs rather than the launch's: MoE's experts wait for
+// 2 arrivals from each dispatch CTA, written as 84 for the 42 it was compiled with. Right while
+// every launch takes the compiled split; once a launch takes another (--vary-split: the SM
+// controller's candidates), the second launch waits for arrivals that never come.
+// RUN: mkc %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=64,Hd=128,I=128,E=4,TopK=2,C=64 --emit=mlir -o %t.moe.mlir
+// RUN: sed -e 's/count 2 per_cta_of dispatch/count 84/' %t.moe.mlir > %t.compiled-split.mlir
+// RUN: mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=64,Hd=128,I=128,E=4,TopK=2,C=64 --scheduled %t.compiled-split.mlir --seeds 2 | FileCheck %s --check-prefix=COMPILED-SPLIT
+// COMPILED-SPLIT: mk-sim: @moe_dispatch_gemm_combine on #mk.mesh<1x2>: 3 launches x 2 interleavings (seeds 0-1), {{[0-9]+}} steps: no findings
+// RUN: not mk-sim %mkc_lib/moe_dispatch_gemm_combine.mlir --topology 1x2 --shape T=64,Hd=128,I=128,E=4,TopK=2,C=64 --scheduled %t.compiled-split.mlir --seeds 2 --vary-split 2>&1 | FileCheck %s --check-prefix=VARIED-SPLIT
+// VARIED-SPLIT: compiled-split.mlir:32:9: error: deadlock: no thread can go on and nothing is in flight; rank {{[01]}} (CTA {{[0-9]+}}, compute {{[0-9]+}} of 131, launch 2){{.*}} waits at {{.*}}compiled-split.mlir:32:9 for 168 of @routing_arrived word {{[0-9]+}}, which holds 86;

@@ -2,7 +2,8 @@
 """Simulates every library program on a matrix of topologies and shapes with mk-sim.
 
 Each (program, topology, shape) is compiled to the scheduled level and run for several launches
-and interleavings. What the passes refuse is fine (mk-sim exits 2: mkc refuses it too); what they
+(at the compiled split, every role but the first at one CTA, the first at one CTA: the splits a
+kernel may take at launch) and interleavings. What the passes refuse is fine (mk-sim exits 2: mkc refuses it too); what they
 accept must simulate with no finding. The shapes are small (the simulator computes every element
 and orders every access) and include dims that are not tile multiples, tiny ones, shards that
 are not tile multiples, uneven and empty shards.
@@ -58,8 +59,10 @@ def shapes(program, w):
 
 def run(mk_sim, path, topology, shape, seeds):
     start = time.monotonic()
+    # --vary-split: the three launches split the grid into the roles three ways, as the runtime's
+    # SM controller may between launches of one kernel.
     command = [mk_sim, str(path), f"--topology={topology}", f"--shape={shape}",
-               f"--seeds={seeds}"]
+               f"--seeds={seeds}", "--vary-split"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start, command
 

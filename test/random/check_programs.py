@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generates random tile programs (programs.py) and checks that mkc refuses each with a located
-message or compiles it, and that what it compiles simulates cleanly (mk-sim): the CI half of the
+message or compiles it, and that what it compiles simulates cleanly (mk-sim, its launches at
+several splits of the grid into the roles): the CI half of the
 random-program differential test. A sample also goes through NVRTC to an sm_90a cubin.
 
     check_programs.py --mkc build/bin/mkc --mk-sim build/bin/mk-sim --first-seed 0 --count 500
@@ -38,8 +39,9 @@ def check(seed, mkc, mk_sim, directory, cubin):
         if compiled.returncode == 1 and LOCATED.search(compiled.stderr):
             return "refused", what, LOCATED.search(compiled.stderr).group(0)
         return "failed", what, f"mkc exited {compiled.returncode}:\n{compiled.stderr}"
-    simulated = subprocess.run([mk_sim, str(path), *flags, "--seeds=2"], capture_output=True,
-                               text=True, timeout=1800)
+    # Its three launches at three splits of the grid, as the SM controller may launch it.
+    simulated = subprocess.run([mk_sim, str(path), *flags, "--seeds=2", "--vary-split"],
+                               capture_output=True, text=True, timeout=1800)
     if simulated.returncode != 0:
         return "failed", what, f"mk-sim exited {simulated.returncode}:\n" + \
             simulated.stdout + simulated.stderr

@@ -44,6 +44,11 @@ cl::opt<uint64_t> firstSeed("seed", cl::desc("The first interleaving's seed"), c
                             cl::cat(category));
 cl::opt<uint64_t> dataSeed("data-seed", cl::desc("The seed of the inputs' values"), cl::init(1),
                            cl::cat(category));
+cl::opt<bool> varySplit("vary-split",
+                        cl::desc("Launches split the grid into the roles in other ways, as the "
+                                 "SM controller does: the compiled split, every role but the "
+                                 "first at one CTA, the first at one CTA, in turn"),
+                        cl::cat(category));
 cl::opt<uint64_t> maxSteps("max-steps",
                            cl::desc("Steps of one interleaving before it is "
                                     "reported as not ending"),
@@ -105,6 +110,7 @@ int run() {
   simulation.firstSeed = firstSeed;
   simulation.dataSeed = dataSeed;
   simulation.maxSteps = maxSteps;
+  simulation.varySplit = varySplit;
   bool found = false, refused = false;
   for (auto program : scheduled->getOps<mlir::mk::ProgramOp>()) {
     auto meaning = reference->lookupSymbol<mlir::mk::ProgramOp>(program.getSymNameAttr());

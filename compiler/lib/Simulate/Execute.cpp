@@ -432,7 +432,15 @@ FailureOr<Machine::Outcome> Machine::execute(Thread &thread, Operation *op) {
         if (!index)
           return Outcome::next;
         int64_t flag = *index;
-        uint64_t target = uint64_t(rank.launch) * wait.getArrivals();
+        // Flags are never reset: this launch's arrivals come on top of every earlier launch's.
+        uint64_t target = uint64_t(rank.launch) * wait.getCount();
+        if (std::optional<RoleKind> kind = wait.getPerCtaOf()) {
+          int64_t ctas = 0;
+          for (auto [i, role] : llvm::enumerate(roles))
+            if (role.getKind() == *kind)
+              ctas += rank.roleCtasThrough[i];
+          target = uint64_t(ctas) * wait.getCount();
+        }
         FlagWord &word = rank.flags[flag];
         if (word.count >= target) {
           if (!word.clock.empty())

@@ -123,24 +123,21 @@ LogicalResult Machine::prepare() {
       }
     }
   }
+  for (RoleOp role : body.getOps<RoleOp>()) {
+    roles.push_back(role);
+    if (role.getPool())
+      pool = role;
+  }
   threads.resize(total);
   for (int64_t r = 0; r < world; ++r) {
-    int64_t begin = 0;
-    for (RoleOp role : body.getOps<RoleOp>()) {
-      if (role.getPool())
-        pool = role;
-      int64_t ctas = *role.getCtas();
-      for (int64_t c = 0; c < ctas; ++c) {
-        Thread &t = threads[r * perRank + begin + c];
-        t.id = r * perRank + begin + c;
-        t.rank = r;
-        t.cta = begin + c;
-        t.role = role;
-        t.roleCta = c;
-        t.roleCtas = ctas;
-        ranks[r].threads.push_back(t.id);
-      }
-      begin += ctas;
+    ranks[r].roleCtasThrough.assign(roles.size(), 0);
+    // Each CTA's role is the launch's (startLaunch).
+    for (int64_t c = 0; c < grid; ++c) {
+      Thread &t = threads[r * perRank + c];
+      t.id = r * perRank + c;
+      t.rank = r;
+      t.cta = c;
+      ranks[r].threads.push_back(t.id);
     }
     Thread &engine = threads[r * perRank + grid];
     engine.id = r * perRank + grid;
@@ -162,9 +159,43 @@ LogicalResult Machine::prepare() {
   return success();
 }
 
+SmallVector<int64_t> Machine::splitOf(int64_t launch) {
+  SmallVector<int64_t> compiled;
+  for (RoleOp role : roles)
+    compiled.push_back(*role.getCtas());
+  const int64_t grid = *program.getGrid(), others = static_cast<int64_t>(roles.size()) - 1;
+  const int64_t turn = options.varySplit ? (launch - 1) % 3 : 0;
+  if (turn == 0 || others == 0 || grid < 2 * others + 1)
+    return compiled;
+  SmallVector<int64_t> split(roles.size(), 1);
+  if (turn == 1) {
+    split[0] = grid - others;
+    return split;
+  }
+  // The first at one CTA; the others share the rest as the compiled split shares theirs.
+  int64_t compiledOthers = 0, given = 1;
+  for (int64_t i = 1; i <= others; ++i)
+    compiledOthers += compiled[i];
+  for (int64_t i = 1; i <= others; ++i)
+    given += split[i] = std::max<int64_t>(1, (grid - 1) * compiled[i] / compiledOthers);
+  split[1] += grid - given;
+  return split;
+}
+
 void Machine::startLaunch(int64_t r) {
   Rank &rank = ranks[r];
   int64_t launch = ++rank.launch;
+  // The roles take their CTAs in order, as mk_kernel_args' role ranges give them.
+  SmallVector<int64_t> split = splitOf(launch);
+  for (int64_t i = 0, cta = 0; i < static_cast<int64_t>(roles.size()); ++i) {
+    rank.roleCtasThrough[i] += split[i];
+    for (int64_t c = 0; c < split[i]; ++c, ++cta) {
+      Thread &t = threads[rank.threads[cta]];
+      t.role = roles[i];
+      t.roleCta = c;
+      t.roleCtas = split[i];
+    }
+  }
   // The host writes this launch's inputs, after the last launch (stream order).
   const std::vector<TensorData> &inputs = launches[launch - 1].inputs[r];
   for (size_t a = 0; a < outputs.size(); ++a)

@@ -158,6 +158,8 @@ struct Rank {
   bool running = false;
   std::vector<int64_t> threads, ready;
   int64_t live = 0;
+  /// Each role's CTAs summed over the launches so far, this one included (the program's order).
+  SmallVector<int64_t> roleCtasThrough;
   /// Transfers of this launch that its end waits for: over NVLink (the kernel's own stores and
   /// copies), and data through the proxy, whose sources the launch waits to be read
   /// (mk/queue.h, Release).
@@ -199,6 +201,9 @@ public:
 private:
   // Setting up.
   LogicalResult prepare();
+  /// The CTAs of each role in launch `launch` (from 1): the compiled split, or, with
+  /// options.varySplit, one of the others in turn.
+  SmallVector<int64_t> splitOf(int64_t launch);
   void startLaunch(int64_t r);
   void completeIfDone(int64_t r);
 
@@ -298,6 +303,8 @@ private:
   SmallVector<EngineCopyOp> engineCopies;
   /// The role the others' CTAs join when done (RoleOp's pool), if any.
   RoleOp pool;
+  /// The program's roles, in order.
+  SmallVector<RoleOp> roles;
   DenseMap<Value, SimValue> constants;
 
   std::vector<Rank> ranks;

@@ -16,7 +16,8 @@
 //     the one they waited on;
 //   - launches follow each other on each rank without host synchronisation (or, for some seeds,
 //     with it); a rank's launch ends when its CTAs have and its NVLink transfers have landed;
-//     inputs change every launch.
+//     inputs change every launch, and, with varySplit, the CTAs each role takes (a wait counting
+//     arrivals per CTA of a role counts that role's CTAs over the launches so far).
 //
 // Each seed is one random interleaving (which thread runs, when transfers land, how far a rank
 // runs ahead). It reports, located at the op: a deadlock (no thread can run and nothing is in
@@ -54,6 +55,10 @@ struct SimulationOptions {
   uint64_t maxSteps = 50'000'000;
   /// Findings reported per interleaving, at most.
   int64_t maxFindings = 8;
+  /// Whether the launches split the grid into the roles in other ways, as the runtime's SM
+  /// controller does between launches of one kernel: the compiled split, then every role but the
+  /// first at one CTA, then the first at one CTA and the others sharing the rest, in turn.
+  bool varySplit = false;
 };
 
 enum class FindingKind {
