@@ -14,9 +14,10 @@ controller  for each op (--ops: the tensor-parallel GEMMs at N = K = 8192, ring 
             size (--sizes): every total of its roles but the first on a ladder, in the compiled
             proportions (exhaustive for the controller's purpose: it scales those roles together),
             then a fresh op with the controller on (MKC_SM_CONTROLLER=on) after its search
-            launches; its settled time against the best static split and the compiler's.
-            --network emulated makes the two ranks nodes over the emulated NIC
-            (--bandwidth-gbps).
+            launches: its settled split and the sweep's best timed in turns on that op (3
+            rounds each, medians), their ratio the controller's score. --network makes the two
+            ranks nodes, over the emulated NIC (--bandwidth-gbps; on one GPU its copies within
+            the GPU stall: docs/notes/controller.md v4) or libfabric's tcp provider on loopback.
 
 The controller's sweep compiles two ops per shape, whose symmetric buffers stay in the heap until
 the runtime ends: give it room (MKC_SYMMETRIC_BYTES=8G; the default 1G lasts about 12 ops of
@@ -167,15 +168,24 @@ def controller(runtime, torch, dist, mkc, ops, sizes):
                 again(*args)
             torch.cuda.synchronize()
             settled = [c for _, c in again.roles]
-            converged = timed(again, args, torch, dist, launches=12, warmup=2)
+            # The settled split against the sweep's best on this same op, in turns: two ops'
+            # times of one split differ by a few percent (MPS's scheduling, clocks).
+            pair = {"settled": settled, "best": list(best)}
+            times = {label: [] for label in pair}
+            for _ in range(3):
+                for label, split in pair.items():
+                    again.set_sm_split(split)
+                    times[label].append(timed(again, args, torch, dist, launches=12, warmup=2))
+            converged, again_best = (statistics.median(times[label]) for label in pair)
             again.close()
             if rank == 0:
                 sweep = ", ".join(f"{'+'.join(map(str, k[1:]))}:{t:.3f}"
                                   for k, t in sorted(static.items(), key=lambda x: x[0][1:]))
                 print(f"{name} {shapes} grid {grid} compiled {compiled}: sweep {{{sweep}}}; "
                       f"best {list(best)} {static[best]:.3f} ms; compiler "
-                      f"{static[tuple(compiled)]:.3f}; controller {settled} {converged:.3f} ms "
-                      f"= {static[best] / converged:.3f} of best", flush=True)
+                      f"{static[tuple(compiled)]:.3f}; controller {settled}; in turns on one op: "
+                      f"{converged:.3f} ms against the best's {again_best:.3f} = "
+                      f"{again_best / converged:.3f} of best", flush=True)
 
 
 def rank_main(args):
@@ -205,17 +215,21 @@ def main():
     parser.add_argument("--ops", default="gemm_allreduce,gemm_reducescatter,allgather_gemm")
     parser.add_argument("--sizes", help="controller: each op's per-rank sizes (M of the GEMMs, S "
                         "per rank of ring attention, T per rank of MoE; default: each op's own)")
-    parser.add_argument("--network", choices=("none", "emulated"), default="none",
-                        help="emulated: the two ranks are nodes, linked by the emulated NIC")
+    parser.add_argument("--network", choices=("none", "emulated", "fabric"), default="none",
+                        help="the two ranks as nodes, linked by the emulated NIC or by "
+                        "libfabric's tcp provider over loopback")
     parser.add_argument("--bandwidth-gbps", default="50", help="the emulated NIC's bandwidth")
     args = parser.parse_args()
     if "RANK" in os.environ:
         return rank_main(args)
     if args.what == "controller":
         os.environ["MKC_SM_CONTROLLER"] = "on"
+    if args.network != "none":
+        os.environ.update(MKC_GPUS_PER_NODE="1", MKC_NET=args.network)
     if args.network == "emulated":
-        os.environ.update(MKC_GPUS_PER_NODE="1", MKC_NET="emulated",
-                          MKC_NET_BANDWIDTH_GBPS=args.bandwidth_gbps)
+        os.environ["MKC_NET_BANDWIDTH_GBPS"] = args.bandwidth_gbps
+    if args.network == "fabric":
+        os.environ.update(MKC_NET_PROVIDER="tcp", MKC_NET_ADDRESS="127.0.0.1")
     return common.launch_ranks(__file__, ranks=2, arguments=sys.argv[1:])
 
 
