@@ -176,9 +176,11 @@ SmallVector<int64_t> Machine::splitOf(int64_t launch) {
   int64_t compiledOthers = 0, given = 1;
   for (int64_t i = 1; i <= others; ++i)
     compiledOthers += compiled[i];
-  for (int64_t i = 1; i <= others; ++i)
-    given += split[i] = std::max<int64_t>(1, (grid - 1) * compiled[i] / compiledOthers);
-  split[1] += grid - given;
+  for (int64_t i = 1; i <= others; ++i) {
+    split[i] = std::max<int64_t>(1, (grid - 1) * compiled[i] / compiledOthers);
+    given += split[i];
+  }
+  split[1] += grid - given; // what rounding down left
   return split;
 }
 

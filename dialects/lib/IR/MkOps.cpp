@@ -1086,17 +1086,6 @@ LogicalResult WaitOp::verify() {
   return success();
 }
 
-int64_t WaitOp::getArrivals() {
-  int64_t count = static_cast<int64_t>(getCount());
-  std::optional<RoleKind> kind = getPerCtaOf();
-  if (!kind)
-    return count;
-  int64_t ctas = 0;
-  for (RoleOp role : rolesOf(*this, *kind))
-    ctas += role.getCtas().value_or(1);
-  return count * ctas;
-}
-
 LogicalResult EngineCopyOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   for (auto [symbol, index] :
        {std::pair{getWaitAttr(), getWaitIndex()}, std::pair{getSignalAttr(), getSignalIndex()}}) {

@@ -174,8 +174,7 @@ FusedOp Runtime::compile(const std::function<TileProgram()> &read, const std::st
   options.pipeline.rank = group.rank();
   options.pipeline.shapes = shapes;
   options.pipeline.smCount = runtime.smCount;
-  options.pipeline.gpuSmCount = deviceAttribute(runtime.driver, runtime.context.device(),
-                                                CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  options.pipeline.gpuSmCount = runtime.gpuSmCount;
   options.nvrtc.arch = runtime.arch;
   options.nvrtc.extraOptions = runtime.nvrtcOptions;
 

@@ -17,6 +17,8 @@ namespace mkc {
 Runtime::State::State(const LaunchEnvironment &launch, const RuntimeOptions &options)
     : group(launch), device(rankDevice(driver, group, options.device, options.shareGpu)),
       context(driver, device), smCount(contextSmCount(driver, context.device())),
+      gpuSmCount(
+          deviceAttribute(driver, context.device(), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)),
       nvrtcOptions(options.nvrtcOptions), jit(options.cacheDirectory) {
   char name[128] = {};
   MK_CU_CHECK(driver, cuDeviceGetName(name, sizeof name, context.device()));

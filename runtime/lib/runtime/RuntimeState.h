@@ -78,6 +78,7 @@ struct Runtime::State {
   int device;
   cuda::PrimaryContext context;
   int smCount;
+  int gpuSmCount; ///< the whole GPU's, of which smCount may be a share (MPS)
   std::string arch;
   std::vector<std::string> nvrtcOptions; ///< MKC_NVRTC_OPTIONS
   std::string busId;                     ///< the GPU's PCI address, e.g. 0000:00:06.0

@@ -104,10 +104,6 @@ def Mk_WaitOp : Mk_Op<"wait", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]
     build($_builder, $_state, flags, indices, count, RoleKindAttr());
   }]>];
   let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    /// The arrivals a launch waits for: `count`, times the CTAs of the roles `per_cta_of` names.
-    int64_t getArrivals();
-  }];
 }
 
 def Mk_PutOp : Mk_Op<"put", [AttrSizedOperandSegments]> {
