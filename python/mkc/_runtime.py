@@ -176,8 +176,8 @@ class Runtime:
         are bound by `shapes` ({"M": 8192, ...}) and keyword arguments (M=8192). `sm_split`
         ({"compute": 120, ...} or None for the cost model's) sets the CTAs of each role;
         `options` overrides the compiler's other choices, with the names and values of mkc's
-        flags: {"gemm-tile-n": 128, "gemm-tile-m": 64, "gemm-stages": 3, "gemm-cluster": 1,
-        "in-place-all-reduce": False, "recycle-ctas": False}.
+        flags: {"gemm-tile-n": 128, "gemm-tile-m": 64, "gemm-k-splits": 2, "gemm-stages": 3,
+        "gemm-cluster": 1, "in-place-all-reduce": False, "recycle-ctas": False}.
 
         Raises mkc.Error (MKC_ERROR_COMPILE, with located diagnostics) if it does not compile
         on some rank, or if ranks ask for different things.

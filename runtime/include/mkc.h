@@ -106,8 +106,8 @@ mkc_status mkc_symmetric_alloc(mkc_runtime *runtime, size_t bytes, void **local)
 /* A tile program (`text`, called `name` in diagnostics, or the file at `path`) compiled for
  * `shapes` ("M=8192,N=8192,K=8192"), this job's topology and this rank. `options` (or NULL)
  * overrides the compiler's choices: ';'-separated NAME=VALUE with the names and values of mkc's
- * flags, "sm-split=ROLE=CTAS,...", "gemm-tile-n=N", "gemm-tile-m=64|128", "gemm-stages=N",
- * "gemm-cluster=1|2", "in-place-all-reduce=0|1", "all-reduce-copy-engine=0|1",
+ * flags, "sm-split=ROLE=CTAS,...", "gemm-tile-n=N", "gemm-tile-m=64|128", "gemm-k-splits=N",
+ * "gemm-stages=N", "gemm-cluster=1|2", "in-place-all-reduce=0|1", "all-reduce-copy-engine=0|1",
  * "recycle-ctas=0|1" (CTAs done with their role join the reduction's; 1 unless set),
  * "one-shot-all-reduce=0|1" (without it, the cost model chooses). Collective. */
 mkc_status mkc_op_compile(mkc_runtime *runtime, const char *text, const char *name,

@@ -27,11 +27,19 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 -o %t.1x2.m7.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 --emit=cuda | FileCheck %s --check-prefix=DECODE104
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE64
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-k-splits 1 --emit=cuda | FileCheck %s --check-prefix=DECODE64
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=128,N=4096,K=4096 -o %t.1x2.m128.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// M = 256 in 128 x 64 tiles: a cluster's two CTAs, the two tile rows of a column, share B's one
-// 64-column block in halves of its K rows (box {64, 32}).
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=PAIRS
+// M = 256 in 128 x 64 tiles (K not split): a cluster's two CTAs, the two tile rows of a column,
+// share B's one 64-column block in halves of its K rows (box {64, 32}).
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 --gemm-k-splits 1 --emit=cuda | FileCheck %s --check-prefix=PAIRS
+// Split-K: M = 256 on 1x2 (K = 4096 a rank) in 64 tiles of 128 x 128, each in two parts of K at
+// positions 2p and 2p + 1 (no cluster: every tile of a column pair is one rank's), the producer
+// loading a part's 32 of the 64 blocks from its first; the consumers' product goes to the tile's
+// two f32 slots of the partials buffer (tensor 3, 2 x 128 x 128 floats a tile) and counts on the
+// tile's flag, and only the part that arrives last stores the tile and raises its flags.
+// Compiled without spills.
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 --emit=cuda | FileCheck %s --check-prefix=SPLIT
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 -o %t.1x2.split.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 -o %t.1x1.m256.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
 // tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes
@@ -123,6 +131,22 @@
 // PAIRS: {1, MK_MAP_LOCAL, MK_MAP_ELEMENT_BF16, 2, {4096ull, 4096ull}, {64, 32}, 128}
 // DECODE64: mk::GemmConfig<mk::bf16, 64, mk::gemm_max_stages<mk::bf16, 64, 2, 64>(), false, 2, 1, 64>
 // DECODE64: {2, 0, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}, {2, 1, MK_MAP_ELEMENT_BF16, 2, {4096ull, 100ull}, {64, 64}, 128}
+// SPLIT: mk::Tensor<float> {{v[0-9]+}} = mk::tensor<float>([[ARGS:v[0-9]+]], 3);
+// SPLIT: mk::GemmConfig<mk::bf16, 128, mk::gemm_max_stages<mk::bf16, 128, 2, 128>(), false, 2, 1, 128>
+// SPLIT: for (size_t [[P:i[0-9]+]] = {{.*}}; [[P]] < (128); [[P]] += {{v[0-9]+}}) {
+// SPLIT-NEXT: size_t [[PART:v[0-9]+]] = [[P]] % 2;
+// SPLIT: size_t [[FIRST:v[0-9]+]] = ([[PART]] * 64) / 2;
+// SPLIT-NEXT: size_t [[COUNT:v[0-9]+]] = (([[PART]] + 1) * 64) / 2 - [[FIRST]];
+// SPLIT: mk::gemm_load({{.*}}, [[COUNT]], [[FIRST]]);
+// SPLIT: mk::gemm_mma([[E:v[0-9]+]], ((([[PART2:v[0-9]+]] + 1) * 64) / 2 - ([[PART2]] * 64) / 2));
+// SPLIT: float* [[SLOTS:v[0-9]+]] = mk::at({{v[0-9]+}}, {{.*}} * 32768));
+// SPLIT: mk_u32* [[FLAG:v[0-9]+]] = mk::flag_local([[ARGS]],
+// SPLIT: mk_u32 [[EPOCH:v[0-9]+]] = mk::epoch([[ARGS]]);
+// SPLIT: [[SUM:v[0-9]+]] = mk::gemm_sum_splits([[E]], {{v[0-9]+}}, [[SLOTS]], [[FLAG]], [[PART2]], 2, [[EPOCH]]);
+// SPLIT-NEXT: if (mk::gemm_tile_complete([[E]])) {
+// SPLIT: mk::gemm_store_gpus<mk::bf16>([[E]], [[SUM]],
+// SPLIT: /* tensor_bytes */ {2097152ull, 33554432ull, 2097152ull, 8388608ull}
+
 // CUBIN: mkc: gemm_allreduce: {{[0-9]+}} registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // On one node of two GPUs the all-reduce is in place: every CTA computes, and a rank hands

@@ -99,6 +99,43 @@ mk.program @fallback [] mesh <1x4> (%a: !mk.tensor<[512, 256], bf16, replicated>
 
 // -----
 
+// Split-K on the engine: the parts of a tile meet in a buffer of 2 slots of 128 x 128 f32 for
+// each of the 2 x 32 tiles, counted on a flag a tile. On the tile library (the fallback's
+// epilogue needs its team) K is not split.
+// CHECK-LABEL: mk.program @split_k
+// CHECK: mk.flags @split_k [2, 32]
+// CHECK: %[[PARTIALS:.+]] = mk.buffer : !mk.tensor<[16384, 128], f32, replicated>
+// CHECK: mk.role compute ctas 128 attributes {mk.gemm_engine = #mk.gemm_engine<element = bf16, tile_n = 128, stages = 0, b_k_major = false, staging_buffers = 2, cluster = 2, a_rows = 128>}
+// CHECK: mk.matmul {{.*}} partials %[[PARTIALS]] : !mk.tensor<[16384, 128], f32, replicated> {arrivals = @split_k, k_splits = 2 : i64, k_tile = 64 : i64, mk.lowering = #mk.lowering<mma>}
+mk.program @split_k [] mesh <1x1> (%a: !mk.tensor<[256, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 4096], bf16, replicated>, %c: !mk.tensor<[256, 4096], bf16, replicated>) grid 128 {
+    mk.role compute ctas 128 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] order <swizzle 2> masked : !mk.tensor<[256, 4096], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_splits = 2 : i64, k_tile = 64 : i64} : !mk.tensor<[256, 4096], bf16, replicated>, !mk.tensor<[4096, 4096], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.convert %1 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %2, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[256, 4096], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
+// CHECK-LABEL: mk.program @split_k_tile_library
+// CHECK-NOT: mk.buffer
+// CHECK: mk.matmul %{{.*}}[%{{.*}}, :], %{{.*}}[:, %{{.*}}] {k_tile = 64 : i64} :
+mk.program @split_k_tile_library [] mesh <1x1> (%a: !mk.tensor<[256, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 4096], bf16, replicated>, %c: !mk.tensor<[256, 4096], bf16, replicated>) grid 128 {
+    mk.role compute ctas 128 {
+      mk.tile_grid (%m, %n) over %c tiles [128, 128] order <swizzle 2> masked : !mk.tensor<[256, 4096], bf16, replicated> {
+        %1 = mk.matmul %a[%m, :], %b[:, %n] {k_splits = 2 : i64, k_tile = 64 : i64} : !mk.tensor<[256, 4096], bf16, replicated>, !mk.tensor<[4096, 4096], bf16, replicated> -> !mk.tile<[128, 128], f32>
+        %2 = mk.reduce sum %1 dim 1 : !mk.tile<[128, 128], f32> -> !mk.tile<[128], f32>
+        %3 = mk.broadcast %2 dim 1 : !mk.tile<[128], f32> -> !mk.tile<[128, 128], f32>
+        %4 = mk.convert %3 : !mk.tile<[128, 128], f32> -> !mk.tile<[128, 128], bf16>
+        mk.store %4, %c[%m, %n] : !mk.tile<[128, 128], bf16>, !mk.tensor<[256, 4096], bf16, replicated>
+      }
+    }
+}
+
+// -----
+
 // Three copies of a 128 x 256 tile and the result do not fit a CTA's shared memory (256 KiB of
 // the 227): combined and stored in chunks.
 // CHECK-LABEL: mk.program @three_wide_copies

@@ -1,6 +1,8 @@
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-n=128" | FileCheck %s --check-prefix=NARROW
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-m=128" | FileCheck %s --check-prefix=ROWS128
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-k-splits=1" | FileCheck %s --check-prefix=UNSPLIT
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-k-splits=4" | FileCheck %s --check-prefix=SPLIT4
 
 // mk-tile-and-order picks the main-loop depth of matmuls, the chunks of all-gathers and the
 // order of tile grids that do not have one.
@@ -115,12 +117,17 @@ mk.program @decode [] mesh <1x2> (%a: !mk.tensor<[1, 8192], bf16, shard 1 over w
 // -----
 
 // Decode's GEMM at 128 tokens: 128 x 4096 is 64 tiles of 128 x 64, one round of half the SMs,
-// or 128 of 64 x 64, one round of one MMA warpgroup's rows: two thirds of the bytes a CTA loads.
-// gemm-tile-m=128 keeps 128 rows.
+// or 128 of 64 x 64, one round of one MMA warpgroup's rows (two thirds of the bytes a CTA
+// loads), or 64 tiles of 128 x 64 in two parts of K each, 128 parts that each load A's 128 rows
+// and B's 64 columns over half of K (half the bytes of 64 x 64's, and 32 KiB of f32 product
+// written). gemm-tile-m=128 keeps 128 rows; gemm-k-splits=1 splits no K.
 // CHECK-LABEL: mk.program @decode_rows
-// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [64, 64] order <swizzle 2> masked :
-// CHECK: mk.matmul {{.*}} -> !mk.tile<[64, 64], f32>
-// CHECK: mk.convert {{.*}} -> !mk.tile<[64, 64], bf16>
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> masked :
+// CHECK: mk.matmul {{.*}} {k_splits = 2 : i64, k_tile = 64 : i64} {{.*}} -> !mk.tile<[128, 64], f32>
+// UNSPLIT-LABEL: mk.program @decode_rows
+// UNSPLIT: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [64, 64] order <swizzle 2> masked :
+// UNSPLIT: mk.matmul {{.*}} {k_tile = 64 : i64} {{.*}} -> !mk.tile<[64, 64], f32>
+// UNSPLIT: mk.convert {{.*}} -> !mk.tile<[64, 64], bf16>
 // ROWS128-LABEL: mk.program @decode_rows
 // ROWS128: tiles [128, 64]
 mk.program @decode_rows [] mesh <1x2> (%a: !mk.tensor<[128, 8192], bf16, shard 1 over world>,
@@ -204,17 +211,58 @@ mk.program @pinned [] mesh <1x2> (%a: !mk.tensor<[128, 512], bf16, shard 1 over 
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [64, 64] order <swizzle 2> :
 // CHECK: mk.matmul {{.*}} -> !mk.tile<[64, 64], f32>
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 256] order <row_major> :
-mk.program @read_only [] mesh <1x1> (%a: !mk.tensor<[128, 128], bf16, replicated>,
-                                     %b: !mk.tensor<[128, 1024], bf16, replicated>,
+mk.program @read_only [] mesh <1x1> (%a: !mk.tensor<[128, 256], bf16, replicated>,
+                                     %b: !mk.tensor<[256, 1024], bf16, replicated>,
                                      %c: !mk.tensor<[128, 1024], bf16, replicated>,
                                      %out: !mk.tensor<[128, 1024], bf16, replicated>) {
   mk.tile_grid (%m, %n) over %c tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
-    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 128], bf16, replicated>, !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[128, 256], bf16, replicated>, !mk.tensor<[256, 1024], bf16, replicated> -> !mk.tile<[128, 256], f32>
     %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
     mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
   }
   mk.tile_grid (%m, %n) over %out tiles [128, 256] : !mk.tensor<[128, 1024], bf16, replicated> {
-    %x = mk.load %b[%m, %n] : !mk.tensor<[128, 1024], bf16, replicated> -> !mk.tile<[128, 256], bf16>
+    %x = mk.load %b[%m, %n] : !mk.tensor<[256, 1024], bf16, replicated> -> !mk.tile<[128, 256], bf16>
     mk.store %x, %out[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[128, 1024], bf16, replicated>
+  }
+}
+
+// -----
+
+// Split-K: 256 x 4096 in tiles of 128 x 64 is one round of 128 tiles, each loading A's 128 rows
+// over all of K beside 64 columns of B; 64 tiles of 128 x 128 in two parts of K each are as
+// many CTAs loading a third less. K of 64 blocks also splits in 4 (gemm-k-splits=4: 32 tiles of
+// 128 x 256), never below one block a part. Where the grid fills the GPU several times over,
+// nothing is split.
+// CHECK-LABEL: mk.program @split_k
+// CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 128] order <swizzle 2> masked :
+// CHECK: mk.matmul {{.*}} {k_splits = 2 : i64, k_tile = 64 : i64}
+// SPLIT4-LABEL: mk.program @split_k
+// SPLIT4: tiles [128, 256]
+// SPLIT4: mk.matmul {{.*}} {k_splits = 4 : i64, k_tile = 64 : i64}
+// UNSPLIT-LABEL: mk.program @split_k
+// UNSPLIT: tiles [128, 64]
+// UNSPLIT: mk.matmul {{.*}} {k_tile = 64 : i64}
+mk.program @split_k [] mesh <1x1> (%a: !mk.tensor<[256, 4096], bf16, replicated>,
+                                   %b: !mk.tensor<[4096, 4096], bf16, replicated>,
+                                   %c: !mk.tensor<[256, 4096], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] masked : !mk.tensor<[256, 4096], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[256, 4096], bf16, replicated>, !mk.tensor<[4096, 4096], bf16, replicated> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[256, 4096], bf16, replicated>
+  }
+}
+
+// -----
+
+// CHECK-LABEL: mk.program @split_k_large
+// CHECK: tiles [128, 256]
+// CHECK: mk.matmul {{.*}} {k_tile = 64 : i64}
+mk.program @split_k_large [] mesh <1x1> (%a: !mk.tensor<[8192, 4096], bf16, replicated>,
+                                         %b: !mk.tensor<[4096, 4096], bf16, replicated>,
+                                         %c: !mk.tensor<[8192, 4096], bf16, replicated>) {
+  mk.tile_grid (%m, %n) over %c tiles [128, 256] masked : !mk.tensor<[8192, 4096], bf16, replicated> {
+    %p = mk.matmul %a[%m, :], %b[:, %n] : !mk.tensor<[8192, 4096], bf16, replicated>, !mk.tensor<[4096, 4096], bf16, replicated> -> !mk.tile<[128, 256], f32>
+    %t = mk.convert %p : !mk.tile<[128, 256], f32> -> !mk.tile<[128, 256], bf16>
+    mk.store %t, %c[%m, %n] : !mk.tile<[128, 256], bf16>, !mk.tensor<[8192, 4096], bf16, replicated>
   }
 }

@@ -58,6 +58,19 @@ def row_parallel_operands(torch, rank, world, M, N, K, seed):
             a_full.float() @ b_full.float())
 
 
+def torch_on_gpu():
+    """PyTorch where it and a GPU are there; else None, having printed why the test skips."""
+    try:
+        import torch
+    except ImportError:
+        print("SKIP: torch is not installed")
+        return None
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print("SKIP: no GPU")
+        return None
+    return torch
+
+
 def launch_ranks(script, ranks=RANKS, arguments=()):
     """Starts `ranks` ranks of `script` (given `arguments`) under torch.distributed.run, one per
     GPU, or, with MKC_TEST_SHARED_GPU=1 on a machine with fewer GPUs, taking turns on them;
@@ -86,15 +99,10 @@ def run_topologies(script, topologies, networks, before=None):
     says which; across nodes, ranks of this host told they are nodes, with the environment
     `networks` gives the topology), the ranks taking turns on fewer GPUs; `before` runs first.
     Returns the first failing job's exit status, 0, or SKIPPED without torch or a GPU."""
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
+    torch = torch_on_gpu()
+    if not torch:
         return SKIPPED
-    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if devices == 0:
-        print("SKIP: no GPU")
-        return SKIPPED
+    devices = torch.cuda.device_count()
     if before:
         before()
     status = 0

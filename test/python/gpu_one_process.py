@@ -46,13 +46,7 @@ def alone(seed):
 
 
 def start_processes():
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return common.SKIPPED
-    if not torch.cuda.is_available():
-        print("SKIP: no GPU")
+    if not common.torch_on_gpu():
         return common.SKIPPED
     kept = ("MKC_LIBRARY", "MKC_WAIT_TIMEOUT")
     environment = {name: value for name, value in os.environ.items()

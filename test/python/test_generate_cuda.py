@@ -77,8 +77,9 @@ class GenerateCuda(unittest.TestCase):
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,
                                      options={"gemm-stage": 3})
         self.assertIn("compiler options: unknown compiler option 'gemm-stage' (known: sm-split, "
-                      "gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster, in-place-all-reduce, "
-                      "all-reduce-copy-engine, recycle-ctas, one-shot-all-reduce)", message)
+                      "gemm-tile-n, gemm-tile-m, gemm-k-splits, gemm-stages, gemm-cluster, "
+                      "in-place-all-reduce, all-reduce-copy-engine, recycle-ctas, "
+                      "one-shot-all-reduce)", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES, options={"gemm-stages": 1})
         self.assertIn("gemm-stages=1: the GEMM engine's ring has 2 to 8 stages", message)
         message = self.compile_error(support.GEMM_ALLREDUCE, **SHAPES,

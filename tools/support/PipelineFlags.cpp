@@ -60,6 +60,11 @@ cl::opt<int64_t> gemmTileM("gemm-tile-m",
                            cl::desc("Rows of the GEMM engine's matmul tiles, 64 or 128 (default: "
                                     "chosen per shape)"),
                            cl::init(0), cl::cat(pipelineCategory));
+cl::opt<int64_t> gemmKSplits("gemm-k-splits",
+                             cl::desc("Parts the GEMM engine splits each tile's K in, 1 to 8, "
+                                      "summed in a fixed order (default: chosen per shape; 1: "
+                                      "none)"),
+                             cl::init(0), cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
                                      "(default: the deepest that fits the tile)"),
@@ -98,6 +103,7 @@ std::optional<mlir::mk::PipelineOptions> mkc::tools::pipelineOptions(llvm::Strin
   options.gpuSmCount = gpuSmCount;
   options.gemmTileN = gemmTileN;
   options.gemmTileM = gemmTileM;
+  options.gemmKSplits = gemmKSplits;
   options.explainSplit = explainSplit;
   options.inPlaceAllReduce = inPlaceAllReduce;
   options.allReduceCopyEngine = allReduceCopyEngine;

@@ -42,6 +42,9 @@ struct PipelineOptions {
   int64_t gemmTileN = 0;
   /// Rows of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
   int64_t gemmTileM = 0;
+  /// Parts the GEMM engine splits each tile's K in (0: chosen per shape, see mk-tile-and-order;
+  /// 1: none).
+  int64_t gemmKSplits = 0;
   /// Report the SM split as a remark.
   bool explainSplit = false;
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an
@@ -65,7 +68,7 @@ struct PipelineOptions {
 std::optional<std::string> checkPipelineOptions(const PipelineOptions &options);
 
 /// Sets the options `text` names: `;`-separated NAME=VALUE, the names and values of mkc's flags
-/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster,
+/// (sm-split=ROLE=CTAS,..., gemm-tile-n, gemm-tile-m, gemm-k-splits, gemm-stages, gemm-cluster,
 /// in-place-all-reduce=0|1, all-reduce-copy-engine=0|1, recycle-ctas=0|1, one-shot-all-reduce=0|1
 /// (absent: the cost model's choice)), which is how the runtime's callers override the compiler's
 /// choices. Returns what is wrong, naming the option, if anything (checkPipelineOptions included).

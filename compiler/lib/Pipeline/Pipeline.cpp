@@ -22,6 +22,7 @@ static void addTiling(OpPassManager &programs, const PipelineOptions &options) {
   tiling.smCount = options.smCount;
   tiling.gemmTileN = options.gemmTileN;
   tiling.gemmTileM = options.gemmTileM;
+  tiling.gemmKSplits = options.gemmKSplits;
   programs.addPass(createMkTileAndOrder(tiling));
 }
 

@@ -29,12 +29,13 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
     if (name == "sm-split") {
       if (std::optional<std::string> error = SmSplit::parse(value, options.smSplit))
         return ("sm-split=" + value + ": " + *error).str();
-    } else if (name == "gemm-tile-n" || name == "gemm-tile-m" || name == "gemm-stages" ||
-               name == "gemm-cluster") {
-      int64_t &field = name == "gemm-tile-n"   ? options.gemmTileN
-                       : name == "gemm-tile-m" ? options.gemmTileM
-                       : name == "gemm-stages" ? options.gemmStages
-                                               : options.gemmCluster;
+    } else if (name == "gemm-tile-n" || name == "gemm-tile-m" || name == "gemm-k-splits" ||
+               name == "gemm-stages" || name == "gemm-cluster") {
+      int64_t &field = name == "gemm-tile-n"     ? options.gemmTileN
+                       : name == "gemm-tile-m"   ? options.gemmTileM
+                       : name == "gemm-k-splits" ? options.gemmKSplits
+                       : name == "gemm-stages"   ? options.gemmStages
+                                                 : options.gemmCluster;
       const std::optional<int64_t> parsed = mkc::parseBoundedInt(value, INT64_MIN, INT64_MAX);
       if (!parsed)
         return malformed("an integer");
@@ -52,7 +53,8 @@ std::optional<std::string> parsePipelineOptions(std::string_view text, PipelineO
                                        : options.allReduceCopyEngine) = value == "1";
     } else {
       return ("unknown compiler option '" + name +
-              "' (known: sm-split, gemm-tile-n, gemm-tile-m, gemm-stages, gemm-cluster, "
+              "' (known: sm-split, gemm-tile-n, gemm-tile-m, gemm-k-splits, gemm-stages, "
+              "gemm-cluster, "
               "in-place-all-reduce, all-reduce-copy-engine, recycle-ctas, one-shot-all-reduce)")
           .str();
     }

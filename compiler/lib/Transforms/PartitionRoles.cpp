@@ -80,15 +80,18 @@ public:
   /// `role`'s tile grids in as many rounds as `ctas` do: the CTA with the most tiles has as many
   /// either way, and the CTAs left out would only contend for memory and power (on an H200 the
   /// GEMM engine's 2,048 tiles of 8192 x 8192 x 4096 ran 0.5-2% faster on 128 CTAs than on 132).
-  /// `ctas` where a grid's tile count is not known.
+  /// `ctas` where a grid's tile count is not known. A tile whose K is split (split-K) is walked
+  /// as that many parts.
   int64_t fewestCtasForRounds(RoleOp role, int64_t ctas) {
     SmallVector<int64_t> tileCounts;
     bool known = true;
     role.getBody().walk([&](TileGridOp grid) {
       std::optional<int64_t> tiles = staticTiles(grid);
       known = known && tiles;
+      int64_t parts = 1;
+      grid.getBody().walk([&](MatmulOp matmul) { parts = matmul.getKSplits().value_or(1); });
       if (tiles)
-        tileCounts.push_back(*tiles);
+        tileCounts.push_back(*tiles * parts);
     });
     if (!known || tileCounts.empty())
       return ctas;

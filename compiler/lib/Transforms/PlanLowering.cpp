@@ -8,7 +8,8 @@
 //      shape) or the GEMM engine (every matmul can, with one
 //      configuration), in clusters of how many CTAs, and how its CTAs split into the engine's
 //      producer and consumers: which waits the producer keeps, which signals and waits the
-//      consumers leave to the engine's senders;
+//      consumers leave to the engine's senders; where a matmul's K is split, the buffer and flags
+//      its parts meet in;
 //   3. loops that put a staged tile to each GPU and signal each: every put, then every signal;
 //   4. loops whose only effect is an engine store to each GPU of the node: one store to all;
 //   5. causal attention steps skip the key blocks their mask removes.
@@ -283,6 +284,59 @@ void storeToGpusAtOnce(ProgramOp program, int64_t gpus) {
   }
 }
 
+/// A flag array of `program` named `base` (or `base` and a number, where that is taken).
+FlagsOp createFlags(ProgramOp program, Location loc, StringRef base, ArrayRef<int64_t> shape) {
+  OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
+  auto taken = [&](StringRef name) {
+    return llvm::any_of(program.getBodyBlock().getOps<FlagsOp>(),
+                        [&](FlagsOp flags) { return flags.getSymName() == name; });
+  };
+  std::string name = base.str();
+  for (int i = 1; taken(name); ++i)
+    name = base.str() + std::to_string(i);
+  return FlagsOp::create(b, loc, name, shape);
+}
+
+/// Where the GEMM engine runs a matmul whose K is split (mk-tile-and-order's k_splits), the
+/// memory its parts meet in: a buffer of `k_splits` slots of 128 x N f32 per tile (the engine's
+/// accumulator, whatever the tile's rows) and a flag per tile that counts the parts. Where the
+/// tile library multiplies, K is not split.
+void provideSplitParts(ProgramOp program) {
+  MeshAttr mesh = program.getMesh();
+  program.walk([&](MatmulOp matmul) {
+    std::optional<int64_t> splits = matmul.getKSplits();
+    std::optional<Lowering> how = loweringOf(matmul);
+    if (!splits || how == Lowering::fused)
+      return;
+    if (how != Lowering::mma) {
+      matmul.removeKSplitsAttr();
+      return;
+    }
+    TileType tile = matmul.getResult().getType();
+    DistTensorType lhs = matmul.getLhs().getType();
+    int64_t rows = lhs.getLocalExtent(0, mesh);
+    int64_t cols = bKMajor(matmul) ? matmul.getRhs().getType().getLocalExtent(0, mesh)
+                                   : matmul.getRhs().getType().getLocalExtent(1, mesh);
+    int64_t rowTiles = llvm::divideCeil(rows, tile.getShape()[0]);
+    int64_t colTiles = llvm::divideCeil(cols, tile.getShape()[1]);
+    // A pass of two matmuls multiplies them side by side: its accumulator is their columns.
+    int64_t columns = 0;
+    for (Operation *op = matmul; op; op = op->getNextNode())
+      if (auto next = dyn_cast<MatmulOp>(op);
+          next && (next == matmul || loweringOf(next) == Lowering::fused))
+        columns += next.getResult().getType().getShape()[1];
+    Location loc = matmul.getLoc();
+    OpBuilder b(matmul->getParentOfType<RoleOp>());
+    auto type = DistTensorType::get(
+        {rowTiles * colTiles * *splits * 128, columns}, Float32Type::get(program.getContext()),
+        PlacementAttr::get(program.getContext(), PlacementKind::replicated));
+    Value partials = BufferOp::create(b, loc, type);
+    FlagsOp arrivals = createFlags(program, loc, "split_k", {rowTiles, colTiles});
+    matmul.getPartialsMutable().assign(partials);
+    matmul.setArrivalsAttr(FlatSymbolRefAttr::get(arrivals.getSymNameAttr()));
+  });
+}
+
 struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
   using MkPlanLoweringBase::MkPlanLoweringBase;
 
@@ -302,6 +356,7 @@ struct PlanLoweringPass : mk::impl::MkPlanLoweringBase<PlanLoweringPass> {
     for (RoleOp role : program.getBodyBlock().getOps<RoleOp>())
       if (!planAttentionRole(role) && failed(planRole(role)))
         return signalPassFailure();
+    provideSplitParts(program);
     // After the roles' plans, which take the program's own loops.
     skipMaskedBlocks(program);
     signalAfterAllPuts(program);
@@ -477,16 +532,8 @@ private:
     // claiming loop costs the consumers 8-20 bytes of spills at 232 registers.)
     FlatSymbolRefAttr counter;
     if (pass->step.getCausal() && !pass->sources) {
-      auto program = role->getParentOfType<ProgramOp>();
-      OpBuilder b = OpBuilder::atBlockBegin(&program.getBodyBlock());
-      auto taken = [&](StringRef name) {
-        return llvm::any_of(program.getBodyBlock().getOps<FlagsOp>(),
-                            [&](FlagsOp flags) { return flags.getSymName() == name; });
-      };
-      std::string name = "attention_tiles";
-      for (int i = 1; taken(name); ++i)
-        name = "attention_tiles" + std::to_string(i);
-      auto flags = FlagsOp::create(b, role.getLoc(), name, ArrayRef<int64_t>{1});
+      FlagsOp flags =
+          createFlags(role->getParentOfType<ProgramOp>(), role.getLoc(), "attention_tiles", {1});
       counter = FlatSymbolRefAttr::get(flags.getSymNameAttr());
     }
     // D = 128: two stages of K and V fill shared memory with Q and the output's staging.

@@ -20,18 +20,24 @@ constexpr int64_t kSwizzleGroup = 8;
 /// Smallest main-loop depth taken where it divides the contracted extent: the tile library's
 /// copies take slices of 32 of every tile (of 16, not of 64-row ones).
 constexpr int64_t kMinKTile = 32;
-/// The GEMM engine's tile shapes, largest first, with the time a tile of each takes, in
-/// hundredths of a 128 x 256 tile's: measured on an H200 (docs/notes/compiler.md), 128 columns
-/// take 0.53-0.54 of 256 (less work per byte loaded); 64 columns, which put twice the CTAs on a
-/// grid of few tile rows (decode's M), 0.30 (estimated: a quarter of the work, half the bytes);
-/// 64 x 64, one MMA warpgroup's rows, which put twice the CTAs again on a grid of two tile rows
-/// of 64 (M = 65 to 128), 0.20 (estimated: two thirds of 128 x 64's bytes, which bound it there;
-/// docs/notes/decode.md has what they gain at M = 128).
+/// The GEMM engine's tile shapes, largest first.
 struct EngineTileShape {
-  int64_t rows, columns, time;
+  int64_t rows, columns;
 };
-constexpr EngineTileShape kEngineTileShapes[] = {
-    {128, 256, 100}, {128, 128, 54}, {128, 64, 30}, {64, 64, 20}};
+constexpr EngineTileShape kEngineTileShapes[] = {{128, 256}, {128, 128}, {128, 64}, {64, 64}};
+/// A tile's time is the longer of its multiplication (in hundredths of a 128 x 256 tile's) and
+/// its loads: the bytes of A's rows and B's columns over K, taking this much of a 128 x 256
+/// tile's time per share of its bytes. Measured on an H200 (docs/notes/compiler.md), 128 x 128
+/// tiles take 0.54 of 128 x 256 (half the work, two thirds of the bytes): 0.81.
+constexpr double kLoadTime = 0.81;
+/// Parts of K a tile may be split in (split-K), each at least this many 64-deep blocks, and how
+/// much faster than the best unsplit tiling the model must find a split to take it: each part's
+/// product goes through memory to the part that arrives last, which the model counts, and that
+/// part sums them after its own, which it does not.
+constexpr int64_t kMaxKSplits = 4, kMinSplitBlocks = 16;
+/// The most parts `gemm-k-splits` asks for.
+constexpr int64_t kMaxForcedKSplits = 8;
+constexpr double kSplitGain = 0.9;
 /// The rows of the engine's tiles, and of one MMA warpgroup's.
 constexpr int64_t kEngineTileRows = 128, kWarpgroupRows = 64;
 /// The width the tile library multiplies where TMA cannot address the engine's tiles.
@@ -122,25 +128,61 @@ bool engineAddresses(TileGridOp grid, int64_t rows, int64_t width, const TileNum
               .wasInterrupted();
 }
 
-/// Of the engine's tile shapes that `allowed` admits (at least one), the one that takes the least
-/// time for `rows` x `cols` on `ctas` CTAs: the rounds of tiles the busiest CTA walks times a
-/// tile's time; the larger on a tie. 64-row tiles only where there are more rows: on fewer, the
-/// engine loads only A's rows of a 128-row tile (mk-plan-lowering's a_rows), the same work.
-EngineTileShape fastestTileShape(int64_t rows, int64_t cols, int64_t ctas,
-                                 function_ref<bool(EngineTileShape)> allowed) {
-  EngineTileShape best = {0, 0, 0};
-  int64_t bestCost = std::numeric_limits<int64_t>::max();
-  for (EngineTileShape shape : kEngineTileShapes) {
-    if (!allowed(shape) || (shape.rows < kEngineTileRows && rows <= shape.rows))
-      continue;
-    int64_t tiles = llvm::divideCeil(rows, shape.rows) * llvm::divideCeil(cols, shape.columns);
-    int64_t cost = llvm::divideCeil(tiles, ctas) * shape.time;
-    if (cost < bestCost) {
-      best = shape;
-      bestCost = cost;
+/// A tiling of a grid for the GEMM engine: its tile shape and the parts each tile's K is split in.
+struct EngineTiling {
+  EngineTileShape shape;
+  int64_t kSplits;
+};
+
+/// What the engine's tiling of a `rows` x `cols` grid, contracting `k`, costs on `ctas` CTAs: the
+/// rounds of tile parts the busiest CTA walks times a part's time (EngineTileShape's model): A's
+/// rows that exist (decode's M: the engine loads only those, mk-plan-lowering's a_rows) and B's
+/// columns over K / splits and, split, the part's f32 product written; then the last part's
+/// reads of the others' products, which hold up its tile.
+double tilingCost(EngineTiling tiling, int64_t rows, int64_t cols, int64_t k, int64_t ctas) {
+  EngineTileShape shape = tiling.shape;
+  int64_t splits = tiling.kSplits;
+  int64_t tiles = llvm::divideCeil(rows, shape.rows) * llvm::divideCeil(cols, shape.columns);
+  int64_t rounds = llvm::divideCeil(tiles * splits, ctas);
+  int64_t aRows = std::min<int64_t>(shape.rows, llvm::alignTo(rows, 8));
+  int64_t mmaRows = aRows > kWarpgroupRows ? 128 : 64;
+  double product = 4.0 * std::min<int64_t>(shape.rows, llvm::alignTo(rows, 16)) * shape.columns;
+  double multiply = 100.0 * mmaRows * shape.columns / (128 * 256) / splits;
+  double bytes = 2.0 * (aRows + shape.columns) * k / splits + (splits > 1 ? product : 0);
+  // Hundredths of a 128 x 256 tile's time per byte one CTA moves.
+  double perByte = kLoadTime * 100.0 / (2.0 * (128 + 256) * k);
+  return rounds * std::max(multiply, perByte * bytes) + perByte * product * (splits - 1);
+}
+
+/// Of the engine's tilings that `allowed` admits (a shape at least), the one the model finds
+/// fastest for `rows` x `cols` contracting `k` on `ctas` CTAs: K split in `forcedSplits` parts
+/// where that is set, else unsplit unless a split is kSplitGain faster (parts of at least
+/// kMinSplitBlocks of the `kBlocks`); the larger shape on a tie. 64-row tiles only where there are
+/// more rows: on fewer, the engine loads only A's rows of a 128-row tile, the same work.
+EngineTiling fastestTiling(int64_t rows, int64_t cols, int64_t k, int64_t ctas,
+                           int64_t forcedSplits, function_ref<bool(EngineTileShape)> allowed) {
+  const auto best = [&](int64_t splits) -> std::pair<EngineTiling, double> {
+    EngineTiling found = {{0, 0}, splits};
+    double cost = std::numeric_limits<double>::infinity();
+    for (EngineTileShape shape : kEngineTileShapes) {
+      if (!allowed(shape) || (shape.rows < kEngineTileRows && rows <= shape.rows))
+        continue;
+      double c = tilingCost({shape, splits}, rows, cols, k, ctas);
+      if (c < cost) {
+        found.shape = shape;
+        cost = c;
+      }
     }
-  }
-  return best;
+    return {found, cost};
+  };
+  if (forcedSplits)
+    return best(forcedSplits).first;
+  auto [chosen, cost] = best(1);
+  int64_t kBlocks = llvm::divideCeil(k, 64);
+  for (int64_t splits = 2; splits <= kMaxKSplits && kBlocks / splits >= kMinSplitBlocks; ++splits)
+    if (auto [split, splitCost] = best(splits); splitCost < kSplitGain * cost)
+      std::tie(chosen, cost) = std::tie(split, splitCost);
+  return chosen;
 }
 
 /// The tile accesses of a program's ops, and the tensors among them that it writes.
@@ -178,6 +220,27 @@ bool agreesWithOthers(TileGridOp grid, int64_t current, int64_t width,
         return false;
   }
   return true;
+}
+
+/// The contracted extent of `grid`'s matmuls where the GEMM engine may split it (split-K): one
+/// pass of matrices (every matmul multiplies the same A, the engine's pass of two), K the same
+/// on every rank.
+std::optional<int64_t> splittableK(TileGridOp grid) {
+  SmallVector<MatmulOp> matmuls;
+  grid.getBody().walk([&](MatmulOp matmul) { matmuls.push_back(matmul); });
+  MeshAttr mesh = grid->getParentOfType<ProgramOp>().getMesh();
+  if (matmuls.empty() || matmuls.size() > 2)
+    return std::nullopt;
+  MatmulOp leader = matmuls.front();
+  DistTensorType lhs = leader.getLhs().getType();
+  int64_t kDim = leader.getLhsWholeDims()[0];
+  if (lhs.getRank() != 2 || !lhs.isEvenlySplit(mesh) || llvm::any_of(matmuls, [&](MatmulOp matmul) {
+        return matmul.getLhs() != leader.getLhs() ||
+               !llvm::equal(matmul.getLhsIndices(), leader.getLhsIndices());
+      }))
+    return std::nullopt;
+  int64_t k = lhs.getLocalExtent(kDim, mesh);
+  return ShapedType::isDynamic(k) ? std::nullopt : std::optional(k);
 }
 
 /// Gives `grid` and its tile values tiles of `rows` x `width`.
@@ -246,6 +309,13 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
                           << ": the GEMM engine's tiles are 64 or 128 rows";
       return signalPassFailure();
     }
+    int64_t forcedSplits = gemmKSplits;
+    if (forcedSplits < 0 || forcedSplits > kMaxForcedKSplits) {
+      program.emitError() << "gemm-k-splits=" << forcedSplits
+                          << ": the GEMM engine splits a tile's K in 1 to " << kMaxForcedKSplits
+                          << " parts (0: as the cost model finds fastest)";
+      return signalPassFailure();
+    }
     WalkResult shapes = program.walk([&](TileGridOp grid) {
       std::optional<int64_t> width = engineTileWidth(grid);
       if (!width)
@@ -258,9 +328,16 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
       TileNumbering numbering = TileNumbering::of(program);
       EngineTileShape chosen = {forcedRows ? forcedRows : kEngineTileRows,
-                                forcedWidth ? forcedWidth : *width, 0};
-      if ((!forcedRows || !forcedWidth) && !ShapedType::isDynamic(rows) &&
-          !ShapedType::isDynamic(cols)) {
+                                forcedWidth ? forcedWidth : *width};
+      std::optional<int64_t> k = splittableK(grid);
+      if (forcedSplits > 1 && k && llvm::divideCeil(*k, 64) < forcedSplits) {
+        grid.emitOpError() << "contracts " << *k << " elements: " << llvm::divideCeil(*k, 64)
+                           << " of the engine's 64-deep blocks, fewer than the " << forcedSplits
+                           << " parts of gemm-k-splits=" << forcedSplits;
+        return WalkResult::interrupt();
+      }
+      int64_t splits = 1;
+      if (!ShapedType::isDynamic(rows) && !ShapedType::isDynamic(cols)) {
         // The other grids' tiles of a tensor this one writes or reads may pin its shape.
         ProgramAccesses accesses(program);
         const auto allowed = [&](EngineTileShape shape) {
@@ -275,12 +352,17 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
                  engineAddresses(grid, shape.rows, shape.columns, numbering);
         };
         // Where no shape agrees, the program's own stands, for mk-insert-signals to report.
-        EngineTileShape fastest = fastestTileShape(rows, cols, smCount, allowed);
-        if (fastest.rows)
-          chosen = fastest;
+        EngineTiling fastest = fastestTiling(rows, cols, k.value_or(64), smCount,
+                                             !k || forcedSplits == 1 ? 1 : forcedSplits, allowed);
+        if (fastest.shape.rows) {
+          chosen = fastest.shape;
+          splits = fastest.kSplits;
+        }
       }
       if (chosen.rows != kEngineTileRows || chosen.columns != *width)
         setTileShape(grid, chosen.rows, chosen.columns);
+      if (splits > 1)
+        grid.walk([&](MatmulOp matmul) { matmul.setKSplits(splits); });
       return WalkResult::advance();
     });
     if (shapes.wasInterrupted())

@@ -754,6 +754,16 @@ LogicalResult MatmulOp::verify() {
   if (std::optional<int64_t> kTile = getKTile(); kTile && *kTile % 16 != 0)
     return emitOpError() << "k_tile " << *kTile
                          << " is not a multiple of 16, the depth of one mma step";
+  // Split-K's parts meet in a buffer of f32 slots and a flag a tile, given together.
+  if (bool(getPartials()) != bool(getArrivals()) || (getPartials() && !getKSplits()))
+    return emitOpError() << "takes partials and arrivals together, and only with k_splits";
+  if (getPartials() && !getPartials().getType().getElementType().isF32())
+    return emitOpError() << "sums its split-K parts in f32: partials of "
+                         << getPartials().getType().getElementType();
+  if (FlatSymbolRefAttr arrivals = getArrivalsAttr();
+      arrivals && !SymbolTable::lookupNearestSymbolFrom<FlagsOp>(*this, arrivals))
+    return emitOpError() << "counts its split-K parts on " << arrivals
+                         << ", which is not an mk.flags of the program";
   return success();
 }
 

@@ -490,6 +490,41 @@ mk.program @k_tile [M, N] mesh <1x8> (%a: !A, %b: !B) {
   %acc = mk.matmul %a[%i, :], %b[:, %i] {k_tile = 40} : !A, !B -> !mk.tile<[128, 128], f32>
 }
 
+// -----
+
+// Split-K's parts meet in f32 slots and a flag a tile of the program's.
+!A = !mk.tensor<[256, 4096], bf16, replicated>
+!B = !mk.tensor<[4096, 256], bf16, replicated>
+mk.program @split_k_partials [] mesh <1x1> (%a: !A, %b: !B) {
+  %p = mk.buffer : !mk.tensor<[512, 128], f32, replicated>
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op takes partials and arrivals together, and only with k_splits}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] partials %p : !mk.tensor<[512, 128], f32, replicated> {k_splits = 2} : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[256, 4096], bf16, replicated>
+!B = !mk.tensor<[4096, 256], bf16, replicated>
+mk.program @split_k_element [] mesh <1x1> (%a: !A, %b: !B) {
+  mk.flags @split_k [2, 2]
+  %p = mk.buffer : !mk.tensor<[512, 128], bf16, replicated>
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op sums its split-K parts in f32: partials of 'bf16'}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] partials %p : !mk.tensor<[512, 128], bf16, replicated> {k_splits = 2, arrivals = @split_k} : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
+// -----
+
+!A = !mk.tensor<[256, 4096], bf16, replicated>
+!B = !mk.tensor<[4096, 256], bf16, replicated>
+mk.program @split_k_flags [] mesh <1x1> (%a: !A, %b: !B) {
+  %p = mk.buffer : !mk.tensor<[512, 128], f32, replicated>
+  %i = arith.constant 0 : index
+  // expected-error @+1 {{'mk.matmul' op counts its split-K parts on @missing, which is not an mk.flags of the program}}
+  %acc = mk.matmul %a[%i, :], %b[:, %i] partials %p : !mk.tensor<[512, 128], f32, replicated> {k_splits = 2, arrivals = @missing} : !A, !B -> !mk.tile<[128, 128], f32>
+}
+
 //===----------------------------------------------------------------------===//
 // Tile compute
 //===----------------------------------------------------------------------===//

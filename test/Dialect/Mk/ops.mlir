@@ -391,3 +391,15 @@ mk.program @engine_copy [] mesh <1x2> (%c: !mk.tensor<[1024, 256], bf16, replica
   mk.flags @arrived [2]
   mk.engine_copy %c rows [0, 512] cols [0, 256] from gpu 0 to gpu 1 after @ready[0] count 8 signal @arrived[0] : !mk.tensor<[1024, 256], bf16, replicated>
 }
+
+// -----
+
+// A matmul whose K the GEMM engine splits in parts, meeting in f32 slots and a flag a tile.
+// CHECK-LABEL: mk.program @split_k
+// CHECK: mk.matmul %{{.*}}[%{{.*}}, :], %{{.*}}[:, %{{.*}}] partials %{{.*}} : !mk.tensor<[512, 128], f32, replicated> {arrivals = @split_k_arrivals, k_splits = 2 : i64, k_tile = 64 : i64} : !mk.tensor<[256, 4096], bf16, replicated>, !mk.tensor<[4096, 256], bf16, replicated> -> !mk.tile<[128, 128], f32>
+mk.program @split_k [] mesh <1x1> (%a: !mk.tensor<[256, 4096], bf16, replicated>, %b: !mk.tensor<[4096, 256], bf16, replicated>) {
+  mk.flags @split_k_arrivals [2, 2]
+  %p = mk.buffer : !mk.tensor<[512, 128], f32, replicated>
+  %i = arith.constant 0 : index
+  %acc = mk.matmul %a[%i, :], %b[:, %i] partials %p : !mk.tensor<[512, 128], f32, replicated> {k_tile = 64, k_splits = 2, arrivals = @split_k_arrivals} : !mk.tensor<[256, 4096], bf16, replicated>, !mk.tensor<[4096, 256], bf16, replicated> -> !mk.tile<[128, 128], f32>
+}

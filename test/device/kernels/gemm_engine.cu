@@ -93,7 +93,7 @@ gemm(const mk_tensor_map &a, const mk_tensor_map &b, const mk_tensor_map &c, int
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int m0, n0;
         origin(t, m0, n0);
-        mk::gemm_load(engine, &a, &b, m0, n0, k_blocks);
+        mk::gemm_load(engine, &a, &b, m0, n0, k_blocks, 0);
       }
   } else {
     mk::gemm_consumer_begin(engine);

@@ -90,16 +90,23 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
 
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
     tile shape gets the GEMM engine's tile shape, 128 x 256, 128 x 128, 128 x 64 or 64 x 64 and
-    at most the program's width, that takes the least time over `sm-count` CTAs: the rounds of
-    tiles the busiest CTA walks times a tile's time (128 columns take 0.54 of 256, measured; 64
-    columns 0.30; 64 x 64 0.20), the larger on a tie. So 128 columns where 256-wide tiles would
-    leave SMs idle, 64 where even 128-wide ones would (decode's few rows: 1 x 4096 has 32 tiles of
-    128 for 132 SMs), and 64 rows, one MMA warpgroup's, where a grid of more than 64 rows still
-    would (128 x 4096 has 64 tiles of 128 x 64). Only a shape that the other grids' accesses to
-    each tensor the program writes agree with, tile for tile (mk-insert-signals orders them tile
-    by tile), is a candidate: a grid whose output another grid reads in 256-column tiles keeps
-    256. The grid's tile sizes and its tile types change together. `gemm-tile-n` and
-    `gemm-tile-m` set the width and the rows instead.
+    at most the program's width, and the parts its tiles' K is split in (`k_splits` on its
+    matmuls: split-K, where the grid multiplies one A), that take the least time over `sm-count`
+    CTAs: the rounds of tile parts the busiest CTA walks times a part's time, the longer of its
+    multiplication and its loads (A's rows that exist and B's columns over its share of K, and
+    a split part's f32 product written and read back), whose weight against the multiplication
+    is measured (128 x 128 tiles take 0.54 of 128 x 256); the larger shape on a tie. So 128
+    columns where 256-wide tiles would leave SMs idle, 64 where even 128-wide ones would
+    (decode's few rows: 1 x 4096 has 32 tiles of 128 for 132 SMs), 64 rows, one MMA
+    warpgroup's, where a grid of more than 64 rows still would (128 x 4096 has 64 tiles of
+    128 x 64), and K split in 2 to 4 parts of at least 1024 where even those leave SMs idle or
+    re-read A's rows (256 x 4096 x 4096: 64 tiles of 128 x 128, in two parts each), taken only
+    where the model finds it 10% faster than the best unsplit tiling. Only a shape that the
+    other grids' accesses to each tensor the program writes agree with, tile for tile
+    (mk-insert-signals orders them tile by tile), is a candidate: a grid whose output another
+    grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile types change
+    together. `gemm-tile-n`, `gemm-tile-m` and `gemm-k-splits` set the width, the rows and the
+    parts instead (`gemm-k-splits=1`: none).
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
@@ -108,6 +115,8 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
            "Columns of the GEMM engine's matmul tiles, 64, 128 or 256 (0: chosen per shape)">,
     Option<"gemmTileM", "gemm-tile-m", "int64_t", /*default=*/"0",
            "Rows of the GEMM engine's matmul tiles, 64 or 128 (0: chosen per shape)">,
+    Option<"gemmKSplits", "gemm-k-splits", "int64_t", /*default=*/"0",
+           "Parts the GEMM engine splits each tile's K in, 1 to 8 (1: none; 0: chosen per shape)">,
   ];
 }
 
@@ -302,7 +311,10 @@ def MkPlanLowering : Pass<"mk-plan-lowering", "::mlir::mk::ProgramOp"> {
       only engine stores follow are raised and waited on by the engine's senders (`deferred`).
       Where every role has an even number of CTAs and the grid's order gives CTAs 2c and 2c + 1
       the two rows of a column band's pair of tiles, the engine runs in clusters of 2 CTAs that
-      load each B panel once for both.
+      load each B panel once for both. A matmul whose K mk-tile-and-order split (`k_splits`)
+      gets the memory its parts meet in: a buffer of `k_splits` slots of 128 x N f32 per tile
+      (`partials`) and a flag array of a flag per tile (`arrivals`); on the tile library it
+      loses `k_splits`, the tile's K whole.
     - `mk.attention_engine` on a role whose tile is one query tile's attention in the engine's
       shape (mk/Transforms/AttentionEngine.h): a producer thread loads the query tile and every
       key block after the program's waits for it, and the consumers fold each source's blocks in

@@ -123,8 +123,7 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
         return rewriter.notifyMatchFailure(op, "a fused matmul without the pass's first");
       // The engine's tensors split evenly (mk-plan-lowering): K is the same on every rank.
       Value e = engineFor(op);
-      std::string kBlocks =
-          std::to_string(llvm::divideCeil(lhsType.getLocalExtent(lhsK, layout.mesh), 64));
+      int64_t kBlocks = llvm::divideCeil(lhsType.getLocalExtent(lhsK, layout.mesh), 64);
       SmallVector<MatmulOp> pass = {op};
       for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
         if (auto matmul = dyn_cast<MatmulOp>(next)) {
@@ -132,12 +131,46 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
             break;
           pass.push_back(matmul);
         }
+      // Split-K: this position's part of the K blocks, [part * blocks / splits, (part + 1) *
+      // blocks / splits).
+      CallArg kFirst = std::string("0"), kCount = std::to_string(kBlocks);
+      int64_t splits = op.getKSplits().value_or(1);
+      Value part = splits > 1 ? rewriter.getRemappedValue(layout.splitPart.lookup(op)) : Value();
+      if (part) {
+        Value first = a.div(a.mul(part, kBlocks), splits);
+        kFirst = first;
+        kCount = a.sub(a.div(a.mul(a.add(part, 1), kBlocks), splits), first);
+      }
       if (*engine == Lowering::mma) {
         auto accumulator = emitc::OpaqueType::get(
             rewriter.getContext(), "mk::GemmAccumulator<mk::GemmConfig<" +
                                        gemmConfigArguments(layout.engineConfigs.lookup(e)) + ">>");
-        Value product =
-            call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kBlocks})->getResult(0);
+        Value product = call(rewriter, loc, accumulator, "mk::gemm_mma", {e, kCount})->getResult(0);
+        if (part) {
+          // The tile's slots and flag: tiles numbered row-major by their first element.
+          int64_t colTiles = llvm::divideCeil(
+              rhsType.getLocalExtent(bTransposed ? rhsK - 1 : rhsK + 1, layout.mesh), tn);
+          Value rowTile = a.div(lhs.start[0], tm);
+          Value colTile = a.div(bTransposed ? rhs.start[0] : rhs.start[1], tn);
+          Value tileIndex = a.add(a.mul(rowTile, colTiles), colTile);
+          int64_t slots = splits * 128 * tn * static_cast<int64_t>(pass.size());
+          DistTensorType partialsType = op.getPartials().getType();
+          Value partials =
+              pointer(rewriter, loc, partialsType, adaptor.getPartials(), a.mul(tileIndex, slots));
+          Value args = kernelArgs(op);
+          auto flag =
+              emitc::PointerType::get(emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"));
+          Value arrivals =
+              call(rewriter, loc, flag, "mk::flag_local",
+                   {args, flagOffset(a, layout, *op.getArrivals(), {rowTile, colTile})})
+                  .getResult(0);
+          Value epoch = call(rewriter, loc, emitc::OpaqueType::get(rewriter.getContext(), "mk_u32"),
+                             "mk::epoch", {args})
+                            .getResult(0);
+          product = call(rewriter, loc, accumulator, "mk::gemm_sum_splits",
+                         {e, product, partials, arrivals, part, std::to_string(splits), epoch})
+                        ->getResult(0);
+        }
         if (pass.size() == 1) {
           rewriter.replaceOp(op, product);
           return success();
@@ -171,9 +204,11 @@ struct MatmulLowering : LoweringPattern<MatmulOp> {
       }
       int64_t outer = grouped ? 1 : 0;
       args.append(
-          {lhs.start[outer], bTransposed ? rhs.start[outer] : rhs.start[outer + 1], kBlocks});
+          {lhs.start[outer], bTransposed ? rhs.start[outer] : rhs.start[outer + 1], kCount});
       if (grouped)
         args.append({lhs.start[0], rhs.start[0]});
+      else
+        args.push_back(kFirst);
       call(rewriter, loc, {}, grouped ? "mk::gemm_load_grouped" : "mk::gemm_load", args);
       for (MatmulOp follower : llvm::drop_begin(pass))
         rewriter.eraseOp(follower);

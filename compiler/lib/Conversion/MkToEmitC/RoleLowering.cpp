@@ -164,7 +164,8 @@ LogicalResult StructureLowering::lowerRole(RoleOp role, Value cta, int64_t index
       once.thenBlock()->getOperations().splice(once.thenBlock()->begin(),
                                                single.getBody().front().getOperations());
       single.erase();
-    } else if (failed(lowerGrid(cast<TileGridOp>(op), roleCta, ctas))) {
+    } else if (failed(lowerGrid(cast<TileGridOp>(op), roleCta, ctas,
+                                engine ? engine.getCluster() : 1))) {
       return failure();
     }
   }
@@ -288,6 +289,9 @@ std::pair<Block *, Block *> StructureLowering::splitProducer(Block *role, Operat
   IRMapping copies;
   for (Operation &op : consumer->without_terminator())
     pb.clone(op, copies);
+  for (auto [matmul, part] : llvm::to_vector(layout.splitPart))
+    if (Operation *copy = copies.lookupOrNull(matmul))
+      layout.splitPart[copy] = copies.lookupOrDefault(part);
   return {producer, consumer};
 }
 
@@ -385,6 +389,27 @@ LogicalResult StructureLowering::lowerEngineRole(scf::IfOp branch, GemmEngineAtt
   });
   for (WaitOp wait : producerWaits)
     wait.erase();
+  // Split-K: the rest of a tile's body is the part's that arrives last (gemm_sum_splits).
+  SmallVector<MatmulOp> splits;
+  consumer->walk([&](MatmulOp matmul) {
+    if (matmul.getPartials())
+      splits.push_back(matmul);
+  });
+  for (MatmulOp matmul : splits) {
+    Operation *last = matmul;
+    while (isa_and_nonnull<MatmulOp>(last->getNextNode()) &&
+           loweringOf(last->getNextNode()) == Lowering::fused)
+      last = last->getNextNode();
+    Block *tile = matmul->getBlock();
+    OpBuilder after(context);
+    after.setInsertionPointAfter(last);
+    Value complete =
+        call(after, loc, after.getI1Type(), "mk::gemm_tile_complete", {engine})->getResult(0);
+    auto whole = scf::IfOp::create(after, loc, complete, /*withElseRegion=*/false);
+    for (Operation &op : llvm::make_early_inc_range(
+             llvm::make_range(std::next(whole->getIterator()), tile->without_terminator().end())))
+      op.moveBefore(whole.thenBlock()->getTerminator());
+  }
   // Consumers raise what a tile loop's last tiles hold back as they leave the loop: a producer
   // waiting for it, past the loop, loads nothing more until then.
   for (Operation &op : *consumer)

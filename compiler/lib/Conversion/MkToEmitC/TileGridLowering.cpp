@@ -17,7 +17,8 @@ using namespace mlir;
 using namespace mlir::mk;
 using namespace mlir::mk::to_emitc;
 
-LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value ctas) {
+LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value ctas,
+                                           int64_t cluster) {
   Location loc = grid.getLoc();
   FailureOr<TileWalk> walk = TileWalk::get(grid, mesh, layout.numbering);
   if (failed(walk))
@@ -46,9 +47,19 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value
     bound.positions =
         toIndex(b, loc, call(b, loc, sizeT, "mk::grouped_positions", {grouped}).getResult(0));
   }
+  // Split-K: each tile is walked as `splits` parts, tile t's part s at position
+  // (t / C) C S + s C + t % C for clusters of C CTAs, which take their tiles' same part.
+  MatmulOp split;
+  grid.getBody().walk([&](MatmulOp matmul) {
+    if (matmul.getPartials())
+      split = matmul;
+  });
+  int64_t splits = split ? *split.getKSplits() : 1;
+  assert((splits == 1 || (ctas && !grouped)) && "the GEMM engine's own walk splits K");
+  Value parts = splits > 1 ? ops.mul(bound.positions, ops.c(splits)) : bound.positions;
   Value position;
   if (ctas) {
-    auto loop = scf::ForOp::create(b, loc, roleCta, bound.positions, ctas);
+    auto loop = scf::ForOp::create(b, loc, roleCta, parts, ctas);
     b.setInsertionPointToStart(loop.getBody());
     position = loop.getInductionVar();
   } else {
@@ -78,7 +89,14 @@ LogicalResult StructureLowering::lowerGrid(TileGridOp grid, Value roleCta, Value
     // A position past the walk's end names no tile: skipped, never waited on.
     tile.visits = call(b, loc, b.getI1Type(), "mk::tile_within", {at}).getResult(0);
   } else {
-    tile = walk->tileAt(ops, bound, position, place);
+    Value tilePosition = position;
+    if (split) {
+      Value group = ops.div(position, ops.c(cluster * splits));
+      Value within = ops.rem(position, ops.c(cluster));
+      tilePosition = ops.add(ops.mul(group, ops.c(cluster)), within);
+      layout.splitPart[split] = ops.rem(ops.div(position, ops.c(cluster)), ops.c(splits));
+    }
+    tile = walk->tileAt(ops, bound, tilePosition, place);
   }
   if (tile.visits) {
     auto owned = scf::IfOp::create(b, loc, *tile.visits, /*withElseRegion=*/false);

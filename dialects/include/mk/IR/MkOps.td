@@ -183,16 +183,34 @@ def Mk_MatmulOp : Mk_Op<"matmul", [AttrSizedOperandSegments]> {
     %acc = mk.matmul %A[%m, :], %B[:, %n] : !mk.tensor<[M, K], bf16, shard 1 over world>,
         !mk.tensor<[K, N], bf16, shard 0 over world> -> !mk.tile<[128, 256], f32>
     ```
+
+    `k_splits` S (split-K, chosen by mk-tile-and-order where a grid has too few tiles to keep the
+    SMs busy) has the GEMM engine compute the tile in S parts, consecutive slices of the
+    contracted dim's 64-deep blocks, at S positions of its grid's walk. Each part's f32 product
+    goes to its slot of `partials` (mk-plan-lowering's buffer: S slots of 128 x N f32 a tile) and
+    arrives on the tile's flag of `arrivals`; the part that arrives last sums the slots in the
+    order of their parts (the same bits whichever is last) and alone runs the rest of the tile's
+    body. The result is the tile's product either way; where the tile library multiplies, K is
+    not split.
+
+    ```mlir
+    %acc = mk.matmul %A[%m, :], %B[:, %n] partials %P : !mk.tensor<[256, 8192], f32, replicated>
+        {k_tile = 64, k_splits = 2, arrivals = @split_k} : ...
+    ```
   }];
   let arguments = (ins Arg<Mk_Tensor, "", [MemRead]>:$lhs, Variadic<Index>:$lhs_indices,
                        DenseI64ArrayAttr:$lhs_whole_dims,
                        Arg<Mk_Tensor, "", [MemRead]>:$rhs, Variadic<Index>:$rhs_indices,
                        DenseI64ArrayAttr:$rhs_whole_dims,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$k_tile);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$k_tile,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$k_splits,
+                       Arg<Optional<Mk_Tensor>, "", [MemRead, MemWrite]>:$partials,
+                       OptionalAttr<FlatSymbolRefAttr>:$arrivals);
   let results = (outs Mk_Tile:$result);
   let assemblyFormat = [{
     $lhs `` custom<TileAccess>($lhs_indices, $lhs_whole_dims) `,`
-    $rhs `` custom<TileAccess>($rhs_indices, $rhs_whole_dims) attr-dict
+    $rhs `` custom<TileAccess>($rhs_indices, $rhs_whole_dims)
+    (`partials` $partials^ `:` qualified(type($partials)))? attr-dict
     `:` qualified(type($lhs)) `,` qualified(type($rhs)) `->` qualified(type($result))
   }];
   let hasVerifier = 1;

@@ -19,7 +19,7 @@
 //   if (mk::gemm_is_producer()) {
 //     mk::gemm_producer_begin(engine);
 //     if (mk::gemm_loader())
-//       for (tile : tiles) mk::gemm_load(engine, &a_map, &b_map, m0, n0, k_blocks);
+//       for (tile : tiles) mk::gemm_load(engine, &a_map, &b_map, m0, n0, k_blocks, 0);
 //   } else {
 //     mk::gemm_consumer_begin(engine);
 //     for (tile : tiles) {
@@ -127,10 +127,12 @@ __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &e);
 __device__ __forceinline__ bool gemm_loader();
 
 /// Producer (its loading thread, as every producer call below): streams A[m0 .. m0+128,
-/// 0 .. 64 k_blocks) and the matching B panel of columns n0 .. n0+BN into the ring.
+/// 64 k_first .. 64 (k_first + k_blocks)) and the matching B panel of columns n0 .. n0+BN into
+/// the ring (k_first 0 but for a part of a split K: gemm_sum_splits).
 template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
-                                          const mk_tensor_map *b, int m0, int n0, int k_blocks);
+                                          const mk_tensor_map *b, int m0, int n0, int k_blocks,
+                                          int k_first);
 
 /// Producer: as gemm_load, for matmuls that share A: B's panel is two panels of BN / 2 columns,
 /// the first from `b0`, the second from `b1`, both at columns n0 .. n0 + BN / 2, so that one pass
@@ -138,7 +140,7 @@ __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor
 template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
                                           const mk_tensor_map *b0, const mk_tensor_map *b1, int m0,
-                                          int n0, int k_blocks);
+                                          int n0, int k_blocks, int k_first);
 
 /// Producer: as gemm_load, for operands that are groups of matrices (3-D tensors whose outer dim
 /// is the group: the experts of a grouped GEMM), A from group `a_group` and B from `b_group`. Not
@@ -167,6 +169,23 @@ __device__ __forceinline__ void gemm_wait_all(GemmEngine<Config> &e, const mk_u3
 /// Consumers: the product of the next tile's k_blocks slices (k_blocks >= 1).
 template <typename Config>
 __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks);
+
+/// Consumers, where a tile's K is split in `splits` parts (split-K: each part's k blocks loaded
+/// and multiplied at a position of its own) and `acc` is part `split`'s product: puts it in its
+/// slot of `slots` (the tile's `splits` slots of 128 x BN f32, in the consumers' register
+/// layout), counts it on the tile's flag `arrivals` (`splits` arrivals a launch of epoch
+/// `epoch`: flags are never reset), and, where it arrived last, returns the sum of every part in
+/// the order of the parts (the same bits whichever arrives last) and makes gemm_tile_complete
+/// true. Elsewhere it returns `acc` and the tile is the last part's: nothing waits.
+template <typename Config>
+__device__ __forceinline__ GemmAccumulator<Config>
+gemm_sum_splits(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc, float *slots,
+                mk_u32 *arrivals, int split, int splits, mk_u32 epoch);
+
+/// Consumers: whether the tile of the last gemm_mma is whole here, so that its epilogue runs:
+/// true but after a gemm_sum_splits whose part did not arrive last.
+template <typename Config>
+__device__ __forceinline__ bool gemm_tile_complete(GemmEngine<Config> &e);
 
 /// Columns kFirst .. kFirst + kColumns of a tile (whole 64-column chunks), where they are.
 template <int kFirst, int kColumns, int C>

@@ -69,6 +69,9 @@ struct KernelLayout {
   /// The attention engine of each role that runs one (an mk::AttentionEngine).
   SmallVector<Value> attentionEngines;
   DenseMap<Value, GemmEngineAttr> engineConfigs;
+  /// The part of its K a split-K matmul (k_splits) computes at its position of the grid's walk:
+  /// an index the tile loop computes (also for the producer's copy of the loop).
+  DenseMap<Operation *, Value> splitPart;
   /// The kernel's CTAs per cluster: the largest of its engines'.
   int64_t cluster = 1;
   /// The kernel's name, CTAs and their split into roles.

@@ -35,8 +35,7 @@ private:
   /// Splits an engine role's block after `engine` (the engine's construction) into a branch on
   /// `isProducer` (a device-library predicate): the role's ops become the consumers' (else) and a
   /// copy of them the producer's (then), for the caller to prune. Returns the two blocks.
-  static std::pair<Block *, Block *> splitProducer(Block *role, Operation *engine,
-                                                   StringRef isProducer);
+  std::pair<Block *, Block *> splitProducer(Block *role, Operation *engine, StringRef isProducer);
   /// Starts an engine's producer block with `begin(engine)` and runs the rest of it in the one
   /// thread `loader` (a device-library predicate) picks, which waits, walks the tiles and loads:
   /// the producer's other threads would read what its waits order (row counts) too early.
@@ -53,7 +52,9 @@ private:
   LogicalResult lowerTeamRole(scf::IfOp branch);
   /// The grid as a loop over its tiles, from `roleCta` in steps of the role's `ctas`; the pool's
   /// (null `ctas`) over the positions the team claims (mk::claim).
-  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, Value ctas);
+  /// A grid whose matmul splits K walks each tile as that many parts (KernelLayout::splitPart), a
+  /// cluster's `cluster` CTAs the same part of their tiles.
+  LogicalResult lowerGrid(TileGridOp grid, Value roleCta, Value ctas, int64_t cluster);
 
   ProgramOp program;
   KernelLayout &layout;

@@ -58,6 +58,9 @@ struct GemmConfig {
   static constexpr int kMaxPendingSignals = 8;
   static constexpr int kSignalsOffset = kBarriersOffset + 2 * kStages * 8;
   static constexpr int kStampOffset = kSignalsOffset + kMaxPendingSignals * 8; // and the counter
+  // Whether the consumers' split-K part arrived last (gemm_sum_splits), team thread 0 telling the
+  // others; 16 bytes keep the send jobs' alignment.
+  static constexpr int kSplitLastOffset = kStampOffset + 16;
   // The producer warpgroup's other warps (the senders) finish what the consumers stage: they
   // write whole tiles bound for several GPUs (this GPU's copy through TMA, the peers' with
   // ordinary stores and reductions, which do not queue NVLink traffic ahead of the producer's
@@ -65,7 +68,7 @@ struct GemmConfig {
   // send jobs, each a slot (SendJob) and a ready and a done mbarrier.
   static constexpr int kSenderWarps = 3;
   static constexpr int kSendSlots = 8;
-  static constexpr int kSendJobsOffset = kStampOffset + 16;
+  static constexpr int kSendJobsOffset = kSplitLastOffset + 16;
   static constexpr int kSendBarriersOffset = kSendJobsOffset + kSendSlots * 48;
   // The last job that reads each epilogue buffer.
   static constexpr int kBufferJobsOffset = kSendBarriersOffset + 2 * kSendSlots * 8;
@@ -238,6 +241,10 @@ public:
   /// GPUs (an mk_u64 *, null: not counted), beside the stamp.
   __device__ mk_u32 rows_counter() const { return base_ + Config::kStampOffset + 8; }
   __device__ int &pending_signals() { return pending_; }
+  /// Where team thread 0 tells the consumers whether their split-K part arrived last, and whether
+  /// the last tile is whole here (the same in every consumer thread).
+  __device__ mk_u32 split_last() const { return base_ + Config::kSplitLastOffset; }
+  __device__ bool &tile_complete() { return tile_complete_; }
 
   /// Send job `job`'s slot (a SendJob) and its barriers: ready once every consumer thread has
   /// posted it, done once every sender thread has issued its part of the writes and TMA has read
@@ -270,6 +277,7 @@ private:
   int sends_ = 0;
   int wait_job_ = -1;
   bool tma_stored_ = false;
+  bool tile_complete_ = true;
 };
 
 namespace detail {
@@ -536,15 +544,15 @@ __device__ __forceinline__ void gemm_consumer_begin(GemmEngine<Config> &) {
 
 namespace detail {
 
-/// The producer's loads of the next k_blocks stages: A's rows m0 .. m0 + 128 and B's panel, which
-/// is kParts (1 or 2) panels of BN / kParts columns side by side, from b0 and b1 at columns n0 ...
-/// (Two maps as two values: an array of them, indexed by the cluster rank, would live in local
-/// memory.)
+/// The producer's loads of the next k_blocks stages, K blocks k_first .. k_first + k_blocks: A's
+/// rows m0 .. m0 + 128 and B's panel, which is kParts (1 or 2) panels of BN / kParts columns side
+/// by side, from b0 and b1 at columns n0 ... (Two maps as two values: an array of them, indexed by
+/// the cluster rank, would live in local memory.)
 template <typename Config, int kParts, bool kGrouped = false>
 __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tensor_map *a,
                                             const mk_tensor_map *b0, const mk_tensor_map *b1,
-                                            int m0, int n0, int k_blocks, int a_group = 0,
-                                            int b_group = 0) {
+                                            int m0, int n0, int k_blocks, int k_first,
+                                            int a_group = 0, int b_group = 0) {
   constexpr int kPartColumns = Config::BN / kParts;
   static_assert((kParts == 1 || kParts == 2) && kPartColumns % 64 == 0,
                 "one or two parts of 64-column blocks");
@@ -559,7 +567,7 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
     // over the ring does not wait.
     ptx::mbarrier_wait(e.empty(s), e.phase() ^ 1);
     ptx::mbarrier_arrive_expect_tx(e.full(s), Config::kStageLoadBytes);
-    const int k0 = kb * Config::BK;
+    const int k0 = (k_first + kb) * Config::BK;
     if constexpr (kGrouped)
       ptx::tma_load(e.a(s), a, k0, m0, a_group, e.full(s));
     else
@@ -604,29 +612,30 @@ __device__ __forceinline__ void load_panels(GemmEngine<Config> &e, const mk_tens
 
 template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
-                                          const mk_tensor_map *b, int m0, int n0, int k_blocks) {
-  detail::load_panels<Config, 1>(e, a, b, b, m0, n0, k_blocks);
+                                          const mk_tensor_map *b, int m0, int n0, int k_blocks,
+                                          int k_first) {
+  detail::load_panels<Config, 1>(e, a, b, b, m0, n0, k_blocks, k_first);
 }
 
 template <typename Config>
 __device__ __forceinline__ void gemm_load(GemmEngine<Config> &e, const mk_tensor_map *a,
                                           const mk_tensor_map *b0, const mk_tensor_map *b1, int m0,
-                                          int n0, int k_blocks) {
-  detail::load_panels<Config, 2>(e, a, b0, b1, m0, n0, k_blocks);
+                                          int n0, int k_blocks, int k_first) {
+  detail::load_panels<Config, 2>(e, a, b0, b1, m0, n0, k_blocks, k_first);
 }
 
 template <typename Config>
 __device__ __forceinline__ void gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a,
                                                   const mk_tensor_map *b, int m0, int n0,
                                                   int k_blocks, int a_group, int b_group) {
-  detail::load_panels<Config, 1, true>(e, a, b, b, m0, n0, k_blocks, a_group, b_group);
+  detail::load_panels<Config, 1, true>(e, a, b, b, m0, n0, k_blocks, 0, a_group, b_group);
 }
 
 template <typename Config>
 __device__ __forceinline__ void
 gemm_load_grouped(GemmEngine<Config> &e, const mk_tensor_map *a, const mk_tensor_map *b0,
                   const mk_tensor_map *b1, int m0, int n0, int k_blocks, int a_group, int b_group) {
-  detail::load_panels<Config, 2, true>(e, a, b0, b1, m0, n0, k_blocks, a_group, b_group);
+  detail::load_panels<Config, 2, true>(e, a, b0, b1, m0, n0, k_blocks, 0, a_group, b_group);
 }
 
 template <typename Config>
@@ -805,6 +814,7 @@ __device__ __forceinline__ void store_chunks(GemmEngine<Config> &e, const GemmTi
 template <typename Config>
 __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &e, int k_blocks) {
   GemmAccumulator<Config> acc;
+  e.tile_complete() = true;
   const int wg = threadIdx.x / 128 - 1;
   if (wg >= Config::kMmaWarpgroups) {
     // Rows past A's loaded ones: only the ring's position moves on, in step with the others.
@@ -837,6 +847,66 @@ __device__ __forceinline__ GemmAccumulator<Config> gemm_mma(GemmEngine<Config> &
   ptx::wgmma_wait<0>();
   detail::release(e, previous);
   return acc;
+}
+
+template <typename Config>
+__device__ __forceinline__ GemmAccumulator<Config>
+gemm_sum_splits(GemmEngine<Config> &e, const GemmAccumulator<Config> &acc, float *slots,
+                mk_u32 *arrivals, int split, int splits, mk_u32 epoch) {
+  // Slot s holds 128 x BN floats; thread t's pairs 2q and 2q + 1 at float4 q * 256 + t, so that
+  // each float4 of the team is one coalesced 4 KiB. Warpgroups past A's rows hold no product.
+  constexpr int kQuads = GemmLayout<Config::BN>::kPairs / 2;
+  constexpr int kSlotQuads = kQuads * MK_TEAM_THREADS;
+  const int t = team_thread();
+  const bool multiplies = static_cast<int>(threadIdx.x) / 128 - 1 < Config::kMmaWarpgroups;
+  float4 *quads = reinterpret_cast<float4 *>(slots);
+  const auto quad = [&](const GemmAccumulator<Config> &tile, int q) {
+    return make_float4(tile.pairs[2 * q].x, tile.pairs[2 * q].y, tile.pairs[2 * q + 1].x,
+                       tile.pairs[2 * q + 1].y);
+  };
+  if (multiplies) {
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q)
+      __stcg(quads + split * kSlotQuads + q * MK_TEAM_THREADS + t, quad(acc, q));
+    __threadfence();
+  }
+  team_sync();
+  if (t == 0) {
+    mk_u32 before;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n"
+                 : "=r"(before)
+                 : "l"(arrivals)
+                 : "memory");
+    const mk_u32 last = before + 1 == epoch * static_cast<mk_u32>(splits);
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(e.split_last()), "r"(last) : "memory");
+  }
+  team_sync();
+  mk_u32 last;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(e.split_last()) : "memory");
+  e.tile_complete() = last != 0;
+  if (!last || !multiplies)
+    return acc;
+  // The parts in order, each from its slot but this one's, summed in f32 (L2 reads: the slots
+  // were written on other SMs).
+  GemmAccumulator<Config> sum;
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const int at = q * MK_TEAM_THREADS + t;
+    float4 total = split == 0 ? quad(acc, q) : __ldcg(quads + at);
+#pragma unroll 1
+    for (int s = 1; s < splits; ++s) {
+      const float4 part = s == split ? quad(acc, q) : __ldcg(quads + s * kSlotQuads + at);
+      total = make_float4(total.x + part.x, total.y + part.y, total.z + part.z, total.w + part.w);
+    }
+    sum.pairs[2 * q] = make_float2(total.x, total.y);
+    sum.pairs[2 * q + 1] = make_float2(total.z, total.w);
+  }
+  return sum;
+}
+
+template <typename Config>
+__device__ __forceinline__ bool gemm_tile_complete(GemmEngine<Config> &e) {
+  return e.tile_complete();
 }
 
 template <typename Out, typename Config, int C>
