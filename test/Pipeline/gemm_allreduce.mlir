@@ -27,19 +27,19 @@
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=7,N=4096,K=4096 -o %t.1x2.m7.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 --emit=cuda | FileCheck %s --check-prefix=DECODE104
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-tile-m 128 -o %t.1x2.m100.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --gemm-k-splits 1 --emit=cuda | FileCheck %s --check-prefix=DECODE64
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=100,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=DECODE64
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=128,N=4096,K=4096 -o %t.1x2.m128.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
-// M = 256 in 128 x 64 tiles (K not split): a cluster's two CTAs, the two tile rows of a column,
-// share B's one 64-column block in halves of its K rows (box {64, 32}).
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 --gemm-k-splits 1 --emit=cuda | FileCheck %s --check-prefix=PAIRS
-// Split-K: M = 256 on 1x2 (K = 4096 a rank) in 64 tiles of 128 x 128, each in two parts of K at
-// positions 2p and 2p + 1 (no cluster: every tile of a column pair is one rank's), the producer
-// loading a part's 32 of the 64 blocks from its first; the consumers' product goes to the tile's
-// two f32 slots of the partials buffer (tensor 3, 2 x 128 x 128 floats a tile) and counts on the
-// tile's flag, and only the part that arrives last stores the tile and raises its flags.
-// Compiled without spills.
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 --emit=cuda | FileCheck %s --check-prefix=SPLIT
-// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 -o %t.1x2.split.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
+// M = 256 in 128 x 64 tiles (K not split, the default): a cluster's two CTAs, the two tile
+// rows of a column, share B's one 64-column block in halves of its K rows (box {64, 32}).
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 --emit=cuda | FileCheck %s --check-prefix=PAIRS
+// Split-K as the model chooses (--gemm-k-splits 0): M = 256 on 1x2 (K = 4096 a rank) in 64
+// tiles of 128 x 128, each in two parts of K at positions 2p and 2p + 1 (no cluster: every tile
+// of a column pair is one rank's), the producer loading a part's 32 of the 64 blocks from its
+// first; the consumers' product goes to the tile's two f32 slots of the partials buffer (tensor
+// 3, 2 x 128 x 128 floats a tile) and counts on the tile's flag, and only the part that arrives
+// last stores the tile and raises its flags. Compiled without spills.
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 --gemm-k-splits 0 --emit=cuda | FileCheck %s --check-prefix=SPLIT
+// RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x2 --shape M=256,N=4096,K=8192 --gemm-k-splits 0 -o %t.1x2.split.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // RUN: mkc %mkc_lib/gemm_allreduce.mlir --topology 1x1 --shape M=256,N=4096,K=4096 -o %t.1x1.m256.cubin --ptxas-report 2>&1 | FileCheck %s --check-prefix=CUBIN
 // Decode's all-reduce in one shot: each partial to every GPU of the node, every GPU summing every
 // tile (the scheduled program in test/Transforms/mk-expand-collectives.mlir); simulated at shapes

@@ -1,11 +1,12 @@
-// RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-k-splits=0" | FileCheck %s
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-n=128" | FileCheck %s --check-prefix=NARROW
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-tile-m=128" | FileCheck %s --check-prefix=ROWS128
-// RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-k-splits=1" | FileCheck %s --check-prefix=UNSPLIT
+// RUN: mk-opt %s -split-input-file -mk-tile-and-order | FileCheck %s --check-prefix=UNSPLIT
 // RUN: mk-opt %s -split-input-file -mk-tile-and-order="gemm-k-splits=4" | FileCheck %s --check-prefix=SPLIT4
 
 // mk-tile-and-order picks the main-loop depth of matmuls, the chunks of all-gathers and the
-// order of tile grids that do not have one.
+// order of tile grids that do not have one. CHECK is with the model's splits of K
+// (gemm-k-splits=0), UNSPLIT the default (none).
 
 // A GEMM grid is swizzled in bands of 8 tile rows; 16-bit operands get k_tile 64 (128-byte rows).
 // CHECK-LABEL: mk.program @swizzle
@@ -120,7 +121,7 @@ mk.program @decode [] mesh <1x2> (%a: !mk.tensor<[1, 8192], bf16, shard 1 over w
 // or 128 of 64 x 64, one round of one MMA warpgroup's rows (two thirds of the bytes a CTA
 // loads), or 64 tiles of 128 x 64 in two parts of K each, 128 parts that each load A's 128 rows
 // and B's 64 columns over half of K (half the bytes of 64 x 64's, and 32 KiB of f32 product
-// written). gemm-tile-m=128 keeps 128 rows; gemm-k-splits=1 splits no K.
+// written). gemm-tile-m=128 keeps 128 rows; by default (gemm-k-splits=1) no K is split.
 // CHECK-LABEL: mk.program @decode_rows
 // CHECK: mk.tile_grid (%{{.*}}, %{{.*}}) over %{{.*}} tiles [128, 64] order <swizzle 1> masked :
 // CHECK: mk.matmul {{.*}} {k_splits = 2 : i64, k_tile = 64 : i64} {{.*}} -> !mk.tile<[128, 64], f32>

@@ -18,23 +18,22 @@ import gpu_gemm_allreduce as common  # check, close_to; also puts mkc on the pat
 
 SHAPES = [(1, 4096, 4096), (7, 4096, 14336), (64, 4096, 4096), (256, 4096, 4096),
           (256, 8192, 8192), (1000, 7000, 2880), (300, 512, 4160), (128, 1000, 128)]
-SPLITS = [None, 1, 2, 3, 4, 8]  # None: the cost model's
+SPLITS = [0, 1, 2, 3, 4, 8]  # 0: the cost model's
 LAUNCHES = 3
 GRAPH_STEPS = 10
 
 
 def check_shape(runtime, torch, mkc, M, N, K, splits):
-    options = {} if splits is None else {"gemm-k-splits": splits}
-    what = f"M={M} N={N} K={K} gemm-k-splits={'model' if splits is None else splits}"
+    what = f"M={M} N={N} K={K} gemm-k-splits={splits}"
     try:
         op = runtime.compile(mkc.library_program("gemm_allreduce"), M=M, N=N, K=K,
-                             options=options)
+                             options={"gemm-k-splits": splits})
     except mkc.Error as refused:
         # Only a split into more parts than K has blocks is refused, and it must say so.
-        common.check(splits is not None and -(-K // 64) < splits and
+        common.check(-(-K // 64) < splits and
                      "fewer than the" in str(refused), f"{what}: refused: {refused}")
         return
-    generator = torch.Generator(device="cuda").manual_seed(M * 7 + N * 3 + K + (splits or 0))
+    generator = torch.Generator(device="cuda").manual_seed(M * 7 + N * 3 + K + splits)
     c = runtime.empty((M, N), torch.bfloat16)
     out = c.torch()
     out.fill_(float("nan"))

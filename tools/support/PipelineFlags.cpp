@@ -62,9 +62,9 @@ cl::opt<int64_t> gemmTileM("gemm-tile-m",
                            cl::init(0), cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmKSplits("gemm-k-splits",
                              cl::desc("Parts the GEMM engine splits each tile's K in, 1 to 8, "
-                                      "summed in a fixed order (default: chosen per shape; 1: "
-                                      "none)"),
-                             cl::init(0), cl::cat(pipelineCategory));
+                                      "summed in a fixed order (default 1: none; 0: as the cost "
+                                      "model chooses per shape)"),
+                             cl::init(1), cl::cat(pipelineCategory));
 cl::opt<int64_t> gemmStages("gemm-stages",
                             cl::desc("Depth of the GEMM engine's ring of K slices, 2 to 8 "
                                      "(default: the deepest that fits the tile)"),

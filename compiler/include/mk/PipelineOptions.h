@@ -42,9 +42,9 @@ struct PipelineOptions {
   int64_t gemmTileN = 0;
   /// Rows of the GEMM engine's matmul tiles (0: chosen per shape, see mk-tile-and-order).
   int64_t gemmTileM = 0;
-  /// Parts the GEMM engine splits each tile's K in (0: chosen per shape, see mk-tile-and-order;
-  /// 1: none).
-  int64_t gemmKSplits = 0;
+  /// Parts the GEMM engine splits each tile's K in (1: none; 0: chosen per shape, see
+  /// mk-tile-and-order, not the default until its choices are measured on a GPU).
+  int64_t gemmKSplits = 1;
   /// Report the SM split as a remark.
   bool explainSplit = false;
   /// All-reduce in place where mk-expand-collectives can; an SM split that gives CTAs to an

@@ -90,8 +90,9 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
 
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
     tile shape gets the GEMM engine's tile shape, 128 x 256, 128 x 128, 128 x 64 or 64 x 64 and
-    at most the program's width, and the parts its tiles' K is split in (`k_splits` on its
-    matmuls: split-K, where the grid multiplies one A), that take the least time over `sm-count`
+    at most the program's width, and with `gemm-k-splits=0` the parts its tiles' K is split in
+    (`k_splits` on its matmuls: split-K, where the grid multiplies one A), that take the least
+    time over `sm-count`
     CTAs: the rounds of tile parts the busiest CTA walks times a part's time, the longer of its
     multiplication and its loads (A's rows that exist and B's columns over its share of K, and
     a split part's f32 product written and read back), whose weight against the multiplication
@@ -106,7 +107,9 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
     (mk-insert-signals orders them tile by tile), is a candidate: a grid whose output another
     grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile types change
     together. `gemm-tile-n`, `gemm-tile-m` and `gemm-k-splits` set the width, the rows and the
-    parts instead (`gemm-k-splits=1`: none).
+    parts instead. K is split only where `gemm-k-splits` asks (0: the model's splits; 2 to 8:
+    that many parts; 1, the default, none) until the model's splits have been measured on a
+    GPU.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
@@ -115,8 +118,9 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
            "Columns of the GEMM engine's matmul tiles, 64, 128 or 256 (0: chosen per shape)">,
     Option<"gemmTileM", "gemm-tile-m", "int64_t", /*default=*/"0",
            "Rows of the GEMM engine's matmul tiles, 64 or 128 (0: chosen per shape)">,
-    Option<"gemmKSplits", "gemm-k-splits", "int64_t", /*default=*/"0",
-           "Parts the GEMM engine splits each tile's K in, 1 to 8 (1: none; 0: chosen per shape)">,
+    Option<"gemmKSplits", "gemm-k-splits", "int64_t", /*default=*/"1",
+           "Parts the GEMM engine splits each tile's K in, 1 to 8 (1, the default: none; 0: as "
+           "the cost model chooses per shape)">,
   ];
 }
 
