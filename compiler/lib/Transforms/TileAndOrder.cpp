@@ -20,15 +20,23 @@ constexpr int64_t kSwizzleGroup = 8;
 /// Smallest main-loop depth taken where it divides the contracted extent: the tile library's
 /// copies take slices of 32 of every tile (of 16, not of 64-row ones).
 constexpr int64_t kMinKTile = 32;
-/// The GEMM engine's tile shapes, largest first.
+/// The GEMM engine's tile shapes, largest first, with the time a tile of each takes, in
+/// hundredths of a 128 x 256 tile's: measured on an H200 (docs/notes/compiler.md), 128 columns
+/// take 0.53-0.54 of 256 (less work per byte loaded); 64 columns, which put twice the CTAs on a
+/// grid of few tile rows (decode's M), 0.30 (estimated: a quarter of the work, half the bytes);
+/// 64 x 64, one MMA warpgroup's rows, which put twice the CTAs again on a grid of two tile rows
+/// of 64 (M = 65 to 128), 0.20 (estimated: two thirds of 128 x 64's bytes, which bound it there;
+/// docs/notes/decode.md has what they gain at M = 128).
 struct EngineTileShape {
-  int64_t rows, columns;
+  int64_t rows, columns, time;
 };
-constexpr EngineTileShape kEngineTileShapes[] = {{128, 256}, {128, 128}, {128, 64}, {64, 64}};
-/// A tile's time is the longer of its multiplication (in hundredths of a 128 x 256 tile's) and
-/// its loads: the bytes of A's rows and B's columns over K, taking this much of a 128 x 256
-/// tile's time per share of its bytes. Measured on an H200 (docs/notes/compiler.md), 128 x 128
-/// tiles take 0.54 of 128 x 256 (half the work, two thirds of the bytes): 0.81.
+constexpr EngineTileShape kEngineTileShapes[] = {
+    {128, 256, 100}, {128, 128, 54}, {128, 64, 30}, {64, 64, 20}};
+/// Where K may be split (gemm-k-splits other than 1), a tile part's time is instead the longer
+/// of its multiplication (in hundredths of a 128 x 256 tile's) and its loads: the bytes of A's
+/// rows and B's columns over its share of K, taking this much of a 128 x 256 tile's time per
+/// share of its bytes (128 x 128 tiles take 0.54 of 128 x 256: half the work, two thirds of the
+/// bytes). Not the default until its choices are measured on a GPU.
 constexpr double kLoadTime = 0.81;
 /// Parts of K a tile may be split in (split-K), each at least this many 64-deep blocks, and how
 /// much faster than the best unsplit tiling the model must find a split to take it: each part's
@@ -135,15 +143,18 @@ struct EngineTiling {
 };
 
 /// What the engine's tiling of a `rows` x `cols` grid, contracting `k`, costs on `ctas` CTAs: the
-/// rounds of tile parts the busiest CTA walks times a part's time (EngineTileShape's model): A's
-/// rows that exist (decode's M: the engine loads only those, mk-plan-lowering's a_rows) and B's
-/// columns over K / splits and, split, the part's f32 product written; then the last part's
-/// reads of the others' products, which hold up its tile.
-double tilingCost(EngineTiling tiling, int64_t rows, int64_t cols, int64_t k, int64_t ctas) {
+/// rounds of tile parts the busiest CTA walks times a part's time, EngineTileShape's unless
+/// `splitting`; then kLoadTime's model: A's rows that exist (decode's M: the engine loads only
+/// those, mk-plan-lowering's a_rows) and B's columns over K / splits and, split, the part's f32
+/// product written; then the last part's reads of the others' products, which hold up its tile.
+double tilingCost(EngineTiling tiling, int64_t rows, int64_t cols, int64_t k, int64_t ctas,
+                  bool splitting) {
   EngineTileShape shape = tiling.shape;
   int64_t splits = tiling.kSplits;
   int64_t tiles = llvm::divideCeil(rows, shape.rows) * llvm::divideCeil(cols, shape.columns);
   int64_t rounds = llvm::divideCeil(tiles * splits, ctas);
+  if (!splitting)
+    return rounds * shape.time;
   int64_t aRows = std::min<int64_t>(shape.rows, llvm::alignTo(rows, 8));
   int64_t mmaRows = aRows > kWarpgroupRows ? 128 : 64;
   double product = 4.0 * std::min<int64_t>(shape.rows, llvm::alignTo(rows, 16)) * shape.columns;
@@ -156,18 +167,19 @@ double tilingCost(EngineTiling tiling, int64_t rows, int64_t cols, int64_t k, in
 
 /// Of the engine's tilings that `allowed` admits (a shape at least), the one the model finds
 /// fastest for `rows` x `cols` contracting `k` on `ctas` CTAs: K split in `forcedSplits` parts
-/// where that is set, else unsplit unless a split is kSplitGain faster (parts of at least
-/// kMinSplitBlocks of the `kBlocks`); the larger shape on a tie. 64-row tiles only where there are
-/// more rows: on fewer, the engine loads only A's rows of a 128-row tile, the same work.
+/// where that is set (1, the default: never), else unsplit unless a split is kSplitGain faster
+/// (parts of at least kMinSplitBlocks of the `kBlocks`); the larger shape on a tie. 64-row tiles
+/// only where there are more rows: on fewer, the engine loads only A's rows of a 128-row tile, the
+/// same work.
 EngineTiling fastestTiling(int64_t rows, int64_t cols, int64_t k, int64_t ctas,
                            int64_t forcedSplits, function_ref<bool(EngineTileShape)> allowed) {
   const auto best = [&](int64_t splits) -> std::pair<EngineTiling, double> {
-    EngineTiling found = {{0, 0}, splits};
+    EngineTiling found = {{0, 0, 0}, splits};
     double cost = std::numeric_limits<double>::infinity();
     for (EngineTileShape shape : kEngineTileShapes) {
       if (!allowed(shape) || (shape.rows < kEngineTileRows && rows <= shape.rows))
         continue;
-      double c = tilingCost({shape, splits}, rows, cols, k, ctas);
+      double c = tilingCost({shape, splits}, rows, cols, k, ctas, forcedSplits != 1);
       if (c < cost) {
         found.shape = shape;
         cost = c;
@@ -328,7 +340,7 @@ struct TileAndOrderPass : mk::impl::MkTileAndOrderBase<TileAndOrderPass> {
       int64_t rows = coveredExtent(grid, 0, mesh), cols = coveredExtent(grid, 1, mesh);
       TileNumbering numbering = TileNumbering::of(program);
       EngineTileShape chosen = {forcedRows ? forcedRows : kEngineTileRows,
-                                forcedWidth ? forcedWidth : *width};
+                                forcedWidth ? forcedWidth : *width, 0};
       std::optional<int64_t> k = splittableK(grid);
       if (forcedSplits > 1 && k && llvm::divideCeil(*k, 64) < forcedSplits) {
         grid.emitOpError() << "contracts " << *k << " elements: " << llvm::divideCeil(*k, 64)

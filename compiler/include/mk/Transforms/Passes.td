@@ -90,26 +90,25 @@ def MkTileAndOrder : Pass<"mk-tile-and-order", "::mlir::mk::ProgramOp"> {
 
     A 2-D grid of 128-row matmul tiles (the GEMM engine's) whose every tile value has the grid's
     tile shape gets the GEMM engine's tile shape, 128 x 256, 128 x 128, 128 x 64 or 64 x 64 and
-    at most the program's width, and with `gemm-k-splits=0` the parts its tiles' K is split in
-    (`k_splits` on its matmuls: split-K, where the grid multiplies one A), that take the least
-    time over `sm-count`
-    CTAs: the rounds of tile parts the busiest CTA walks times a part's time, the longer of its
-    multiplication and its loads (A's rows that exist and B's columns over its share of K, and
-    a split part's f32 product written and read back), whose weight against the multiplication
-    is measured (128 x 128 tiles take 0.54 of 128 x 256); the larger shape on a tie. So 128
-    columns where 256-wide tiles would leave SMs idle, 64 where even 128-wide ones would
-    (decode's few rows: 1 x 4096 has 32 tiles of 128 for 132 SMs), 64 rows, one MMA
-    warpgroup's, where a grid of more than 64 rows still would (128 x 4096 has 64 tiles of
-    128 x 64), and K split in 2 to 4 parts of at least 1024 where even those leave SMs idle or
-    re-read A's rows (256 x 4096 x 4096: 64 tiles of 128 x 128, in two parts each), taken only
-    where the model finds it 10% faster than the best unsplit tiling. Only a shape that the
-    other grids' accesses to each tensor the program writes agree with, tile for tile
-    (mk-insert-signals orders them tile by tile), is a candidate: a grid whose output another
-    grid reads in 256-column tiles keeps 256. The grid's tile sizes and its tile types change
-    together. `gemm-tile-n`, `gemm-tile-m` and `gemm-k-splits` set the width, the rows and the
-    parts instead. K is split only where `gemm-k-splits` asks (0: the model's splits; 2 to 8:
-    that many parts; 1, the default, none) until the model's splits have been measured on a
-    GPU.
+    at most the program's width, that takes the least time over `sm-count` CTAs: the rounds of
+    tiles the busiest CTA walks times a tile's time (128 columns take 0.54 of 256, measured; 64
+    columns 0.30; 64 x 64 0.20), the larger on a tie. So 128 columns where 256-wide tiles would
+    leave SMs idle, 64 where even 128-wide ones would (decode's few rows: 1 x 4096 has 32 tiles of
+    128 for 132 SMs), and 64 rows, one MMA warpgroup's, where a grid of more than 64 rows still
+    would (128 x 4096 has 64 tiles of 128 x 64). Only a shape that the other grids' accesses to
+    each tensor the program writes agree with, tile for tile (mk-insert-signals orders them tile
+    by tile), is a candidate: a grid whose output another grid reads in 256-column tiles keeps
+    256. The grid's tile sizes and its tile types change together. `gemm-tile-n` and
+    `gemm-tile-m` set the width and the rows instead.
+
+    `gemm-k-splits` (1, the default: none) splits the tiles' K where the grid multiplies one A
+    (`k_splits` on its matmuls: split-K): in that many parts, or with 0 in the parts a model
+    finds fastest, 2 to 4 of at least 1024, taken only where it is 10% faster than the best
+    unsplit tiling (256 x 4096 x 4096: 64 tiles of 128 x 128 in two parts each). There a tile
+    part's time is the longer of its multiplication and its loads (A's rows that exist and B's
+    columns over its share of K, and a split part's f32 product written), at a measured weight
+    (128 x 128 tiles take 0.54 of 128 x 256), and the last part's reads of the other products
+    add to its tile's. The model is not the default until its choices are measured on a GPU.
   }];
   let options = [
     Option<"smCount", "sm-count", "int64_t", /*default=*/"132",
